@@ -1,0 +1,47 @@
+// draftscope: the command-line entry point. Dispatches to one subcommand per file (cmd_*.c).
+#include "ds/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct subcommand {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+};
+
+static const struct subcommand subcommands[] = {
+    {"inspect", ds_cmd_inspect,
+     "check a target checkpoint (and a draft) and print what they contain"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "draftscope %s (%s): acceptance-rate profiler for EAGLE-3 drafts of gpt-oss\n\n"
+               "usage: draftscope <command> [options]   (draftscope <command> --help for more)\n\n"
+               "commands:\n",
+            DS_VERSION, DS_GIT_COMMIT);
+    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
+        fprintf(f, "  %-10s %s\n", subcommands[i].name, subcommands[i].summary);
+    fprintf(f, "  %-10s %s\n", "version", "print the version and the git commit");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("draftscope %s (%s)\n", DS_VERSION, DS_GIT_COMMIT);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
+        if (!strcmp(cmd, subcommands[i].name)) return subcommands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "draftscope: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

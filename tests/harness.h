@@ -1,0 +1,102 @@
+// tests/harness.h: the small test harness every C test uses.
+//
+// One executable per test file; main() calls DS_RUN(fn) for each case and returns ds_test_end().
+// A case fails when any EXPECT in it fails; every failure prints file:line and both values. The
+// last line is "N passed, N failed" for the case count. Exit 0 = all passed, 1 = a failure,
+// 77 = skipped (ctest SKIP_RETURN_CODE), e.g. a GPU test on a machine without a GPU.
+#ifndef DS_TEST_HARNESS_H
+#define DS_TEST_HARNESS_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds/status.h"
+
+static int ds_t_cases_passed, ds_t_cases_failed, ds_t_case_failures;
+static const char *ds_t_case_name = "";
+
+#define DS_FAILF(...)                                                                              \
+    do {                                                                                           \
+        ds_t_case_failures++;                                                                      \
+        fprintf(stderr, "  FAIL %s (%s:%d): ", ds_t_case_name, __FILE__, __LINE__);               \
+        fprintf(stderr, __VA_ARGS__);                                                              \
+        fputc('\n', stderr);                                                                       \
+    } while (0)
+
+#define EXPECT(cond)                                                                               \
+    do {                                                                                           \
+        if (!(cond)) DS_FAILF("expected %s", #cond);                                               \
+    } while (0)
+
+#define EXPECT_EQ_INT(a, b)                                                                        \
+    do {                                                                                           \
+        long long ds_a_ = (long long)(a), ds_b_ = (long long)(b);                                  \
+        if (ds_a_ != ds_b_) DS_FAILF("%s == %s: %lld != %lld", #a, #b, ds_a_, ds_b_);              \
+    } while (0)
+
+#define EXPECT_EQ_STR(a, b)                                                                        \
+    do {                                                                                           \
+        const char *ds_a_ = (a), *ds_b_ = (b);                                                     \
+        if (!ds_a_ || !ds_b_ || strcmp(ds_a_, ds_b_))                                              \
+            DS_FAILF("%s == %s: \"%s\" != \"%s\"", #a, #b, ds_a_ ? ds_a_ : "(null)",               \
+                     ds_b_ ? ds_b_ : "(null)");                                                    \
+    } while (0)
+
+// |a - b| <= tol; NaN never passes.
+#define EXPECT_NEAR(a, b, tol)                                                                     \
+    do {                                                                                           \
+        double ds_a_ = (double)(a), ds_b_ = (double)(b);                                           \
+        if (!(fabs(ds_a_ - ds_b_) <= (tol)))                                                       \
+            DS_FAILF("%s ~ %s: %.10g vs %.10g (tol %g)", #a, #b, ds_a_, ds_b_, (double)(tol));     \
+    } while (0)
+
+// Expects a ds_status; on mismatch prints the recorded error message too.
+#define EXPECT_STATUS(expr, want)                                                                  \
+    do {                                                                                           \
+        enum ds_status ds_s_ = (expr);                                                             \
+        if (ds_s_ != (want))                                                                       \
+            DS_FAILF("%s: status %s, wanted %s (%s)", #expr, ds_status_str(ds_s_),                 \
+                     ds_status_str(want), ds_error_last());                                        \
+    } while (0)
+
+#define EXPECT_OK(expr) EXPECT_STATUS(expr, DS_OK)
+
+// The recorded error message contains `needle` (errors must name the file and the problem).
+#define EXPECT_ERROR_HAS(needle)                                                                   \
+    do {                                                                                           \
+        if (!strstr(ds_error_last(), (needle)))                                                    \
+            DS_FAILF("error \"%s\" lacks \"%s\"", ds_error_last(), (needle));                      \
+    } while (0)
+
+#define DS_RUN(fn)                                                                                 \
+    do {                                                                                           \
+        ds_t_case_name = #fn;                                                                      \
+        ds_t_case_failures = 0;                                                                    \
+        ds_error_clear();                                                                          \
+        fn();                                                                                      \
+        if (ds_t_case_failures) {                                                                  \
+            ds_t_cases_failed++;                                                                   \
+            fprintf(stderr, "not ok %s\n", #fn);                                                   \
+        } else {                                                                                   \
+            ds_t_cases_passed++;                                                                   \
+            printf("ok %s\n", #fn);                                                                \
+        }                                                                                          \
+    } while (0)
+
+static inline int ds_test_end(void) {
+    printf("%d passed, %d failed\n", ds_t_cases_passed, ds_t_cases_failed);
+    return ds_t_cases_failed ? 1 : 0;
+}
+
+// Ends the test program as skipped (77), saying why.
+#define DS_SKIP(...)                                                                               \
+    do {                                                                                           \
+        printf("skipped: ");                                                                       \
+        printf(__VA_ARGS__);                                                                       \
+        printf("\n");                                                                              \
+        exit(77);                                                                                  \
+    } while (0)
+
+#endif // DS_TEST_HARNESS_H
