@@ -7,7 +7,6 @@
 #define DS_BF16_H
 
 #include <stdint.h>
-#include <string.h>
 
 #include "ds/hd.h"
 
@@ -15,23 +14,11 @@
 typedef uint16_t ds_bf16;
 
 DS_HD float ds_bf16_to_f32(ds_bf16 h) {
-    uint32_t u = (uint32_t)h << 16;
-#if defined(__CUDA_ARCH__)
-    return __uint_as_float(u);
-#else
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-#endif
+    return ds_f32_from_bits((uint32_t)h << 16);
 }
 
 DS_HD ds_bf16 ds_f32_to_bf16(float f) {
-    uint32_t u;
-#if defined(__CUDA_ARCH__)
-    u = __float_as_uint(f);
-#else
-    memcpy(&u, &f, sizeof u);
-#endif
+    uint32_t u = ds_f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (ds_bf16)((u >> 16) | 0x0040u); // quiet NaN
     u += 0x7fffu + ((u >> 16) & 1u); // round to nearest even on the 16 dropped bits
     return (ds_bf16)(u >> 16);

@@ -11,4 +11,28 @@
 #define DS_HD static inline
 #endif
 
+#include <stdint.h>
+#include <string.h>
+
+// The float whose IEEE binary32 bits are u, and the reverse (no aliasing tricks on the host).
+DS_HD float ds_f32_from_bits(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+
+DS_HD uint32_t ds_f32_bits(float f) {
+#if defined(__CUDA_ARCH__)
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+#endif
+}
+
 #endif // DS_HD_H

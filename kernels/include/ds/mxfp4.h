@@ -18,7 +18,6 @@
 #define DS_MXFP4_H
 
 #include <stdint.h>
-#include <string.h>
 
 #include "ds/hd.h"
 
@@ -40,14 +39,7 @@ DS_HD float ds_e2m1_to_f32(unsigned code) {
 
 // 2^(s - 127) as a float: exponent field s with a zero mantissa, except s = 0 (subnormal 2^-127).
 DS_HD float ds_e8m0_to_f32(uint8_t s) {
-    uint32_t u = s ? (uint32_t)s << 23 : 0x00400000u;
-#if defined(__CUDA_ARCH__)
-    return __uint_as_float(u);
-#else
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-#endif
+    return ds_f32_from_bits(s ? (uint32_t)s << 23 : 0x00400000u);
 }
 
 // The 4-bit code of element k of one row of packed blocks (row = blocks + n * K / 2).
