@@ -94,6 +94,13 @@ const char *ds_safetensors_metadata(const ds_safetensors_t *st, const char *key)
 enum ds_status ds_safetensors_check_header(const char *json, size_t len, uint64_t data_len,
                                            const char *label, size_t *count_out);
 
+// Validates a whole file image in memory: the u64 length prefix and its bounds (at least 2, at
+// most 100 MiB, inside `len`), then the header as ds_safetensors_check_header does with the rest
+// of the bytes as the data region. `label` names the file in messages. This is open_file without
+// the mapping, for the fuzz target. Returns the number of tensors in *count_out on success.
+enum ds_status ds_safetensors_check_bytes(const void *bytes, size_t len, const char *label,
+                                          size_t *count_out);
+
 #ifdef __cplusplus
 }
 #endif
