@@ -11,9 +11,10 @@
 //   0:+0 1:+0.5 2:+1 3:+1.5 4:+2 5:+3 6:+4 7:+6 8:-0 9:-0.5 10:-1 11:-1.5 12:-2 13:-3 14:-4 15:-6
 // Scale byte s -> 2^(s - 127) (E8M0, bias 127). value = e2m1(code) * 2^(s - 127).
 //
-// Decoding here is bit-exact against ldexpf(e2m1(code), s - 127): s = 0 gives the subnormal
-// 2^-127, s = 255 gives +Inf (the references use ldexp and do not special-case the OCP NaN
-// encoding 255; it is not expected to occur in real checkpoints).
+// Decoding here is bit-exact against ldexpf(e2m1(code), s - 127), the references' definition: the
+// scale of s = 0 is the subnormal 2^-127; s = 255 means 2^128, so 0.5·2^128 stays finite, 0 stays
+// 0, and |value| >= 1 overflows to ±Inf (the references do not special-case the OCP NaN encoding
+// 255; it is not expected in real checkpoints).
 #ifndef DS_MXFP4_H
 #define DS_MXFP4_H
 
@@ -37,9 +38,16 @@ DS_HD float ds_e2m1_to_f32(unsigned code) {
     return (code & 8u) ? -mag : mag;
 }
 
-// 2^(s - 127) as a float: exponent field s with a zero mantissa, except s = 0 (subnormal 2^-127).
+// 2^(s - 127) as a float: exponent field s with a zero mantissa, except s = 0 (subnormal 2^-127)
+// and s = 255 (+Inf: use ds_mxfp4_scale to apply a scale to a value).
 DS_HD float ds_e8m0_to_f32(uint8_t s) {
     return ds_f32_from_bits(s ? (uint32_t)s << 23 : 0x00400000u);
+}
+
+// v · 2^(s − 127) exactly as ldexpf would give it. 2^128 (s = 255) is not a float, so that scale
+// is applied as two exact halves.
+DS_HD float ds_mxfp4_scale(float v, uint8_t s) {
+    return s == 255 ? (v * 0x1p64f) * 0x1p64f : v * ds_e8m0_to_f32(s);
 }
 
 // The 4-bit code of element k of one row of packed blocks (row = blocks + n * K / 2).
@@ -50,8 +58,8 @@ DS_HD unsigned ds_mxfp4_code(const uint8_t *row_blocks, int64_t k) {
 
 // Element k of one row: row_blocks = blocks + n * (K / 2), row_scales = scales + n * (K / 32).
 DS_HD float ds_mxfp4_get(const uint8_t *row_blocks, const uint8_t *row_scales, int64_t k) {
-    return ds_e2m1_to_f32(ds_mxfp4_code(row_blocks, k)) *
-           ds_e8m0_to_f32(row_scales[k / DS_MXFP4_BLOCK]);
+    return ds_mxfp4_scale(ds_e2m1_to_f32(ds_mxfp4_code(row_blocks, k)),
+                          row_scales[k / DS_MXFP4_BLOCK]);
 }
 
 #endif // DS_MXFP4_H

@@ -1,0 +1,161 @@
+// CPU reference of the dense ops: embedding lookup, RMSNorm, matmul (bf16/f32 weights, bias,
+// fused residual), elementwise add, SiLU-gated product, row gather.
+//
+// Layouts and math: ds/kernel_args.h. fp32 activations; every reduction runs in double through
+// acc4 (ref_common.h) in an order fixed by the element index. OpenMP splits rows or output
+// features, never one reduction. Kernel names follow <act>_<weight>w_<op>_ref.
+#include <math.h>
+#include <string.h>
+
+#include "ds/kernels.h"
+#include "ref_common.h"
+
+enum ds_status ds_embed_ref(const struct ds_embed_args *a) {
+    static const char op[] = "embed";
+    REF_TRY(check_act(op, a->act));
+    REF_TRY(check_wdtype(op, "table", a->table_dtype));
+    REF_TRY(check_dim(op, "n_rows", a->n_rows, 0));
+    REF_TRY(check_dim(op, "vocab", a->vocab, 1));
+    REF_TRY(check_dim(op, "dim", a->dim, 1));
+    if (a->n_rows == 0) return DS_OK;
+    REF_TRY(check_ptr(op, "table", a->table));
+    REF_TRY(check_ptr(op, "ids", a->ids));
+    REF_TRY(check_ptr(op, "out", a->out));
+    for (int t = 0; t < a->n_rows; t++)
+        if (a->ids[t] < 0 || a->ids[t] >= a->vocab)
+            return ds_error_set(DS_ERR_RANGE, "%s: row %d has token id %d outside [0, %d)", op, t,
+                                (int)a->ids[t], a->vocab);
+    const size_t C = (size_t)a->dim;
+    float *out = (float *)a->out;
+#pragma omp parallel for schedule(static) if ((double)a->n_rows * (double)C > REF_PAR_MIN_WORK)
+    for (int t = 0; t < a->n_rows; t++) {
+        size_t row = (size_t)a->ids[t];
+        if (a->table_dtype == DS_ELEM_BF16) {
+            const ds_bf16 *src = (const ds_bf16 *)a->table + row * C;
+            for (size_t c = 0; c < C; c++) out[t * C + c] = ds_bf16_to_f32(src[c]);
+        } else {
+            memcpy(out + t * C, (const float *)a->table + row * C, C * sizeof(float));
+        }
+    }
+    return DS_OK;
+}
+
+enum ds_status ds_rmsnorm_ref(const struct ds_rmsnorm_args *a) {
+    static const char op[] = "rmsnorm";
+    REF_TRY(check_act(op, a->act));
+    REF_TRY(check_wdtype(op, "gain", a->w_dtype));
+    REF_TRY(check_dim(op, "n_rows", a->n_rows, 0));
+    REF_TRY(check_dim(op, "dim", a->dim, 1));
+    if (!(a->eps >= 0.0f)) return ds_error_set(DS_ERR_ARG, "%s: eps %g is negative", op, a->eps);
+    if (a->n_rows == 0) return DS_OK;
+    REF_TRY(check_ptr(op, "x", a->x));
+    REF_TRY(check_ptr(op, "gain", a->w));
+    REF_TRY(check_ptr(op, "out", a->out));
+    const int C = a->dim;
+    const float *x = (const float *)a->x;
+    float *out = (float *)a->out;
+#pragma omp parallel for schedule(static) if ((double)a->n_rows * C > REF_PAR_MIN_WORK)
+    for (int t = 0; t < a->n_rows; t++) {
+        const float *xr = x + (size_t)t * C;
+        float *yr = out + (size_t)t * C;
+        double inv = 1.0 / sqrt(dot_f32(xr, xr, C) / C + (double)a->eps);
+        // Reads x[c] before writing y[c], so out == x works.
+        for (int c = 0; c < C; c++) yr[c] = (float)(load_elem(a->w, a->w_dtype, c) * (xr[c] * inv));
+    }
+    return DS_OK;
+}
+
+// One (row, feature) value of the matmul with its bias and residual, rounded once.
+static inline float matmul_elem(const struct ds_matmul_args *a, const float *xr, int t, int n) {
+    double acc = dot_w(xr, a->w, a->w_dtype, (size_t)n, a->in_dim);
+    acc += load_elem(a->bias, a->bias_dtype, (size_t)n);
+    if (a->residual) acc += ((const float *)a->residual)[(size_t)t * a->out_dim + n];
+    return (float)acc;
+}
+
+// f32 activations × {bf16, f32} weights. Parallel over output features: each weight row is read
+// once and used for every row of the call.
+static void f32_anyw_matmul_ref(const struct ds_matmul_args *a) {
+    const float *x = (const float *)a->x;
+    float *out = (float *)a->out;
+    const int T = a->n_rows, N = a->out_dim, K = a->in_dim;
+#pragma omp parallel for schedule(static) if ((double)T * N * K > REF_PAR_MIN_WORK)
+    for (int n = 0; n < N; n++)
+        for (int t = 0; t < T; t++)
+            out[(size_t)t * N + n] = matmul_elem(a, x + (size_t)t * K, t, n);
+}
+
+enum ds_status ds_matmul_ref(const struct ds_matmul_args *a) {
+    static const char op[] = "matmul";
+    REF_TRY(check_act(op, a->act));
+    REF_TRY(check_wdtype(op, "weight", a->w_dtype));
+    if (a->bias) REF_TRY(check_wdtype(op, "bias", a->bias_dtype));
+    REF_TRY(check_dim(op, "n_rows", a->n_rows, 0));
+    REF_TRY(check_dim(op, "in_dim", a->in_dim, 1));
+    REF_TRY(check_dim(op, "out_dim", a->out_dim, 1));
+    if (a->n_rows == 0) return DS_OK;
+    REF_TRY(check_ptr(op, "x", a->x));
+    REF_TRY(check_ptr(op, "weight", a->w));
+    REF_TRY(check_ptr(op, "out", a->out));
+    if (a->out == a->x) return ds_error_set(DS_ERR_ARG, "%s: out must not alias x", op);
+    f32_anyw_matmul_ref(a);
+    return DS_OK;
+}
+
+// The elementwise ops run over n_rows × dim values; the shared checks live here.
+static enum ds_status check_rows(const char *op, enum ds_elem act, int n_rows, int dim) {
+    REF_TRY(check_act(op, act));
+    REF_TRY(check_dim(op, "n_rows", n_rows, 0));
+    return check_dim(op, "dim", dim, 1);
+}
+
+enum ds_status ds_add_ref(const struct ds_add_args *a) {
+    static const char op[] = "add";
+    REF_TRY(check_rows(op, a->act, a->n_rows, a->dim));
+    if (a->n_rows == 0) return DS_OK;
+    REF_TRY(check_ptr(op, "a", a->a));
+    REF_TRY(check_ptr(op, "b", a->b));
+    REF_TRY(check_ptr(op, "out", a->out));
+    const size_t n = (size_t)a->n_rows * (size_t)a->dim;
+    const float *x = (const float *)a->a, *y = (const float *)a->b;
+    float *out = (float *)a->out;
+    for (size_t i = 0; i < n; i++) out[i] = x[i] + y[i];
+    return DS_OK;
+}
+
+enum ds_status ds_silu_mul_ref(const struct ds_silu_mul_args *a) {
+    static const char op[] = "silu_mul";
+    REF_TRY(check_rows(op, a->act, a->n_rows, a->dim));
+    if (a->n_rows == 0) return DS_OK;
+    REF_TRY(check_ptr(op, "gate", a->gate));
+    REF_TRY(check_ptr(op, "up", a->up));
+    REF_TRY(check_ptr(op, "out", a->out));
+    const size_t n = (size_t)a->n_rows * (size_t)a->dim;
+    const float *g = (const float *)a->gate, *u = (const float *)a->up;
+    float *out = (float *)a->out;
+#pragma omp parallel for schedule(static) if ((double)n > REF_PAR_MIN_WORK)
+    for (size_t i = 0; i < n; i++) {
+        double gi = g[i];
+        out[i] = (float)(gi / (1.0 + exp(-gi)) * (double)u[i]);
+    }
+    return DS_OK;
+}
+
+enum ds_status ds_gather_rows_ref(const struct ds_gather_rows_args *a) {
+    static const char op[] = "gather_rows";
+    REF_TRY(check_rows(op, a->act, a->n_rows, a->dim));
+    REF_TRY(check_dim(op, "src_rows", a->src_rows, 0));
+    if (a->n_rows == 0) return DS_OK;
+    REF_TRY(check_ptr(op, "x", a->x));
+    REF_TRY(check_ptr(op, "rows", a->rows));
+    REF_TRY(check_ptr(op, "out", a->out));
+    for (int i = 0; i < a->n_rows; i++)
+        if (a->rows[i] < 0 || a->rows[i] >= a->src_rows)
+            return ds_error_set(DS_ERR_RANGE, "%s: entry %d picks row %d of %d", op, i,
+                                (int)a->rows[i], a->src_rows);
+    const size_t C = (size_t)a->dim;
+    for (int i = 0; i < a->n_rows; i++)
+        memcpy((float *)a->out + i * C, (const float *)a->x + (size_t)a->rows[i] * C,
+               C * sizeof(float));
+    return DS_OK;
+}
