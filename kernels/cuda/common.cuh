@@ -1,0 +1,220 @@
+// kernels/cuda/common.cuh: device helpers shared by the CUDA ops (kernels/cuda/*.cu).
+//
+// What is here:
+// - element loads/stores for the two activation dtypes (ds_bf16 bits and float), by overload and
+//   by run-time dtype; bf16 rounding is ds/bf16.h's round-to-nearest-even, so device and host
+//   round identically;
+// - warp and block reductions with a FIXED tree (xor butterfly inside a warp, then warp 0 over the
+//   per-warp values): for a given block size the result is a pure function of the inputs, which is
+//   what makes every reduction deterministic and batch invariant (never atomics on floats);
+// - a streaming 16-byte load for weights that are read once (no L1 allocation);
+// - the order-preserving integer key of a float used by the vocabulary selections;
+// - host-side argument checks shared by the launchers ("<op>: <problem>" messages).
+//
+// Included by .cu files only (nvcc). The reductions assume blockDim.x is a multiple of 32 and at
+// most 1024, and that every thread of the block calls them (they contain __syncthreads).
+#ifndef DS_CUDA_COMMON_CUH
+#define DS_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "ds/bf16.h"
+#include "ds/check.h"
+#include "ds/kernel_args.h"
+#include "ds/status.h"
+
+#define DS_WARP 32
+#define DS_FULL_MASK 0xffffffffu
+
+// The void * stream of the public API as a cudaStream_t.
+#define DS_STREAM(s) ((cudaStream_t)(s))
+
+// ---------------------------------------------------------------------------------------------
+// Element access
+
+static __device__ __forceinline__ float ld_f(const float *p, size_t i) { return p[i]; }
+static __device__ __forceinline__ float ld_f(const ds_bf16 *p, size_t i) {
+    return ds_bf16_to_f32(p[i]);
+}
+static __device__ __forceinline__ void st_f(float *p, size_t i, float v) { p[i] = v; }
+static __device__ __forceinline__ void st_f(ds_bf16 *p, size_t i, float v) {
+    p[i] = ds_f32_to_bf16(v);
+}
+
+// Element i of a buffer whose dtype is known only at run time (small tensors: gains, biases).
+static __device__ __forceinline__ float ld_elem(const void *p, enum ds_elem e, size_t i) {
+    return e == DS_ELEM_BF16 ? ds_bf16_to_f32(((const ds_bf16 *)p)[i]) : ((const float *)p)[i];
+}
+static __device__ __forceinline__ void st_elem(void *p, enum ds_elem e, size_t i, float v) {
+    if (e == DS_ELEM_BF16) ((ds_bf16 *)p)[i] = ds_f32_to_bf16(v);
+    else ((float *)p)[i] = v;
+}
+
+// 16 bytes of data read once (weights): bypasses L1 so activations stay cached there.
+static __device__ __forceinline__ uint4 ld_stream_u4(const void *p) {
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+
+// Integer image of a float that preserves order: a > b  <=>  key(a) > key(b) for non-NaN values
+// (−0 sorts just below +0). Same definition as the CPU reference.
+static __device__ __forceinline__ uint32_t order_key(float f) {
+    uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : u | 0x80000000u;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reductions (fixed trees)
+
+static __device__ __forceinline__ float warp_sum_f(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(DS_FULL_MASK, v, o);
+    return v;
+}
+static __device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(DS_FULL_MASK, v, o);
+    return v;
+}
+static __device__ __forceinline__ float warp_max_f(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(DS_FULL_MASK, v, o));
+    return v;
+}
+
+// Block-wide sum; every thread gets the result. scratch: >= 33 doubles of shared memory.
+static __device__ double block_sum_d(double v, double *scratch) {
+    const int lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
+    const int n_warps = blockDim.x / DS_WARP;
+    v = warp_sum_d(v);
+    __syncthreads(); // scratch may still be read by a previous call
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        double w = lane < n_warps ? scratch[lane] : 0.0;
+        w = warp_sum_d(w);
+        if (lane == 0) scratch[32] = w;
+    }
+    __syncthreads();
+    return scratch[32];
+}
+
+// Block-wide max of floats (NaN-ignoring like fmaxf); every thread gets the result.
+static __device__ float block_max_f(float v, float *scratch) {
+    const int lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
+    const int n_warps = blockDim.x / DS_WARP;
+    v = warp_max_f(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float w = lane < n_warps ? scratch[lane] : -INFINITY;
+        w = warp_max_f(w);
+        if (lane == 0) scratch[32] = w;
+    }
+    __syncthreads();
+    return scratch[32];
+}
+
+// Exclusive prefix sum of an unsigned count over the block, in thread order; *total_out gets the
+// block total. scratch: >= 33 unsigned of shared memory. Integer sums: exact in any order.
+static __device__ unsigned block_excl_scan_u(unsigned v, unsigned *scratch, unsigned *total_out) {
+    const int lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
+    const int n_warps = blockDim.x / DS_WARP;
+    unsigned incl = v;
+#pragma unroll
+    for (int o = 1; o < DS_WARP; o <<= 1) {
+        unsigned y = __shfl_up_sync(DS_FULL_MASK, incl, o);
+        if (lane >= o) incl += y;
+    }
+    __syncthreads();
+    if (lane == DS_WARP - 1) scratch[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        unsigned w = lane < n_warps ? scratch[lane] : 0u, wi = w;
+#pragma unroll
+        for (int o = 1; o < DS_WARP; o <<= 1) {
+            unsigned y = __shfl_up_sync(DS_FULL_MASK, wi, o);
+            if (lane >= o) wi += y;
+        }
+        if (lane < n_warps) scratch[lane] = wi - w; // exclusive warp offsets
+        if (lane == DS_WARP - 1) scratch[32] = wi;
+    }
+    __syncthreads();
+    *total_out = scratch[32];
+    return scratch[warp] + incl - v;
+}
+
+// Same for 64-bit fixed-point masses (exact integer sums, so the order never matters).
+static __device__ unsigned long long block_excl_scan_u64(unsigned long long v,
+                                                         unsigned long long *scratch,
+                                                         unsigned long long *total_out) {
+    const int lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
+    const int n_warps = blockDim.x / DS_WARP;
+    unsigned long long incl = v;
+#pragma unroll
+    for (int o = 1; o < DS_WARP; o <<= 1) {
+        unsigned long long y = __shfl_up_sync(DS_FULL_MASK, incl, o);
+        if (lane >= o) incl += y;
+    }
+    __syncthreads();
+    if (lane == DS_WARP - 1) scratch[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        unsigned long long w = lane < n_warps ? scratch[lane] : 0ull, wi = w;
+#pragma unroll
+        for (int o = 1; o < DS_WARP; o <<= 1) {
+            unsigned long long y = __shfl_up_sync(DS_FULL_MASK, wi, o);
+            if (lane >= o) wi += y;
+        }
+        if (lane < n_warps) scratch[lane] = wi - w;
+        if (lane == DS_WARP - 1) scratch[32] = wi;
+    }
+    __syncthreads();
+    *total_out = scratch[32];
+    return scratch[warp] + incl - v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host-side argument checks of the launchers; each returns DS_OK or records "<op>: <problem>".
+
+static inline enum ds_status cu_check_act(const char *op, enum ds_elem act) {
+    if (act == DS_ELEM_F32 || act == DS_ELEM_BF16) return DS_OK;
+    return ds_error_set(DS_ERR_UNSUPPORTED, "%s: activation dtype %d is neither f32 nor bf16", op,
+                        (int)act);
+}
+
+static inline enum ds_status cu_check_dtype(const char *op, const char *what, enum ds_elem e) {
+    if (e == DS_ELEM_F32 || e == DS_ELEM_BF16) return DS_OK;
+    return ds_error_set(DS_ERR_ARG, "%s: %s dtype %d is neither f32 nor bf16", op, what, (int)e);
+}
+
+static inline enum ds_status cu_check_dim(const char *op, const char *what, long long v,
+                                          long long min) {
+    if (v >= min) return DS_OK;
+    return ds_error_set(DS_ERR_ARG, "%s: %s is %lld, must be at least %lld", op, what, v, min);
+}
+
+static inline enum ds_status cu_check_ptr(const char *op, const char *what, const void *p) {
+    if (p) return DS_OK;
+    return ds_error_set(DS_ERR_ARG, "%s: %s buffer is NULL", op, what);
+}
+
+#define CU_TRY(expr)                                                                               \
+    do {                                                                                           \
+        enum ds_status cu_s_ = (expr);                                                             \
+        if (cu_s_ != DS_OK) return cu_s_;                                                          \
+    } while (0)
+
+// Grid of ceil(n / per_block) blocks, at least 1.
+static inline unsigned cu_blocks(size_t n, size_t per_block) {
+    size_t b = (n + per_block - 1) / per_block;
+    return (unsigned)(b ? b : 1);
+}
+
+#endif // DS_CUDA_COMMON_CUH
