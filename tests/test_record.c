@@ -7,6 +7,7 @@
 // and HDF5 performs no conversion, so any difference is a bug (tolerance 0).
 #include "harness.h"
 
+#include "ds/check.h"
 #include "ds/record.h"
 
 #include <hdf5.h>
@@ -1054,6 +1055,8 @@ static void full_disk_gives_clean_error(void) {
     // The file opens and holds every row of the good flushes, each one intact.
     hid_t f = open_ro(path, 1);
     if (f < 0) {
+        // The child could not extend the file past its own size limit; recover does it.
+        printf("  SWMR open refused (truncated file); recovering\n");
         EXPECT_OK(ds_recorder_recover(path));
         f = open_ro(path, 0);
     }
@@ -1070,6 +1073,37 @@ static void full_disk_gives_clean_error(void) {
     }
 }
 
+static void abort_hook_flushes(void) {
+    // A fatal error (DS_ASSERT) in the writer runs the recorder's abort hook, which flushes what
+    // was appended, before abort() kills the process.
+    const char *path = tmp_path("aborted.h5");
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit no_core = {0, 0};
+        setrlimit(RLIMIT_CORE, &no_core);
+        struct ds_run_meta meta = test_meta();
+        ds_recorder_t *rec = NULL;
+        if (ds_recorder_create(path, &meta, 0, &rec)) _exit(92);
+        append_drafts_range(rec, 0, 321);
+        int broken = 1;
+        DS_ASSERT(!broken);
+        _exit(93);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+    hid_t f = open_ro(path, 1);
+    EXPECT(f >= 0);
+    if (f >= 0) {
+        hsize_t n;
+        struct ds_rec_draft *dr = read_table(f, "drafts", sizeof *dr, &n);
+        EXPECT_EQ_INT(n, 321);
+        if (dr) EXPECT_EQ_INT(count_bad_drafts(dr, n, 0), 0);
+        free(dr);
+        H5Fclose(f);
+    }
+}
+
 static void signal_flag(void) {
     EXPECT_OK(ds_recorder_catch_signals());
     EXPECT(!ds_recorder_stop_requested());
@@ -1080,13 +1114,66 @@ static void signal_flag(void) {
     signal(SIGXFSZ, SIG_DFL);
 }
 
-int main(void) {
+// `test_record --write-samples DIR`: writes DIR/sample_closed.h5 (N_SAMPLE rows of every table,
+// closed normally) and DIR/sample_killed.h5 (N_SAMPLE drafts flushed, more appended, writer
+// killed) for tests/data/check_run_file_h5py.py, which reads them with h5py.
+enum { N_SAMPLE = 100 };
+
+static int write_samples(const char *out_dir) {
+    snprintf(dir, sizeof dir, "%s", out_dir);
+    struct ds_run_meta meta = test_meta();
+    ds_recorder_t *rec = NULL;
+    uint32_t id;
+    if (ds_recorder_create(tmp_path("sample_closed.h5"), &meta, 0, &rec) ||
+        ds_recorder_intern(rec, "coding", &id))
+        goto fail;
+    for (uint64_t i = 0; i < N_SAMPLE; i++) {
+        struct ds_rec_draft d = make_draft(i);
+        struct ds_rec_step st = make_step(i);
+        struct ds_rec_request r = make_request(i);
+        struct ds_rec_kernel k = make_kernel(i);
+        struct ds_rec_range g = make_range(i);
+        if (ds_recorder_append_drafts(rec, &d, 1) || ds_recorder_append_steps(rec, &st, 1) ||
+            ds_recorder_append_requests(rec, &r, 1) || ds_recorder_append_kernels(rec, &k, 1) ||
+            ds_recorder_append_ranges(rec, &g, 1))
+            goto fail;
+    }
+    enum ds_status cst = ds_recorder_close(rec);
+    rec = NULL;
+    if (cst) goto fail;
+    const char *killed = tmp_path("sample_killed.h5");
+    int pipefd[2];
+    if (pipe(pipefd)) return 1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pipefd[0]);
+        if (ds_recorder_create(killed, &meta, 0, &rec)) _exit(92);
+        append_drafts_range(rec, 0, N_SAMPLE);
+        if (ds_recorder_flush(rec)) _exit(93);
+        append_drafts_range(rec, N_SAMPLE, 50);
+        write_byte(pipefd[1]);
+        for (;;)
+            pause();
+    }
+    close(pipefd[1]);
+    int ok = read_byte(pipefd[0]);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return ok ? 0 : 1;
+fail:
+    fprintf(stderr, "write-samples: %s\n", ds_error_last());
+    ds_recorder_close(rec);
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    if (argc == 3 && !strcmp(argv[1], "--write-samples")) return write_samples(argv[2]);
     snprintf(dir, sizeof dir, "%s/test_record.%d", DS_BINARY_DIR, (int)getpid());
     if (mkdir(dir, 0755) && errno != EEXIST) {
         fprintf(stderr, "cannot create %s\n", dir);
         return 1;
     }
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     DS_RUN(layout_matches_compound);
     DS_RUN(every_table_round_trips);
     DS_RUN(strings_are_interned_once);
@@ -1096,6 +1183,7 @@ int main(void) {
     DS_RUN(resume_appends_and_checks_metadata);
     DS_RUN(resume_after_sigkill);
     DS_RUN(full_disk_gives_clean_error);
+    DS_RUN(abort_hook_flushes);
     DS_RUN(signal_flag);
     int rc = ds_test_end();
     if (rc == 0) {
