@@ -8,7 +8,9 @@
 # tests/fuzz/<target-name>.sources are used. Prints the path of the built binary.
 #
 # Environment: DS_FUZZ_CC (default: clang, else clang-14), DS_FUZZ_OUT (output directory, default
-# build-fuzz/ at the repository root), DS_FUZZ_PKGS (pkg-config packages, default "jansson").
+# build-fuzz/ at the repository root), DS_FUZZ_PKGS (pkg-config packages, default "jansson"),
+# DS_FUZZ_CFLAGS (appended, e.g. "-fprofile-instr-generate -fcoverage-mapping" for a coverage
+# build; see docs/fuzzing.md).
 set -euo pipefail
 
 if [ $# -lt 1 ]; then
@@ -50,11 +52,12 @@ if [ -z "$cc" ]; then
 fi
 out=${DS_FUZZ_OUT:-$root/build-fuzz}
 mkdir -p "$out"
-# shellcheck disable=SC2046  # pkg-config output is a list of flags
+# shellcheck disable=SC2046,SC2086  # pkg-config output and DS_FUZZ_CFLAGS are lists of flags
 "$cc" -std=c11 -g -O1 -fno-omit-frame-pointer \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Werror \
     -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -DDS_VERSION='"fuzz"' -DDS_GIT_COMMIT='"fuzz"' \
     -I"$root/kernels/include" -I"$root/models/include" -I"$root/profiler/include" \
-    "${sources[@]}" $(pkg-config --cflags --libs ${DS_FUZZ_PKGS:-jansson}) -o "$out/$target"
+    ${DS_FUZZ_CFLAGS:-} "${sources[@]}" $(pkg-config --cflags --libs ${DS_FUZZ_PKGS:-jansson}) \
+    -o "$out/$target"
 echo "$out/$target"
