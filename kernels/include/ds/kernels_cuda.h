@@ -23,9 +23,12 @@
 #ifndef DS_KERNELS_CUDA_H
 #define DS_KERNELS_CUDA_H
 
+#include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ds/backend.h"
+#include "ds/hd.h"
 #include "ds/kernel_args.h"
 #include "ds/status.h"
 
@@ -78,6 +81,34 @@ void *ds_backend_cuda_stream(const struct ds_backend *be);
 // out-param may be NULL. DS_ERR_ARG (outputs untouched) when be is not a CUDA backend.
 enum ds_status ds_backend_cuda_memory(const struct ds_backend *be, size_t *live_bytes_out,
                                       size_t *peak_bytes_out, size_t *live_count_out);
+
+// ---------------------------------------------------------------------------------------------
+// Seeded device fills (GPU tests and `draftscope bench`: every input byte is filled from a seed)
+
+// Counter-based hash of (seed, i): splitmix64 of the pair. Host and device give the same bits.
+DS_HD uint64_t ds_fill_hash(uint64_t seed, uint64_t i) {
+    uint64_t z = seed * 0x9e3779b97f4a7c15ull + i * 0xd1b54a32d192ed03ull + 0x632be59bd9b4e019ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// Element i of ds_cuda_fill_uniform(seed, lo, hi) before rounding to the buffer's dtype: a float
+// in [lo, hi] (24 random bits, one fused multiply-add, identical on host and device).
+DS_HD float ds_fill_value(uint64_t seed, uint64_t i, float lo, float hi) {
+    float u = (float)(ds_fill_hash(seed, i) >> 40) * 0x1p-24f;
+    return fmaf(hi - lo, u, lo);
+}
+
+// Fills n elements of buf (f32, or bf16 rounded to nearest even) with ds_fill_value(seed, i, lo,
+// hi), queued on `stream`. DS_ERR_ARG for a NULL buffer, a bad dtype or lo > hi.
+enum ds_status ds_cuda_fill_uniform(void *buf, enum ds_elem dtype, size_t n, uint64_t seed,
+                                    float lo, float hi, void *stream);
+
+// Fills n bytes with lo + ds_fill_hash(seed, i) % (hi − lo + 1), 0 <= lo <= hi <= 255 (MXFP4
+// codes and scales for benchmarks), queued on `stream`.
+enum ds_status ds_cuda_fill_bytes(uint8_t *buf, size_t n, uint64_t seed, int lo, int hi,
+                                  void *stream);
 
 #ifdef __cplusplus
 }
