@@ -2,7 +2,7 @@
 // fused residual), elementwise add, SiLU-gated product, row gather.
 //
 // Layouts and math: ds/kernel_args.h. fp32 activations; every reduction runs in double through
-// acc4 (ref_common.h) in an order fixed by the element index. OpenMP splits rows or output
+// acc8 (ref_common.h) in an order fixed by the element index. OpenMP splits rows or output
 // features, never one reduction. Kernel names follow <act>_<weight>w_<op>_ref.
 #include <math.h>
 #include <string.h>

@@ -2,7 +2,7 @@
 // MXFP4 expert block (gate_up matmul + interleaved clamped SwiGLU + down matmul + weighted sum).
 //
 // MXFP4 rows are decoded exactly (ds/mxfp4.h) 32 elements at a time into a stack buffer and fed
-// to the same acc4 lanes a dense f32 row would use, so the fused dot equals "dequantize the row,
+// to the same acc8 lanes a dense f32 row would use, so the fused dot equals "dequantize the row,
 // then dot" bit for bit. Phase 1 computes h = SwiGLU(W1·x + b1) for every (row, slot, unit) into
 // the workspace; phase 2 computes out = residual + Σ_s w_s·(W2·h + b2) for every (row, feature).
 // Both phases parallelise over independent outputs only.
@@ -36,14 +36,14 @@ static inline void decode_block(const uint8_t *row_blocks, const uint8_t *row_sc
 // Σ_k x[k]·W[n][k] over one MXFP4 row of K (multiple of 32) elements.
 static double dot_mxfp4(const float *x, const uint8_t *row_blocks, const uint8_t *row_scales,
                         int K) {
-    struct acc4 acc;
-    acc4_zero(&acc);
+    struct acc8 acc;
+    acc8_zero(&acc);
     float w[DS_MXFP4_BLOCK];
     for (int b = 0; b < K / DS_MXFP4_BLOCK; b++) {
         decode_block(row_blocks, row_scales, b, w);
-        acc4_add_f32_x4(&acc, x + (size_t)b * DS_MXFP4_BLOCK, w, DS_MXFP4_BLOCK);
+        acc8_add_f32(&acc, x + (size_t)b * DS_MXFP4_BLOCK, w, DS_MXFP4_BLOCK);
     }
-    return acc4_sum(&acc);
+    return acc8_sum(&acc);
 }
 
 enum ds_status ds_mxfp4_dequant_ref(const uint8_t *blocks, const uint8_t *scales, int n_rows,
