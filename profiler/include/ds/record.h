@@ -323,11 +323,14 @@ enum ds_status ds_recorder_append_ranges(ds_recorder_t *rec, const struct ds_rec
 // Interns `text` (NUL-terminated) and gives its id: the same text always gives the same id, new
 // texts get the next id and a /strings row. O(1) expected; allocates only when a text is new and
 // the table must grow. Texts longer than DS_RECORD_STRING_BYTES - 1 bytes keep their own id but
-// the file holds only their prefix. Errors: DS_ERR_ARG, DS_ERR_NOMEM, DS_ERR_IO (implicit flush).
+// the file holds only their prefix. Errors: DS_ERR_ARG, DS_ERR_NOMEM, DS_ERR_RANGE (2^32 - 1
+// strings), DS_ERR_IO (implicit flush or an earlier failure).
 enum ds_status ds_recorder_intern(ds_recorder_t *rec, const char *text, uint32_t *id_out);
 
-// Writes every pending batch (strings first), then H5Dflush-es each table written. Call it every
-// few steps or seconds; a crash loses only what was appended since the last successful call.
+// Writes every pending batch (strings first), then H5Dflush-es each table written. A crash loses
+// only what was appended since the last successful call. Each flush rewrites the partly filled
+// last chunk of every table it touches (up to ~640 KiB each), so call it about once a second or
+// every few hundred steps, not after every step.
 // Errors: DS_ERR_IO naming the file, the table and HDF5's reason (e.g. "File too large" or "No
 // space left on device"); the recorder is then failed for good, and the file holds every row up
 // to the last successful flush.
