@@ -206,6 +206,28 @@ size_t ds_utf8_valid_prefix(const char *s, size_t len) {
     return len;
 }
 
+enum ds_status ds_bytes_escape(const char *bytes, size_t len, struct ds_byte_vec *out) {
+    const unsigned char *p = (const unsigned char *)bytes;
+    enum ds_status s = DS_OK;
+    for (size_t i = 0; i < len && !s;) {
+        int inc;
+        size_t k = p[i] >= 0x80 ? utf8_char(p + i, len - i, &inc) : 1;
+        char esc[8];
+        const char *e = NULL;
+        if (p[i] == '\n') e = "\\n";
+        else if (p[i] == '\t') e = "\\t";
+        else if (p[i] == '\r') e = "\\r";
+        else if (p[i] == '\\') e = "\\\\";
+        else if (p[i] < 0x20 || p[i] == 0x7F || k == 0) {
+            snprintf(esc, sizeof esc, "\\x%02X", p[i]);
+            e = esc;
+        }
+        s = e ? ds_byte_vec_append(out, e, strlen(e)) : ds_byte_vec_append(out, p + i, k);
+        i += k ? k : 1;
+    }
+    return s ? s : ds_byte_vec_append(out, "", 0);
+}
+
 static const char replacement_char[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
 
 enum ds_status ds_utf8_stream_feed(struct ds_utf8_stream *s, const char *bytes, size_t len,

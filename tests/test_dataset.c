@@ -313,6 +313,31 @@ static void bad_records(void) {
     unlink(tmp_path);
 }
 
+// The subcommands (declared in ds/cli.h once wired into the draftscope binary): exit codes
+// 0 = shown, 1 = a problem with the input, 2 = usage.
+int ds_cmd_render(int argc, char **argv);
+int ds_cmd_tokenize(int argc, char **argv);
+
+static void cli_exit_codes(void) {
+    char *ok[] = {"render", "--dataset", DATA "spec_bench_questions.jsonl", "--index", "1",
+                  "--tokenizer", DATA "o200k_base.tiktoken", "--ids", NULL};
+    EXPECT_EQ_INT(ds_cmd_render(8, ok), 0);
+    char *too_long[] = {"render", "--dataset", DATA "spec_bench_questions.jsonl", "--index", "1",
+                        "--tokenizer", DATA "o200k_base.tiktoken", "--max-context", "10", NULL};
+    EXPECT_EQ_INT(ds_cmd_render(9, too_long), 1);
+    EXPECT_ERROR_HAS("over the context limit of 10");
+    char *no_index[] = {"render", "--dataset", DATA "spec_bench_questions.jsonl", NULL};
+    EXPECT_EQ_INT(ds_cmd_render(3, no_index), 2);
+    char *tok[] = {"tokenize", "--tokenizer", DATA "tiny_tokenizer.json", "--text", "hello world",
+                   NULL};
+    EXPECT_EQ_INT(ds_cmd_tokenize(5, tok), 0);
+    char *missing[] = {"tokenize", "--tokenizer", DATA "missing.tiktoken", "--text", "x", NULL};
+    EXPECT_EQ_INT(ds_cmd_tokenize(5, missing), 1);
+    char *bad_ids[] = {"tokenize", "--tokenizer", DATA "tiny_tokenizer.json", "--decode", "1,x",
+                       NULL};
+    EXPECT_EQ_INT(ds_cmd_tokenize(5, bad_ids), 2);
+}
+
 int main(void) {
     if (ds_tokenizer_load_tiktoken(DATA "o200k_base.tiktoken", DS_TOK_SPECIALS_O200K_HARMONY,
                                    &o200k) ||
@@ -326,6 +351,7 @@ int main(void) {
     DS_RUN(selection_first_n_and_shuffle);
     DS_RUN(bad_files);
     DS_RUN(bad_records);
+    DS_RUN(cli_exit_codes);
     ds_harmony_release(h);
     ds_tokenizer_release(o200k);
     return ds_test_end();

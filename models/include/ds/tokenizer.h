@@ -131,6 +131,11 @@ enum ds_status ds_utf8_stream_finish(struct ds_utf8_stream *s, struct ds_byte_ve
 // Length of the longest valid UTF-8 prefix of s[0..len); equals len when s is valid.
 size_t ds_utf8_valid_prefix(const char *s, size_t len);
 
+// Appends bytes in a readable form for terminals: valid UTF-8 characters as they are; newline,
+// tab, carriage return and backslash as \n \t \r \\; other control bytes and bytes that are not
+// part of a valid character (a token ending inside a character) as \xNN.
+enum ds_status ds_bytes_escape(const char *bytes, size_t len, struct ds_byte_vec *out);
+
 // Vector helpers. They return DS_ERR_NOMEM when growth fails (the vector is unchanged then).
 enum ds_status ds_token_vec_push(struct ds_token_vec *v, int32_t id);
 enum ds_status ds_token_vec_reserve(struct ds_token_vec *v, size_t extra);
