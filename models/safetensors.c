@@ -38,12 +38,12 @@ struct header {
     json_t *root;
     struct entry *e; // n entries, in header order
     size_t n;
-    json_t *meta;    // "__metadata__" object borrowed from root, or NULL
+    json_t *meta; // "__metadata__" object borrowed from root, or NULL
 };
 
 struct mapped {
-    char *path;          // as given by the caller (joined with the directory for shards)
-    void *map;           // whole file, read-only
+    char *path; // as given by the caller (joined with the directory for shards)
+    void *map;  // whole file, read-only
     size_t len;
     uint64_t data_start; // 8 + header length
 };
@@ -53,8 +53,8 @@ struct ds_safetensors {
     int nfiles;
     struct ds_tensor_info *t; // n tensors, sorted by name
     size_t n;
-    char *arena;              // every tensor name and metadata string, NUL-terminated
-    const char **meta;        // nmeta (key, value) pairs pointing into arena
+    char *arena;       // every tensor name and metadata string, NUL-terminated
+    const char **meta; // nmeta (key, value) pairs pointing into arena
     size_t nmeta;
     uint64_t tensor_bytes;
 };
@@ -78,14 +78,21 @@ static const char *shown(const char *s, char *buf) {
 // The value's JSON type with its article, for "is an integer, not an object" messages.
 static const char *json_kind(const json_t *v) {
     switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a real number";
     case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
     }
 }
 
@@ -126,8 +133,8 @@ static enum ds_status parse_entry(const char *name, const json_t *v, uint64_t da
                                   const char *label, struct entry *e) {
     const char *nm = SHOW(name);
     if (!json_is_object(v))
-        return ds_error_set(DS_ERR_FORMAT, "%s: tensor '%s' entry is %s, not an object", label,
-                            nm, json_kind(v));
+        return ds_error_set(DS_ERR_FORMAT, "%s: tensor '%s' entry is %s, not an object", label, nm,
+                            json_kind(v));
     e->name = name;
 
     const json_t *dt = json_object_get(v, "dtype");
@@ -141,8 +148,8 @@ static enum ds_status parse_entry(const char *name, const json_t *v, uint64_t da
     if (!json_is_array(sh))
         return ds_error_set(DS_ERR_FORMAT, "%s: tensor '%s' has no \"shape\" array", label, nm);
     if (json_array_size(sh) > DS_MAX_DIMS)
-        return ds_error_set(DS_ERR_FORMAT, "%s: tensor '%s' has %zu dims, more than %d", label,
-                            nm, json_array_size(sh), DS_MAX_DIMS);
+        return ds_error_set(DS_ERR_FORMAT, "%s: tensor '%s' has %zu dims, more than %d", label, nm,
+                            json_array_size(sh), DS_MAX_DIMS);
     e->ndim = (int)json_array_size(sh);
     e->numel = 1;
     for (int i = 0; i < e->ndim; i++) {
@@ -266,8 +273,8 @@ static enum ds_status parse_header(const char *json, size_t len, uint64_t data_l
         json_object_foreach(val, mk, mv) {
             if (!json_is_string(mv)) {
                 st = ds_error_set(DS_ERR_FORMAT,
-                                  "%s: \"__metadata__\" value of '%s' is %s, not a string",
-                                  label, SHOW(mk), json_kind(mv));
+                                  "%s: \"__metadata__\" value of '%s' is %s, not a string", label,
+                                  SHOW(mk), json_kind(mv));
                 goto cleanup;
             }
         }
@@ -301,7 +308,8 @@ static enum ds_status check_prefix(const unsigned char *p, uint64_t size, const 
                             "length",
                             label, size);
     uint64_t n = 0;
-    for (int i = 7; i >= 0; i--) n = n << 8 | p[i];
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | p[i];
     if (n > HEADER_MAX)
         return ds_error_set(DS_ERR_FORMAT,
                             "%s: header length %" PRIu64 " is absurd (limit %" PRIu64 " bytes)",
@@ -379,7 +387,8 @@ cleanup:
 }
 
 static int by_name(const void *a, const void *b) {
-    return strcmp(((const struct ds_tensor_info *)a)->name, ((const struct ds_tensor_info *)b)->name);
+    return strcmp(((const struct ds_tensor_info *)a)->name,
+                  ((const struct ds_tensor_info *)b)->name);
 }
 
 // Builds the tensor table and the arena from the parsed headers of st->files (same order).
@@ -387,7 +396,8 @@ static enum ds_status assemble(ds_safetensors_t *st, const struct header *hs) {
     size_t n = 0, bytes = 0, nmeta = 0;
     for (int f = 0; f < st->nfiles; f++) {
         n += hs[f].n;
-        for (size_t i = 0; i < hs[f].n; i++) bytes += strlen(hs[f].e[i].name) + 1;
+        for (size_t i = 0; i < hs[f].n; i++)
+            bytes += strlen(hs[f].e[i].name) + 1;
     }
     const char *key;
     json_t *val;
@@ -558,8 +568,8 @@ static enum ds_status open_index(const char *dir, const char *ipath, ds_safetens
             goto cleanup;
         }
         if (!exists(spath)) {
-            st = ds_error_set(DS_ERR_IO, "%s: shard '%s' named by the index is missing (%s)",
-                              ipath, SHOW(shards[f]), strerror(errno));
+            st = ds_error_set(DS_ERR_IO, "%s: shard '%s' named by the index is missing (%s)", ipath,
+                              SHOW(shards[f]), strerror(errno));
             goto cleanup;
         }
         s->nfiles = f + 1; // so that close() unmaps what was mapped so far
@@ -576,8 +586,8 @@ static enum ds_status open_index(const char *dir, const char *ipath, ds_safetens
         const char *want = json_string_value(val);
         if (!t) {
             st = ds_error_set(DS_ERR_MISMATCH,
-                              "%s: tensor '%s' is not in shard '%s' where the index puts it",
-                              ipath, SHOW(key), SHOW(want));
+                              "%s: tensor '%s' is not in shard '%s' where the index puts it", ipath,
+                              SHOW(key), SHOW(want));
             goto cleanup;
         }
         const char *have = shards[t->file];
@@ -590,7 +600,8 @@ static enum ds_status open_index(const char *dir, const char *ipath, ds_safetens
     }
     for (size_t i = 0; i < s->n; i++) {
         if (!json_object_get(wm, s->t[i].name)) {
-            st = ds_error_set(DS_ERR_MISMATCH, "%s: tensor '%s' is missing from the weight_map of %s",
+            st = ds_error_set(DS_ERR_MISMATCH,
+                              "%s: tensor '%s' is missing from the weight_map of %s",
                               s->files[s->t[i].file].path, SHOW(s->t[i].name), ipath);
             goto cleanup;
         }
@@ -600,20 +611,21 @@ static enum ds_status open_index(const char *dir, const char *ipath, ds_safetens
         uint64_t total;
         if (!get_total_size(ts, &total)) {
             st = ds_error_set(DS_ERR_FORMAT,
-                              "%s: metadata.total_size is %s, not a non-negative integer",
-                              ipath, json_kind(ts));
+                              "%s: metadata.total_size is %s, not a non-negative integer", ipath,
+                              json_kind(ts));
             goto cleanup;
         }
         if (total != s->tensor_bytes) {
             st = ds_error_set(DS_ERR_MISMATCH,
-                              "%s: metadata.total_size %" PRIu64
-                              " differs from the %" PRIu64 " tensor bytes of the shards",
+                              "%s: metadata.total_size %" PRIu64 " differs from the %" PRIu64
+                              " tensor bytes of the shards",
                               ipath, total, s->tensor_bytes);
             goto cleanup;
         }
     }
 cleanup:
-    for (int f = 0; hs && f < nshards; f++) header_free(&hs[f]);
+    for (int f = 0; hs && f < nshards; f++)
+        header_free(&hs[f]);
     free(hs);
     free(spath);
     free(shards);
@@ -644,8 +656,7 @@ static enum ds_status open_only_file(const char *dir, ds_safetensors_t **out) {
     enum ds_status st;
     if (count == 0) {
         st = ds_error_set(DS_ERR_IO,
-                          "%s: no " INDEX_NAME ", no " SINGLE_NAME " and no other *" SUFFIX
-                          " file",
+                          "%s: no " INDEX_NAME ", no " SINGLE_NAME " and no other *" SUFFIX " file",
                           dir);
     } else if (count > 1) {
         st = ds_error_set(DS_ERR_FORMAT,

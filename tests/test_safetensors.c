@@ -35,13 +35,16 @@ static void write_raw(const char *path, const void *p, size_t n) {
 }
 
 // Serializes a whole file (length prefix, header padded with spaces to a multiple of 8 from the
-// file start, data) into a malloc'd buffer; *len_out is its size, *hlen_out the padded header length.
+// file start, data) into a malloc'd buffer; *len_out is its size, *hlen_out the padded header
+// length.
 static unsigned char *build_st(const char *json, const void *data, size_t dlen, size_t *len_out,
                                uint64_t *hlen_out) {
     size_t j = strlen(json), n = j;
-    while ((8 + n) % 8) n++;
+    while ((8 + n) % 8)
+        n++;
     unsigned char *b = malloc(8 + n + dlen + 1);
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)((uint64_t)n >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)((uint64_t)n >> (8 * i));
     memcpy(b + 8, json, j);
     memset(b + 8 + j, ' ', n - j);
     if (dlen) memcpy(b + 8 + n, data, dlen);
@@ -61,7 +64,8 @@ static uint64_t write_st(const char *path, const char *json, const void *data, s
 
 // data[i] = 3 + 7 i (mod 256): every byte distinct within a 36-byte run.
 static void pattern(unsigned char *p, size_t n) {
-    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(3 + 7 * i);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)(3 + 7 * i);
 }
 
 static void rm_tree(const char *path) {
@@ -278,8 +282,8 @@ static void valid_sharded_dir(void) {
         int shard_i;
         uint64_t begin, nbytes;
     } want[5] = {
-        {"lm_head.weight", S2, 2, 0, 12},      {"model.embed_tokens.weight", S2, 2, 12, 12},
-        {"model.layers.0.b", S0, 0, 8, 8},     {"model.layers.0.w", S0, 0, 0, 8},
+        {"lm_head.weight", S2, 2, 0, 12},   {"model.embed_tokens.weight", S2, 2, 12, 12},
+        {"model.layers.0.b", S0, 0, 8, 8},  {"model.layers.0.w", S0, 0, 0, 8},
         {"model.layers.1.w", S1, 1, 0, 16},
     };
     for (size_t i = 0; i < 5; i++) {
@@ -395,8 +399,9 @@ static void broken_overlapping_ranges(void) {
 static void broken_out_of_range_offsets(void) {
     expect_broken("{\"lm_head.weight\":{\"dtype\":\"U8\",\"shape\":[100],"
                   "\"data_offsets\":[0,100]}}",
-                  64, "tensor 'lm_head.weight' data_offsets [0, 100] end beyond data region of 64 "
-                      "bytes");
+                  64,
+                  "tensor 'lm_head.weight' data_offsets [0, 100] end beyond data region of 64 "
+                  "bytes");
     expect_broken("{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0]}}", 1,
                   "tensor 'w' data_offsets is not [begin, end]");
     expect_broken("{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[-1,0]}}", 1,
@@ -518,17 +523,15 @@ static void broken_index_tensor_missing_from_shard(void) {
     sharded_dir(dir, sizeof dir, ip, sizeof ip);
     write_index(dir, "56", S2, ",\"model.norm.weight\":\"" S2 "\"");
     expect_dir_error(dir, ip,
-                     "tensor 'model.norm.weight' is not in shard '" S2
-                     "' where the index puts it");
+                     "tensor 'model.norm.weight' is not in shard '" S2 "' where the index puts it");
 }
 
 static void broken_index_names_wrong_shard(void) {
     char dir[1100], ip[1200];
     sharded_dir(dir, sizeof dir, ip, sizeof ip);
     write_index(dir, "56", S1, "");
-    expect_dir_error(dir, ip,
-                     "tensor 'lm_head.weight' is in shard '" S2 "', but the index puts it in '" S1
-                     "'");
+    expect_dir_error(
+        dir, ip, "tensor 'lm_head.weight' is in shard '" S2 "', but the index puts it in '" S1 "'");
 }
 
 static void broken_shard_tensor_missing_from_index(void) {
@@ -627,7 +630,8 @@ static size_t resident_pages(const void *p, size_t n, unsigned char *vec) {
     long page = sysconf(_SC_PAGESIZE);
     if (mincore((void *)p, n * (size_t)page, vec) != 0) return (size_t)-1;
     size_t r = 0;
-    for (size_t i = 0; i < n; i++) r += vec[i] & 1;
+    for (size_t i = 0; i < n; i++)
+        r += vec[i] & 1;
     return r;
 }
 
@@ -645,7 +649,8 @@ static void large_sparse_file_is_not_read(void) {
     unsigned char *head = malloc(page);
     memset(head, ' ', page);
     uint64_t hl = data_start - 8;
-    for (int i = 0; i < 8; i++) head[i] = (unsigned char)(hl >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        head[i] = (unsigned char)(hl >> (8 * i));
     memcpy(head + 8, json, strlen(json));
     int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
     EXPECT(fd >= 0);
