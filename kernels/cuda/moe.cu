@@ -1,0 +1,596 @@
+// kernels/cuda/moe.cu: the gpt-oss router (top-k then softmax) and the MXFP4 mixture-of-experts
+// block (gate_up + clamped SwiGLU, down, weighted combine) on CUDA.
+//
+// Dtypes. Activations (x, residual, out) are f32 or bf16 (`act`, chosen at run time), weights of
+// the router f32 or bf16, expert weights MXFP4 (U8 blocks + E8M0 scales, ds/mxfp4.h), biases f32 or
+// bf16. All arithmetic is fp32. Kernel names read <act>_<weight>w_<op>; `act_` means "f32 or bf16
+// activations, fp32 math".
+//
+// Kernels, in launch order:
+//   act_anyw_router_topk_softmax  one block per tile of 4 rows, 16 warps. Each warp owns the
+//                                  experts e ≡ warp (mod 16); each lane owns 8 consecutive inputs
+//                                  per 256-input step. logit = bias + butterfly(Σ lane partials).
+//                                  Top-k by repeated warp argmax (ties → lower index), softmax over
+//                                  the k logits in fp32, summed best first.
+//   moe_group_by_expert            one block: counts per expert, exclusive offsets, and the pairs
+//                                  (row, slot) of each expert in increasing pair index (a stable
+//                                  counting sort by warp ballots). Invalid ids are dropped here.
+//   act_mxfp4w_moe_gate_up_swiglu  grid (64-row tiles of W1, expert, 64-token chunk). Each warp
+//                                  owns 8 consecutive rows of W1 (4 gate/linear pairs) and streams
+//                                  them once for every token of its chunk, 4/2/1 tokens at a time.
+//                                  Writes h[pair][unit] (f32) with the bias and clamped SwiGLU fused.
+//   f32_mxfp4w_moe_down            the same GEMV core over W2 with h as input: y[pair][c] (f32),
+//                                  down bias added.
+//   act_moe_combine                out[t] = residual[t] + Σ_s w_s·y[t·KE+s] (fp32, best first).
+//   mxfp4_dequant_f32              test/inspection decode (ds_mxfp4_dequant_cuda).
+//
+// MXFP4 decode. A 16-entry E2M1 table in shared memory gives the code values; a 4-byte word holds
+// the 8 codes of 8 consecutive elements, element i in bits 4i..4i+3 (low nibble = even element).
+// For each (row, token) the lane sums x·e2m1 over its 8 elements (one 32-element MXFP4 block never
+// straddles a lane's 8), then applies the block scale with mxfp4_apply_scale, which is ds/mxfp4.h's
+// ds_mxfp4_scale: exact, since a power of two times a float is exact unless it leaves the normal
+// range. ds_mxfp4_dequant_cuda uses the very same two functions, and the GPU test compares it with
+// ds_mxfp4_dequant_ref bit for bit.
+//
+// Determinism and batch invariance. Every dot product (router logit, gate/up/down feature) is
+// accumulated per (row, output) in one fixed order: per lane over its input steps, 8 elements at a
+// time with explicit fmaf, then the xor butterfly. Token tiles of 4, 2 or 1 run the same sequence
+// of operations per token, so the result of a row does not depend on how many rows share its
+// expert, nor on the position of the row in the batch. The combine sums a row's k experts in the
+// router's order. No atomics anywhere.
+//
+// Workspace (device, from the caller; ds_moe_cuda_workspace_bytes): h (T·KE·I f32), y (T·KE·C
+// f32), offsets (E+1 int32) and the grouped pair list (T·KE int32), each 256-byte aligned.
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "common.cuh"
+#include "ds/kernels_cuda.h"
+#include "ds/mxfp4.h"
+
+// Bytes of workspace ds_moe_cuda needs (declared here until ds/kernels_cuda.h carries it).
+extern "C" size_t ds_moe_cuda_workspace_bytes(int n_rows, int dim, int inter, int n_experts,
+                                              int top_k);
+// Decodes MXFP4 rows on the device, bit-exact with ds_mxfp4_dequant_ref (tests, inspection).
+extern "C" enum ds_status ds_mxfp4_dequant_cuda(const uint8_t *blocks, const uint8_t *scales,
+                                                int n_rows, int k_dim, float *out, void *stream);
+
+#define MOE_THREADS 256
+#define MOE_WARPS (MOE_THREADS / DS_WARP)
+#define MOE_ROWS_PER_WARP 8                                // weight rows streamed together
+#define MOE_ROWS_PER_BLOCK (MOE_WARPS * MOE_ROWS_PER_WARP) // 64
+#define MOE_TOKEN_CHUNK 64                                 // tokens of one expert per block
+#define MOE_STEP 256                                       // inputs per warp step (32 lanes × 8)
+
+#define RT_ROWS 4        // router rows per block
+#define RT_THREADS 512   // router warps = 16
+#define RT_WARPS (RT_THREADS / DS_WARP)
+#define RT_EPW 8         // experts per warp per pass (a pass covers RT_WARPS·RT_EPW = 128)
+#define RT_MAX_EXPERTS 1024
+
+// ---------------------------------------------------------------------------------------------
+// Small device helpers
+
+// 8 consecutive elements starting at element i (i a multiple of 8, the buffer 16-byte aligned).
+static __device__ __forceinline__ void ld8(const void *base, enum ds_elem dt, size_t i, float *o) {
+    if (dt == DS_ELEM_BF16) {
+        uint4 u = __ldg((const uint4 *)((const ds_bf16 *)base + i));
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            o[2 * j] = __uint_as_float(w[j] << 16);
+            o[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+        }
+    } else {
+        const float4 *p = (const float4 *)((const float *)base + i);
+        float4 a = __ldg(p), b = __ldg(p + 1);
+        o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w;
+        o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+    }
+}
+
+// v · 2^(s − 127), exactly ds_mxfp4_scale (2^128 for s = 255 applied as two exact halves).
+static __device__ __forceinline__ float mxfp4_apply_scale(float v, uint8_t s) {
+    if (s == 255) return __fmul_rn(__fmul_rn(v, 0x1p64f), 0x1p64f);
+    return __fmul_rn(v, ds_e8m0_to_f32(s));
+}
+
+// The E2M1 value of code i of a packed word (bits 4i..4i+3) from the shared table.
+static __device__ __forceinline__ float e2m1_of(const float *lut, uint32_t word, int i) {
+    return lut[(word >> (4 * i)) & 15u];
+}
+
+static __device__ __forceinline__ void lut_init(float *lut) {
+    if (threadIdx.x < 16) lut[threadIdx.x] = ds_e2m1_to_f32(threadIdx.x);
+}
+
+// gpt-oss SwiGLU: gate clamped from above only (NaN stays NaN), linear to ±limit, the +1.
+static __device__ __forceinline__ float swiglu_clamped(float g, float l, float alpha, float limit) {
+    g = g > limit ? limit : g;
+    l = l > limit ? limit : (l < -limit ? -limit : l);
+    float sig = 1.0f / (1.0f + expf(-alpha * g));
+    return g * sig * (l + 1.0f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Router
+
+// NaN sorts below every number, so the selection order is total and the butterfly agrees.
+static __device__ __forceinline__ float rank_value(float v) { return isnan(v) ? -INFINITY : v; }
+
+// (v, e) beats (bv, be): larger value, or equal value and lower index; be < 0 means "none yet".
+static __device__ __forceinline__ bool beats(float v, int e, float bv, int be) {
+    if (e < 0) return false;
+    if (be < 0) return true;
+    return v > bv || (v == bv && e < be);
+}
+
+__global__ void __launch_bounds__(RT_THREADS)
+act_anyw_router_topk_softmax(const struct ds_router_args a) {
+    __shared__ float logits[RT_ROWS][RT_MAX_EXPERTS];
+    __shared__ unsigned char taken[RT_ROWS][RT_MAX_EXPERTS];
+    const int lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
+    const int t0 = blockIdx.x * RT_ROWS, C = a.dim, E = a.n_experts, KE = a.top_k;
+
+    for (int pass = 0; pass * RT_WARPS * RT_EPW < E; pass++) {
+        const int e_base = pass * RT_WARPS * RT_EPW + warp;
+        float acc[RT_EPW][RT_ROWS];
+#pragma unroll
+        for (int i = 0; i < RT_EPW; i++)
+#pragma unroll
+            for (int r = 0; r < RT_ROWS; r++) acc[i][r] = 0.0f;
+        for (int k0 = 8 * lane; k0 < C; k0 += MOE_STEP) {
+            float xv[RT_ROWS][8];
+#pragma unroll
+            for (int r = 0; r < RT_ROWS; r++) {
+                if (t0 + r < a.n_rows) {
+                    ld8(a.x, a.act, (size_t)(t0 + r) * C + k0, xv[r]);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < 8; j++) xv[r][j] = 0.0f;
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < RT_EPW; i++) {
+                const int e = e_base + i * RT_WARPS;
+                if (e >= E) break;
+                float wv[8];
+                ld8(a.w, a.w_dtype, (size_t)e * C + k0, wv);
+#pragma unroll
+                for (int r = 0; r < RT_ROWS; r++)
+#pragma unroll
+                    for (int j = 0; j < 8; j++) acc[i][r] = __fmaf_rn(xv[r][j], wv[j], acc[i][r]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < RT_EPW; i++) {
+            const int e = e_base + i * RT_WARPS;
+            if (e >= E) break;
+            const float b = a.bias ? ld_elem(a.bias, a.bias_dtype, (size_t)e) : 0.0f;
+#pragma unroll
+            for (int r = 0; r < RT_ROWS; r++) {
+                float s = warp_sum_f(acc[i][r]);
+                if (lane == 0) logits[r][e] = __fadd_rn(s, b);
+            }
+        }
+    }
+    for (int i = threadIdx.x; i < RT_ROWS * RT_MAX_EXPERTS; i += RT_THREADS)
+        taken[i / RT_MAX_EXPERTS][i % RT_MAX_EXPERTS] = 0;
+    __syncthreads();
+
+    // Warp r selects for row r: k rounds of argmax over the experts not yet taken.
+    const int r = warp, t = t0 + warp;
+    if (r >= RT_ROWS || t >= a.n_rows) return;
+    float best0 = 0.0f, sum = 0.0f;
+    for (int s = 0; s < KE; s++) {
+        float bv = -INFINITY;
+        int be = -1;
+        for (int e = lane; e < E; e += DS_WARP) {
+            if (taken[r][e]) continue;
+            const float v = rank_value(logits[r][e]);
+            if (beats(v, e, bv, be)) bv = v, be = e;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(DS_FULL_MASK, bv, o);
+            int oe = __shfl_xor_sync(DS_FULL_MASK, be, o);
+            if (beats(ov, oe, bv, be)) bv = ov, be = oe;
+        }
+        be = __shfl_sync(DS_FULL_MASK, be, 0);
+        bv = __shfl_sync(DS_FULL_MASK, bv, 0);
+        if (lane == 0) {
+            taken[r][be] = 1;
+            if (s == 0) best0 = bv;
+            // exp(l_s − l_0) in fp32; the weights are normalised below, best first.
+            const float w = expf(bv - best0);
+            sum += w;
+            a.expert_ids[(size_t)t * KE + s] = be;
+            a.expert_weights[(size_t)t * KE + s] = w;
+        }
+        __syncwarp();
+    }
+    if (lane == 0)
+        for (int s = 0; s < KE; s++) a.expert_weights[(size_t)t * KE + s] /= sum;
+}
+
+extern "C" enum ds_status ds_router_cuda(const struct ds_router_args *a, void *stream) {
+    static const char op[] = "router (cuda)";
+    if (!a) return ds_error_set(DS_ERR_ARG, "%s: no arguments", op);
+    CU_TRY(cu_check_act(op, a->act));
+    CU_TRY(cu_check_dtype(op, "weight", a->w_dtype));
+    if (a->bias) CU_TRY(cu_check_dtype(op, "bias", a->bias_dtype));
+    CU_TRY(cu_check_dim(op, "n_rows", a->n_rows, 0));
+    CU_TRY(cu_check_dim(op, "dim", a->dim, 1));
+    CU_TRY(cu_check_dim(op, "n_experts", a->n_experts, 1));
+    if (a->top_k < 1 || a->top_k > a->n_experts || a->top_k > DS_MAX_TOPK)
+        return ds_error_set(DS_ERR_ARG, "%s: top_k %d outside [1, min(%d experts, %d)]", op,
+                            a->top_k, a->n_experts, DS_MAX_TOPK);
+    if (a->n_experts > RT_MAX_EXPERTS)
+        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %d experts, at most %d", op, a->n_experts,
+                            RT_MAX_EXPERTS);
+    if (a->dim % 8)
+        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: dim %d is not a multiple of 8", op, a->dim);
+    if (a->n_rows == 0) return DS_OK;
+    CU_TRY(cu_check_ptr(op, "x", a->x));
+    CU_TRY(cu_check_ptr(op, "weight", a->w));
+    CU_TRY(cu_check_ptr(op, "expert_ids", a->expert_ids));
+    CU_TRY(cu_check_ptr(op, "expert_weights", a->expert_weights));
+    if (((uintptr_t)a->x | (uintptr_t)a->w) % 16)
+        return ds_error_set(DS_ERR_ARG, "%s: x and weight must be 16-byte aligned", op);
+    act_anyw_router_topk_softmax<<<cu_blocks((size_t)a->n_rows, RT_ROWS), RT_THREADS, 0,
+                                   DS_STREAM(stream)>>>(*a);
+    DS_KERNEL_CHECK();
+    return DS_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Grouping the (row, slot) pairs by expert
+
+// One block of 1024 threads. Warp w handles experts w, w+32, ...; it scans the pairs 32 at a time
+// and counts (pass 1) or places (pass 2) the pairs of its expert in increasing pair order.
+__global__ void __launch_bounds__(1024)
+moe_group_by_expert(const int32_t *ids, int n_pairs, int n_experts, int32_t *offsets,
+                    int32_t *pairs) {
+    __shared__ unsigned count[RT_MAX_EXPERTS];
+    __shared__ unsigned scan_scratch[33];
+    const int lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
+    const int n_warps = blockDim.x / DS_WARP;
+    for (int e = warp; e < n_experts; e += n_warps) {
+        unsigned n = 0;
+#pragma unroll 4
+        for (int p0 = 0; p0 < n_pairs; p0 += DS_WARP) {
+            const int p = p0 + lane;
+            const bool mine = p < n_pairs && __ldg(ids + p) == e;
+            n += __popc(__ballot_sync(DS_FULL_MASK, mine));
+        }
+        if (lane == 0) count[e] = n;
+    }
+    __syncthreads();
+    // Exclusive offsets: thread i sums a contiguous run of experts, then a block scan.
+    const int per = (n_experts + blockDim.x - 1) / blockDim.x;
+    const int e0 = threadIdx.x * per;
+    unsigned run = 0;
+    for (int e = e0; e < e0 + per && e < n_experts; e++) run += count[e];
+    unsigned total;
+    unsigned base = block_excl_scan_u(run, scan_scratch, &total);
+    __syncthreads(); // every count[] read before it is overwritten with offsets
+    for (int e = e0; e < e0 + per && e < n_experts; e++) {
+        unsigned c = count[e];
+        count[e] = base;
+        offsets[e] = (int32_t)base;
+        base += c;
+    }
+    if (threadIdx.x == 0) offsets[n_experts] = (int32_t)total;
+    __syncthreads();
+    for (int e = warp; e < n_experts; e += n_warps) {
+        unsigned at = count[e];
+        for (int p0 = 0; p0 < n_pairs; p0 += DS_WARP) {
+            const int p = p0 + lane;
+            const bool mine = p < n_pairs && __ldg(ids + p) == e;
+            const unsigned m = __ballot_sync(DS_FULL_MASK, mine);
+            if (mine) pairs[at + __popc(m & ((1u << lane) - 1u))] = p;
+            at += __popc(m);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// MXFP4 GEMV core
+
+// One warp, MOE_ROWS_PER_WARP consecutive rows [r0, r0+8) of one expert's MXFP4 matrix (K inputs),
+// TT input rows (xrows[t] of x, row stride K). acc[r][t] gets the lane's partial dot products;
+// the caller reduces them over the warp. Per (r, t) the order is fixed: steps in increasing k,
+// inside a step Σ_i x·e2m1 for i = 0..7 from 0, then scaled and added to acc.
+template <int TT>
+static __device__ __forceinline__ void mxfp4_rows_dot(const uint8_t *blocks, const uint8_t *scales,
+                                                      int K, int r0, const void *x,
+                                                      enum ds_elem xdt, const int *xrows,
+                                                      const float *lut,
+                                                      float acc[MOE_ROWS_PER_WARP][TT]) {
+    const int lane = threadIdx.x % DS_WARP;
+    const size_t row_b = (size_t)K / 2, row_s = (size_t)K / DS_MXFP4_BLOCK;
+#pragma unroll
+    for (int r = 0; r < MOE_ROWS_PER_WARP; r++)
+#pragma unroll
+        for (int t = 0; t < TT; t++) acc[r][t] = 0.0f;
+#pragma unroll 1
+    for (int k0 = 8 * lane; k0 < K; k0 += MOE_STEP) {
+        float xv[TT][8];
+#pragma unroll
+        for (int t = 0; t < TT; t++) ld8(x, xdt, (size_t)xrows[t] * K + k0, xv[t]);
+        uint32_t wq[MOE_ROWS_PER_WARP];
+        uint8_t sc[MOE_ROWS_PER_WARP];
+#pragma unroll
+        for (int r = 0; r < MOE_ROWS_PER_WARP; r++) {
+            const size_t row = (size_t)(r0 + r);
+            wq[r] = __ldg((const uint32_t *)(blocks + row * row_b + (size_t)k0 / 2));
+            sc[r] = __ldg(scales + row * row_s + (size_t)k0 / DS_MXFP4_BLOCK);
+        }
+#pragma unroll
+        for (int r = 0; r < MOE_ROWS_PER_WARP; r++) {
+            float w[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) w[i] = e2m1_of(lut, wq[r], i);
+#pragma unroll
+            for (int t = 0; t < TT; t++) {
+                float part = __fmul_rn(xv[t][0], w[0]);
+#pragma unroll
+                for (int i = 1; i < 8; i++) part = __fmaf_rn(xv[t][i], w[i], part);
+                acc[r][t] = __fadd_rn(acc[r][t], mxfp4_apply_scale(part, sc[r]));
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < MOE_ROWS_PER_WARP; r++)
+#pragma unroll
+        for (int t = 0; t < TT; t++) acc[r][t] = warp_sum_f(acc[r][t]);
+}
+
+// TT tokens (pairs list[0..TT)) through the warp's 4 gate/linear row pairs: h = SwiGLU(W1·x + b1).
+template <int TT>
+static __device__ __forceinline__ void gate_up_tile(const struct ds_moe_args &a, int e, int r0,
+                                                    const int32_t *list, const float *lut,
+                                                    float *h) {
+    const int C = a.dim, I = a.inter, KE = a.top_k, lane = threadIdx.x % DS_WARP;
+    int xrows[TT], pr[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++) pr[t] = list[t], xrows[t] = pr[t] / KE;
+    const size_t ex_rows = (size_t)e * 2 * I;
+    float acc[MOE_ROWS_PER_WARP][TT];
+    mxfp4_rows_dot<TT>(a.gate_up_blocks + ex_rows * (C / 2),
+                       a.gate_up_scales + ex_rows * (C / DS_MXFP4_BLOCK), C, r0, a.x, a.act,
+                       xrows, lut, acc);
+#pragma unroll
+    for (int q = 0; q < MOE_ROWS_PER_WARP / 2; q++) {
+        const size_t row = ex_rows + r0 + 2 * q;
+        const float bg = ld_elem(a.gate_up_bias, a.bias_dtype, row);
+        const float bl = ld_elem(a.gate_up_bias, a.bias_dtype, row + 1);
+#pragma unroll
+        for (int t = 0; t < TT; t++) {
+            if (lane != (q * TT + t) % DS_WARP) continue;
+            const float g = __fadd_rn(acc[2 * q][t], bg), l = __fadd_rn(acc[2 * q + 1][t], bl);
+            h[(size_t)pr[t] * I + r0 / 2 + q] =
+                swiglu_clamped(g, l, a.swiglu_alpha, a.swiglu_limit);
+        }
+    }
+}
+
+// TT tokens through the warp's 8 down rows: y = W2·h + b2.
+template <int TT>
+static __device__ __forceinline__ void down_tile(const struct ds_moe_args &a, int e, int r0,
+                                                 const int32_t *list, const float *lut,
+                                                 const float *h, float *y) {
+    const int C = a.dim, I = a.inter, lane = threadIdx.x % DS_WARP;
+    int pr[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++) pr[t] = list[t];
+    const size_t ex_rows = (size_t)e * C;
+    float acc[MOE_ROWS_PER_WARP][TT];
+    mxfp4_rows_dot<TT>(a.down_blocks + ex_rows * (I / 2),
+                       a.down_scales + ex_rows * (I / DS_MXFP4_BLOCK), I, r0, h, DS_ELEM_F32, pr,
+                       lut, acc);
+#pragma unroll
+    for (int r = 0; r < MOE_ROWS_PER_WARP; r++) {
+        const float b = ld_elem(a.down_bias, a.bias_dtype, ex_rows + r0 + r);
+#pragma unroll
+        for (int t = 0; t < TT; t++)
+            if (lane == (r * TT + t) % DS_WARP)
+                y[(size_t)pr[t] * C + r0 + r] = __fadd_rn(acc[r][t], b);
+    }
+}
+
+// Block set-up of both GEMV kernels: the pairs [beg, end) of expert blockIdx.y in token chunk
+// blockIdx.z, the E2M1 table, and the warp's first weight row r0 of n_w_rows. False when the
+// block (before the barrier: all of it) or the warp (after) has nothing to do.
+static __device__ __forceinline__ bool block_begin(const int32_t *offsets, int n_w_rows,
+                                                   float *lut, int *beg, int *end, int *r0) {
+    const int e = blockIdx.y, lo = offsets[e], hi = offsets[e + 1];
+    *beg = lo + (int)blockIdx.z * MOE_TOKEN_CHUNK;
+    *end = min(hi, *beg + MOE_TOKEN_CHUNK);
+    if (*beg >= *end) return false;
+    lut_init(lut);
+    __syncthreads();
+    *r0 = blockIdx.x * MOE_ROWS_PER_BLOCK + (threadIdx.x / DS_WARP) * MOE_ROWS_PER_WARP;
+    return *r0 < n_w_rows;
+}
+
+__global__ void __launch_bounds__(MOE_THREADS, 2)
+act_mxfp4w_moe_gate_up_swiglu(const struct ds_moe_args a, const int32_t *offsets,
+                              const int32_t *pairs, float *h) {
+    __shared__ float lut[16];
+    const int e = blockIdx.y;
+    int i, end, r0;
+    if (!block_begin(offsets, 2 * a.inter, lut, &i, &end, &r0)) return;
+    for (; end - i >= 4; i += 4) gate_up_tile<4>(a, e, r0, pairs + i, lut, h);
+    if (end - i >= 2) gate_up_tile<2>(a, e, r0, pairs + i, lut, h), i += 2;
+    if (end - i >= 1) gate_up_tile<1>(a, e, r0, pairs + i, lut, h);
+}
+
+__global__ void __launch_bounds__(MOE_THREADS, 2)
+f32_mxfp4w_moe_down(const struct ds_moe_args a, const int32_t *offsets, const int32_t *pairs,
+                    const float *h, float *y) {
+    __shared__ float lut[16];
+    const int e = blockIdx.y;
+    int i, end, r0;
+    if (!block_begin(offsets, a.dim, lut, &i, &end, &r0)) return;
+    for (; end - i >= 4; i += 4) down_tile<4>(a, e, r0, pairs + i, lut, h, y);
+    if (end - i >= 2) down_tile<2>(a, e, r0, pairs + i, lut, h, y), i += 2;
+    if (end - i >= 1) down_tile<1>(a, e, r0, pairs + i, lut, h, y);
+}
+
+// out[t][c] = residual[t][c] + Σ_s w_s·y[t·KE+s][c], s in the router's order; a slot whose expert
+// id is out of range contributes nothing (it was never grouped, so its y is stale).
+__global__ void act_moe_combine(const struct ds_moe_args a, const float *y) {
+    const int t = blockIdx.x, C = a.dim, KE = a.top_k;
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float acc = 0.0f;
+    for (int s = 0; s < KE; s++) {
+        const size_t p = (size_t)t * KE + s;
+        const int e = a.expert_ids[p];
+        if (e < 0 || e >= a.n_experts) continue;
+        acc = __fmaf_rn(a.expert_weights[p], y[p * C + c], acc);
+    }
+    if (a.residual) acc = __fadd_rn(acc, ld_elem(a.residual, a.act, (size_t)t * C + c));
+    st_elem(a.out, a.act, (size_t)t * C + c, acc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workspace plan
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+struct moe_ws {
+    float *h;
+    float *y;
+    int32_t *offsets;
+    int32_t *pairs;
+    size_t bytes;
+};
+
+// Byte offsets of the four areas; base == NULL only sizes the plan.
+static struct moe_ws moe_ws_plan(void *base, int T, int C, int I, int E, int KE) {
+    const size_t np = (size_t)T * KE;
+    const size_t o_h = 0, o_y = o_h + align256(np * I * sizeof(float));
+    const size_t o_off = o_y + align256(np * C * sizeof(float));
+    const size_t o_pairs = o_off + align256(((size_t)E + 1) * sizeof(int32_t));
+    struct moe_ws w = {NULL, NULL, NULL, NULL, o_pairs + align256(np * sizeof(int32_t))};
+    if (base) {
+        char *b = (char *)base;
+        w.h = (float *)(b + o_h), w.y = (float *)(b + o_y);
+        w.offsets = (int32_t *)(b + o_off), w.pairs = (int32_t *)(b + o_pairs);
+    }
+    return w;
+}
+
+extern "C" size_t ds_moe_cuda_workspace_bytes(int n_rows, int dim, int inter, int n_experts,
+                                              int top_k) {
+    if (n_rows <= 0 || dim <= 0 || inter <= 0 || n_experts <= 0 || top_k <= 0) return 0;
+    return moe_ws_plan(NULL, n_rows, dim, inter, n_experts, top_k).bytes;
+}
+
+extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream) {
+    static const char op[] = "moe (cuda)";
+    if (!a) return ds_error_set(DS_ERR_ARG, "%s: no arguments", op);
+    CU_TRY(cu_check_act(op, a->act));
+    CU_TRY(cu_check_dtype(op, "bias", a->bias_dtype));
+    CU_TRY(cu_check_dim(op, "n_rows", a->n_rows, 0));
+    CU_TRY(cu_check_dim(op, "dim", a->dim, DS_MXFP4_BLOCK));
+    CU_TRY(cu_check_dim(op, "inter", a->inter, DS_MXFP4_BLOCK));
+    CU_TRY(cu_check_dim(op, "n_experts", a->n_experts, 1));
+    if (a->dim % DS_MXFP4_BLOCK || a->inter % DS_MXFP4_BLOCK)
+        return ds_error_set(DS_ERR_ARG, "%s: dim %d and inter %d must be multiples of %d", op,
+                            a->dim, a->inter, DS_MXFP4_BLOCK);
+    if (a->top_k < 1 || a->top_k > a->n_experts)
+        return ds_error_set(DS_ERR_ARG, "%s: top_k %d outside [1, %d]", op, a->top_k,
+                            a->n_experts);
+    if (a->n_experts > RT_MAX_EXPERTS || a->n_experts > 65535)
+        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %d experts, at most %d", op, a->n_experts,
+                            RT_MAX_EXPERTS);
+    if (!(a->swiglu_limit > 0.0f) || !(a->swiglu_alpha > 0.0f))
+        return ds_error_set(DS_ERR_ARG, "%s: swiglu alpha %g and limit %g must be positive", op,
+                            a->swiglu_alpha, a->swiglu_limit);
+    if (a->n_rows == 0) return DS_OK;
+    const void *need[] = {a->x,           a->expert_ids,     a->expert_weights, a->gate_up_blocks,
+                          a->gate_up_scales, a->gate_up_bias, a->down_blocks,    a->down_scales,
+                          a->down_bias,   a->out,            a->workspace};
+    static const char *const names[] = {"x", "expert_ids", "expert_weights", "gate_up_blocks",
+                                        "gate_up_scales", "gate_up_bias", "down_blocks",
+                                        "down_scales", "down_bias", "out", "workspace"};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        CU_TRY(cu_check_ptr(op, names[i], need[i]));
+    if (a->out == a->x) return ds_error_set(DS_ERR_ARG, "%s: out must not alias x", op);
+    if (((uintptr_t)a->x | (uintptr_t)a->gate_up_blocks | (uintptr_t)a->down_blocks |
+         (uintptr_t)a->workspace) % 16)
+        return ds_error_set(DS_ERR_ARG,
+                            "%s: x, the expert blocks and the workspace must be 16-byte aligned",
+                            op);
+    const int T = a->n_rows, C = a->dim, I = a->inter, E = a->n_experts, KE = a->top_k;
+    if ((long long)T * KE > INT32_MAX / 2)
+        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %d rows × %d experts too many", op, T, KE);
+    const size_t need_ws = ds_moe_cuda_workspace_bytes(T, C, I, E, KE);
+    if (a->workspace_bytes < need_ws)
+        return ds_error_set(DS_ERR_ARG,
+                            "%s: workspace of %zu bytes, %zu needed for %d rows "
+                            "(ds_moe_cuda_workspace_bytes)",
+                            op, a->workspace_bytes, need_ws, T);
+    const struct moe_ws w = moe_ws_plan(a->workspace, T, C, I, E, KE);
+    cudaStream_t st = DS_STREAM(stream);
+
+    moe_group_by_expert<<<1, 1024, 0, st>>>(a->expert_ids, T * KE, E, w.offsets, w.pairs);
+    DS_KERNEL_CHECK();
+    // An expert holds at most T pairs (a row selects it once), so T/64 chunks cover any count;
+    // empty (expert, chunk) blocks exit at once.
+    const unsigned chunks = cu_blocks((size_t)T, MOE_TOKEN_CHUNK);
+    dim3 g1(cu_blocks((size_t)2 * I, MOE_ROWS_PER_BLOCK), (unsigned)E, chunks);
+    act_mxfp4w_moe_gate_up_swiglu<<<g1, MOE_THREADS, 0, st>>>(*a, w.offsets, w.pairs, w.h);
+    DS_KERNEL_CHECK();
+    dim3 g2(cu_blocks((size_t)C, MOE_ROWS_PER_BLOCK), (unsigned)E, chunks);
+    f32_mxfp4w_moe_down<<<g2, MOE_THREADS, 0, st>>>(*a, w.offsets, w.pairs, w.h, w.y);
+    DS_KERNEL_CHECK();
+    dim3 g3((unsigned)T, cu_blocks((size_t)C, 256));
+    act_moe_combine<<<g3, 256, 0, st>>>(*a, w.y);
+    DS_KERNEL_CHECK();
+    return DS_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Standalone decode (tests, inspection)
+
+__global__ void mxfp4_dequant_f32(const uint8_t *blocks, const uint8_t *scales, size_t n_words,
+                                  float *out) {
+    __shared__ float lut[16];
+    lut_init(lut);
+    __syncthreads();
+    // One thread per 4-byte word = 8 elements; a word never straddles a 32-element block.
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n_words;
+         q += (size_t)gridDim.x * blockDim.x) {
+        const uint32_t word = ((const uint32_t *)blocks)[q];
+        const uint8_t s = scales[q / 4];
+#pragma unroll
+        for (int i = 0; i < 8; i++) out[q * 8 + i] = mxfp4_apply_scale(e2m1_of(lut, word, i), s);
+    }
+}
+
+extern "C" enum ds_status ds_mxfp4_dequant_cuda(const uint8_t *blocks, const uint8_t *scales,
+                                                int n_rows, int k_dim, float *out, void *stream) {
+    static const char op[] = "mxfp4_dequant (cuda)";
+    CU_TRY(cu_check_dim(op, "n_rows", n_rows, 0));
+    CU_TRY(cu_check_dim(op, "k_dim", k_dim, DS_MXFP4_BLOCK));
+    if (k_dim % DS_MXFP4_BLOCK)
+        return ds_error_set(DS_ERR_ARG, "%s: k_dim %d is not a multiple of %d", op, k_dim,
+                            DS_MXFP4_BLOCK);
+    if (n_rows == 0) return DS_OK;
+    CU_TRY(cu_check_ptr(op, "blocks", blocks));
+    CU_TRY(cu_check_ptr(op, "scales", scales));
+    CU_TRY(cu_check_ptr(op, "out", out));
+    if ((uintptr_t)blocks % 4)
+        return ds_error_set(DS_ERR_ARG, "%s: blocks must be 4-byte aligned", op);
+    const size_t n_words = (size_t)n_rows * k_dim / 8;
+    unsigned grid = cu_blocks(n_words, 256);
+    if (grid > 65535) grid = 65535;
+    mxfp4_dequant_f32<<<grid, 256, 0, DS_STREAM(stream)>>>(blocks, scales, n_words, out);
+    DS_KERNEL_CHECK();
+    return DS_OK;
+}
