@@ -53,6 +53,13 @@ enum ds_status ds_attention_cuda(const struct ds_attention_args *a, void *stream
 // router / moe (MXFP4 experts)
 enum ds_status ds_router_cuda(const struct ds_router_args *a, void *stream);
 enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream);
+// Bytes of device workspace ds_moe_cuda needs for n_rows rows (plan it once for the largest step;
+// larger than the reference's ds_moe_workspace_bytes). 0 for a non-positive argument.
+size_t ds_moe_cuda_workspace_bytes(int n_rows, int dim, int inter, int n_experts, int top_k);
+// Decodes n_rows MXFP4 rows of k_dim elements to f32 on the device, bit-exact with
+// ds_mxfp4_dequant_ref (tests, inspection).
+enum ds_status ds_mxfp4_dequant_cuda(const uint8_t *blocks, const uint8_t *scales, int n_rows,
+                                     int k_dim, float *out, void *stream);
 // vocab.cu
 enum ds_status ds_softmax_cuda(const struct ds_softmax_args *a, void *stream);
 enum ds_status ds_argmax_cuda(const struct ds_argmax_args *a, void *stream);
