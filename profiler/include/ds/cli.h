@@ -9,6 +9,8 @@ extern "C" {
 #endif
 
 int ds_cmd_inspect(int argc, char **argv);
+int ds_cmd_tokenize(int argc, char **argv);
+int ds_cmd_render(int argc, char **argv);
 
 #ifdef __cplusplus
 }
