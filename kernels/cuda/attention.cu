@@ -171,9 +171,9 @@ __global__ void __launch_bounds__(ATT_THREADS) act_sdpa_sink_gqa_d(const struct 
                     for (int d = 0; d < KP; d += 4) {
                         const float4 qv = *(const float4 *)&qs[h][d0 + d];
                         s[h] = __fmaf_rn(qv.x, kr[d], s[h]);
-                        if (KP > 1) s[h] = __fmaf_rn(qv.y, kr[d + 1], s[h]);
-                        if (KP > 2) s[h] = __fmaf_rn(qv.z, kr[d + 2], s[h]);
-                        if (KP > 3) s[h] = __fmaf_rn(qv.w, kr[d + 3], s[h]);
+                        s[h] = __fmaf_rn(qv.y, kr[d + 1], s[h]);
+                        s[h] = __fmaf_rn(qv.z, kr[d + 2], s[h]);
+                        s[h] = __fmaf_rn(qv.w, kr[d + 3], s[h]);
                     }
             }
         }
