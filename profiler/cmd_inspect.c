@@ -45,6 +45,13 @@ static void usage(FILE *f) {
             "exit status: 0 the pair is usable, 1 problems were found (one line each), 2 usage\n");
 }
 
+static int usage_error(const char *what, const char *arg) {
+    fprintf(stderr, "draftscope inspect: %s%s%s\n", what, arg ? ": " : "", arg ? arg : "");
+    fprintf(stderr, "usage: draftscope inspect --target DIR [--draft DIR] [--json]   (--help for "
+                    "more)\n");
+    return 2;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Report building
 
@@ -495,22 +502,11 @@ int ds_cmd_inspect(int argc, char **argv) {
         case 'j': as_json = true; break;
         case 'h': usage(stdout); return 0;
         default:
-            fprintf(stderr, "draftscope inspect: unknown option or missing value: %s\n\n",
-                    argv[optind - 1]);
-            usage(stderr);
-            return 2;
+            return usage_error("unknown option or missing value", argv[optind - 1]);
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "draftscope inspect: unexpected argument '%s'\n\n", argv[optind]);
-        usage(stderr);
-        return 2;
-    }
-    if (!in.target_dir) {
-        fprintf(stderr, "draftscope inspect: --target DIR is required\n\n");
-        usage(stderr);
-        return 2;
-    }
+    if (optind < argc) return usage_error("unexpected argument", argv[optind]);
+    if (!in.target_dir) return usage_error("--target DIR is required", NULL);
 
     json_t *report = json_object();
     json_object_set_new(report, "target", inspect_target(&in));
