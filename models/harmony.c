@@ -1,8 +1,9 @@
-// Harmony chat rendering and the channel tracker (spec/gpt-oss.md §5.2-§5.5; ds/harmony.h).
+// Harmony chat rendering and the channel tracker (openai/harmony's docs/format.md; ds/harmony.h).
 //
 // Rendering builds each message from special-token ids (looked up by name once, in
 // ds_harmony_create) and encoded texts; the system message content is one text, exactly as the
-// harmony library renders it, so the default conversation reproduces the 64 ids of §5.6.
+// harmony library renders it, so the default conversation reproduces the 64 ids of harmony's
+// test-data/test_simple_convo.txt.
 #include "ds/harmony.h"
 
 #include <stdio.h>

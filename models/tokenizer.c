@@ -27,7 +27,7 @@
 #define UNASSIGNED UINT32_MAX
 #define NO_RANK UINT32_MAX
 
-// The o200k pre-tokenizer (spec/gpt-oss.md §5.1) with \s spelled out as Unicode White_Space, the
+// The o200k pre-tokenizer (tiktoken's o200k_base pattern) with \s spelled out as Unicode White_Space, the
 // meaning \s has in the Rust regex crate that tiktoken uses (PCRE2's \s differs on U+0085/U+180E).
 #define WS "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}" \
            "\\x{202F}\\x{205F}\\x{3000}"
@@ -596,7 +596,7 @@ static long b64_decode(const char *s, size_t n, unsigned char *out) {
     return o;
 }
 
-// Special tokens of o200k_harmony (spec/gpt-oss.md §5.1); every other id in 199998..201087 is
+// Special tokens of o200k_harmony (openai/harmony public_encodings.rs); every other id in 199998..201087 is
 // <|reserved_{id}|>.
 static const struct {
     int32_t id;

@@ -1,6 +1,6 @@
 // Harmony rendering and the channel tracker. Expected values: the 64 ids and the rendered text of
-// spec/gpt-oss.md §5.3/§5.6 (from the harmony library's test data), and message layouts written
-// out by hand from the grammar of §5.2-§5.4.
+// the harmony library's test data (test-data/test_simple_convo.txt), and message layouts written
+// out by hand from its grammar (docs/format.md).
 #include "harness.h"
 
 #include "ds/harmony.h"
@@ -42,7 +42,7 @@ static void default_prompt_is_the_spec_64_ids(void) {
     EXPECT_EQ_INT(v.n, 64);
     for (size_t i = 0; i < 64 && i < v.n; i++)
         if (v.ids[i] != spec_default_ids[i]) {
-            DS_FAILF("id %zu: %d, spec says %d", i, v.ids[i], spec_default_ids[i]);
+            DS_FAILF("id %zu: %d, expected %d", i, v.ids[i], spec_default_ids[i]);
             break;
         }
     expect_text(o200k, &v, spec_default_text);
@@ -84,7 +84,7 @@ static void full_conversation_layout(void) {
     }
     EXPECT_EQ_INT(starts, 7);
     EXPECT_EQ_INT(ends, 6);
-    // The assistant header is <|start|> assistant <|channel|> final <|message|> (§5.4 ids).
+    // The assistant header is <|start|> assistant <|channel|> final <|message|> (ids of harmony's test data).
     int found = 0;
     for (size_t i = 0; i + 4 < v.n; i++)
         found |= v.ids[i] == 200006 && v.ids[i + 1] == 173781 && v.ids[i + 2] == 200005 &&

@@ -1,5 +1,5 @@
 // The BPE tokenizer: o200k_harmony exactness against tiktoken (ids committed by
-// tests/ref/make_tokenizer_golden.py) and against the ids printed in spec/gpt-oss.md §5.6, the HF
+// tests/ref/make_tokenizer_golden.py) and against the ids of harmony's test data, the HF
 // tokenizer.json loader on a hand-made vocabulary, decoding, UTF-8 streaming and bad input.
 #include "harness.h"
 
@@ -37,7 +37,7 @@ static void expect_ids(const ds_tokenizer_t *tok, const char *s, const int32_t *
 static void o200k_loads_with_harmony_specials(void) {
     EXPECT_EQ_INT(ds_tokenizer_vocab_size(o200k), 201088);
     EXPECT_EQ_INT(ds_tokenizer_source(o200k), DS_TOK_SOURCE_TIKTOKEN);
-    // spec/gpt-oss.md §5.1 table.
+    // openai/harmony's o200k_harmony table (public_encodings.rs).
     static const struct {
         const char *name;
         int32_t id;
@@ -64,7 +64,7 @@ static void o200k_loads_with_harmony_specials(void) {
     EXPECT_EQ_INT(len, 0);
 }
 
-// The word ids listed in spec/gpt-oss.md §5.6.
+// Word ids that harmony's test data shows (test_simple_convo and the tool-call examples).
 static void spec_word_ids(void) {
     expect_ids(o200k, "system", IDS(17360));
     expect_ids(o200k, "user", IDS(1428));

@@ -15,7 +15,7 @@ Usage (from anywhere; the defaults are the files committed next to this script):
     python3 tests/ref/make_tokenizer_golden.py [--ranks F] [--questions F] [--out F] [--check]
 
 --check compares against the existing output file instead of writing it and exits 1 on any
-difference. The script also verifies the 64-id default harmony prompt of spec/gpt-oss.md §5.6
+difference. The script also verifies the 64-id default harmony prompt of openai/harmony's test_simple_convo.txt
 (an independent check that the reference is set up like o200k_harmony).
 """
 import argparse
@@ -59,7 +59,7 @@ SPECIALS = {
     "<|message|>": 200008, "<|call|>": 200012,
 }
 
-# spec/gpt-oss.md §5.6: the default harmony prompt for "What is 2 + 2?".
+# openai/harmony test-data/test_simple_convo.txt: the default harmony prompt for "What is 2 + 2?".
 SPEC_PROMPT_IDS = [int(x) for x in """
 200006 17360 200008 3575 553 17554 162016 11 261 4410 6439 2359 22203 656 7788 17527 558 87447
 100594 25 220 1323 19 12 3218 279 30377 289 25 14093 279 2 13888 18403 25 8450 11 49159 11 1721
@@ -111,7 +111,7 @@ def check_spec_prompt(enc):
            enc.encode_ordinary("What is 2 + 2?") + [s["<|end|>"], s["<|start|>"]] +
            enc.encode_ordinary("assistant"))
     if ids != SPEC_PROMPT_IDS:
-        sys.exit("the reference encoding does not reproduce the 64 ids of spec §5.6")
+        sys.exit("the reference encoding does not reproduce the 64 ids of harmony's test_simple_convo")
 
 
 def main():

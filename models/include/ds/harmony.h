@@ -1,4 +1,4 @@
-// ds/harmony.h: the harmony chat format of gpt-oss (spec/gpt-oss.md §5.2-§5.5).
+// ds/harmony.h: the harmony chat format of gpt-oss (openai/harmony, docs/format.md).
 //
 // Rendering turns a conversation into the token ids of a completion prompt:
 //
@@ -68,7 +68,7 @@ struct ds_harmony_system {
     const char *developer_instructions; // NULL or "": no developer message
 };
 
-// Fills *sys with harmony's defaults (spec/gpt-oss.md §5.3).
+// Fills *sys with harmony's defaults (openai/harmony chat.rs).
 void ds_harmony_system_default(struct ds_harmony_system *sys);
 
 // Parses "low" / "medium" / "high" (DS_ERR_ARG otherwise, naming the value).

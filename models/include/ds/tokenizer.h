@@ -2,7 +2,7 @@
 //
 // Two sources are accepted:
 //   - a tiktoken ranks file ("base64(bytes) rank" per line, e.g. o200k_base.tiktoken) plus a named
-//     set of special tokens (DS_TOK_SPECIALS_O200K_HARMONY: the table of spec/gpt-oss.md §5.1);
+//     set of special tokens (DS_TOK_SPECIALS_O200K_HARMONY: openai/harmony's table);
 //   - a Hugging Face tokenizer.json with model.type "BPE" (GPT-2 byte-level alphabet in the vocab,
 //     merges as "a b" strings or ["a", "b"] pairs, the pre-tokenizer Split regex or a ByteLevel
 //     pre-tokenizer with use_regex, added_tokens).
@@ -52,7 +52,7 @@ struct ds_byte_vec {
 // Which special tokens a tiktoken ranks file is completed with.
 enum ds_tok_specials {
     DS_TOK_SPECIALS_NONE = 0,          // ranks only; vocabulary size = highest rank + 1
-    DS_TOK_SPECIALS_O200K_HARMONY = 1, // spec/gpt-oss.md §5.1: 199998..201087, vocab 201088
+    DS_TOK_SPECIALS_O200K_HARMONY = 1, // harmony's table: 199998..201087, vocab 201088
 };
 
 // Where the tokenizer came from (ds_tokenizer_source).
