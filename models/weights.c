@@ -1,0 +1,197 @@
+// The weight loader and the RoPE-table helper shared by the target and the draft (weights.h).
+//
+// A weight is bound by name in two passes (measure, then load), so the memory plan is known before
+// the one arena is allocated. On a backend with map_host (the CPU reference) the mmapped
+// checkpoint pages are used in place and nothing is copied.
+#include "weights.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds/kernels.h"
+
+void ds_wl_init(struct ds_weight_loader *wl, struct ds_backend *be, const ds_safetensors_t *st,
+                const char *label, void (*progress_fn)(void *, uint64_t, uint64_t),
+                void *progress_user) {
+    *wl = (struct ds_weight_loader){0};
+    wl->be = be;
+    wl->st = st;
+    wl->label = label;
+    wl->mapped = be->map_host != NULL;
+    wl->progress_fn = progress_fn;
+    wl->progress_user = progress_user;
+}
+
+enum ds_status ds_wl_begin_load(struct ds_weight_loader *wl, void **arena_out) {
+    *arena_out = NULL;
+    size_t total = wl->bytes;
+    wl->loading = true;
+    wl->bytes = 0;
+    wl->tensors = 0;
+    wl->arena = NULL;
+    if (wl->mapped || total == 0) return DS_OK;
+    enum ds_status s = wl->be->alloc(wl->be, total, &wl->arena);
+    if (s != DS_OK)
+        return ds_error_set(s, "%s: cannot allocate %zu bytes of weights on %s (%s)", wl->label,
+                            total, wl->be->name, ds_error_last());
+    *arena_out = wl->arena;
+    wl->total = total;
+    return DS_OK;
+}
+
+enum ds_elem ds_elem_of_dtype(enum ds_dtype t) {
+    switch (t) {
+    case DS_DTYPE_BF16: return DS_ELEM_BF16;
+    case DS_DTYPE_F32: return DS_ELEM_F32;
+    default: return DS_ELEM_COUNT;
+    }
+}
+
+enum ds_status ds_wl_get(struct ds_weight_loader *wl, const char *name, unsigned want,
+                         uint64_t numel, bool optional, const void **ptr_out,
+                         enum ds_elem *elem_out) {
+    *ptr_out = NULL;
+    if (elem_out) *elem_out = DS_ELEM_COUNT;
+    const struct ds_tensor_info *t = ds_safetensors_find(wl->st, name);
+    if (!t) {
+        if (optional) return DS_OK;
+        return ds_error_set(DS_ERR_MISMATCH, "%s: tensor %s is missing", wl->label, name);
+    }
+    if (!(want & (1u << t->dtype)))
+        return ds_error_set(DS_ERR_MISMATCH, "%s: tensor %s has dtype %s, not one the model reads",
+                            wl->label, name, ds_dtype_name(t->dtype));
+    if (t->numel != numel)
+        return ds_error_set(DS_ERR_MISMATCH, "%s: tensor %s has %llu elements, expected %llu",
+                            wl->label, name, (unsigned long long)t->numel,
+                            (unsigned long long)numel);
+    if (elem_out) *elem_out = ds_elem_of_dtype(t->dtype);
+    size_t bytes = (size_t)t->nbytes;
+    wl->tensors++;
+    if (!wl->loading) {
+        // Placeholder: never dereferenced; the load pass replaces every pointer.
+        *ptr_out = t->data;
+        if (!wl->mapped) wl->bytes += ds_align256(bytes);
+        else wl->bytes += bytes;
+        return DS_OK;
+    }
+    if (wl->mapped) {
+        enum ds_status s = wl->be->map_host(wl->be, t->data, bytes, ptr_out);
+        if (s != DS_OK) return s;
+        wl->bytes += bytes;
+        return DS_OK;
+    }
+    char *dst = (char *)wl->arena + wl->bytes;
+    enum ds_status s = wl->be->upload(wl->be, dst, t->data, bytes);
+    if (s != DS_OK)
+        return ds_error_set(s, "%s: uploading %s: %s", wl->label, name, ds_error_last());
+    wl->bytes += ds_align256(bytes);
+    *ptr_out = dst;
+    if (wl->progress_fn) wl->progress_fn(wl->progress_user, wl->bytes, wl->total);
+    return DS_OK;
+}
+
+enum ds_status ds_rope_upload(struct ds_backend *be, const struct ds_rope_spec *spec, int n_pos,
+                              float *cos_dev, float *sin_dev) {
+    struct ds_rope_config rc = {
+        .kind = spec->yarn ? DS_ROPE_YARN : DS_ROPE_PLAIN,
+        .head_dim = spec->head_dim,
+        .theta = spec->theta,
+        .factor = spec->factor,
+        .beta_fast = spec->beta_fast,
+        .beta_slow = spec->beta_slow,
+        .original_max_pos = spec->original_max_pos,
+        .truncate = spec->truncate,
+        .attention_factor = spec->attention_factor,
+    };
+    size_t n = (size_t)n_pos * (size_t)(spec->head_dim / 2);
+    float *host = malloc(2 * n * sizeof *host);
+    if (!host) return ds_error_set(DS_ERR_NOMEM, "rope: out of memory for %d positions", n_pos);
+    enum ds_status s = ds_rope_table_fill(&rc, n_pos, host, host + n);
+    if (s == DS_OK) s = be->upload(be, cos_dev, host, n * sizeof *host);
+    if (s == DS_OK) s = be->upload(be, sin_dev, host + n, n * sizeof *host);
+    free(host);
+    return s;
+}
+
+size_t ds_model_moe_workspace_bytes(int n_rows, int inter, int top_k) {
+    return ds_moe_workspace_bytes(n_rows, inter, top_k);
+}
+
+enum ds_status ds_model_d2t_to_map(const int64_t *d2t, int draft_vocab, int target_vocab,
+                                   int32_t *map_out) {
+    return ds_d2t_to_map(d2t, draft_vocab, target_vocab, map_out);
+}
+
+enum ds_status ds_wl_bind(struct ds_weight_loader *wl, struct ds_wt *w, const char *name,
+                          uint64_t numel, bool optional) {
+    return ds_wl_get(wl, name, DS_WL_FLOAT, numel, optional, &w->p, &w->e);
+}
+
+enum ds_status ds_op_matmul(struct ds_backend *be, enum ds_elem act, int T, int in, int out,
+                            const void *x, const struct ds_wt *w, const struct ds_wt *bias,
+                            const void *residual, void *y) {
+    struct ds_matmul_args a = {
+        .act = act, .w_dtype = w->e, .bias_dtype = bias ? bias->e : DS_ELEM_F32, .n_rows = T,
+        .in_dim = in, .out_dim = out, .x = x, .w = w->p, .bias = bias ? bias->p : NULL,
+        .residual = residual, .out = y,
+    };
+    return be->matmul(be, &a);
+}
+
+enum ds_status ds_op_rmsnorm(struct ds_backend *be, enum ds_elem act, int T, int dim, double eps,
+                             const void *x, const struct ds_wt *w, void *y) {
+    struct ds_rmsnorm_args a = {
+        .act = act, .w_dtype = w->e, .n_rows = T, .dim = dim, .eps = (float)eps, .x = x,
+        .w = w->p, .out = y,
+    };
+    return be->rmsnorm(be, &a);
+}
+
+enum ds_status ds_rows_check(const char *label, const struct ds_rows_limits *lim, int n_rows,
+                             const int32_t *tokens, int n_seq, const struct ds_attn_seq *seqs,
+                             int n_logit_rows, const int32_t *logit_rows,
+                             unsigned char *slot_used, int32_t *pos_out) {
+    if (!tokens || !seqs || (n_logit_rows > 0 && !logit_rows))
+        return ds_error_set(DS_ERR_ARG, "%s: batch with a NULL array", label);
+    if (n_rows < 1 || n_rows > lim->max_rows)
+        return ds_error_set(DS_ERR_RANGE, "%s: batch of %d rows, plan allows 1..%d", label,
+                            n_rows, lim->max_rows);
+    if (n_seq < 1 || n_seq > lim->max_slots)
+        return ds_error_set(DS_ERR_RANGE, "%s: batch of %d sequences, plan allows 1..%d", label,
+                            n_seq, lim->max_slots);
+    if (n_logit_rows < 0 || n_logit_rows > lim->max_logit_rows)
+        return ds_error_set(DS_ERR_RANGE, "%s: %d logit rows, plan allows 0..%d", label,
+                            n_logit_rows, lim->max_logit_rows);
+    for (int t = 0; t < n_rows; t++) {
+        if (tokens[t] < 0 || tokens[t] >= lim->vocab)
+            return ds_error_set(DS_ERR_RANGE, "%s: row %d has token id %d outside 0..%d", label,
+                                t, tokens[t], lim->vocab - 1);
+        pos_out[t] = 0;
+    }
+    memset(slot_used, 0, (size_t)lim->max_slots);
+    int next_row = 0;
+    for (int i = 0; i < n_seq; i++) {
+        const struct ds_attn_seq *q = &seqs[i];
+        if (q->n_rows < 1 || q->row0 < next_row || q->row0 > n_rows - q->n_rows)
+            return ds_error_set(DS_ERR_ARG,
+                                "%s: sequence %d (rows %d..%d) overlaps another or lies outside "
+                                "the %d rows", label, i, q->row0, q->row0 + q->n_rows - 1, n_rows);
+        if (q->slot < 0 || q->slot >= lim->max_slots || slot_used[q->slot])
+            return ds_error_set(DS_ERR_ARG, "%s: sequence %d uses slot %d (%s)", label, i,
+                                q->slot, q->slot >= 0 && q->slot < lim->max_slots
+                                             ? "already used in this batch"
+                                             : "outside the plan");
+        if (q->pos0 < 0 || q->pos0 > lim->max_pos - q->n_rows)
+            return ds_error_set(DS_ERR_RANGE,
+                                "%s: sequence %d reaches position %d: context limit is %d "
+                                "positions", label, i, q->pos0 + q->n_rows - 1, lim->max_pos);
+        slot_used[q->slot] = 1;
+        for (int r = 0; r < q->n_rows; r++) pos_out[q->row0 + r] = q->pos0 + r;
+        next_row = q->row0 + q->n_rows;
+    }
+    for (int i = 0; i < n_logit_rows; i++)
+        if (logit_rows[i] < 0 || logit_rows[i] >= n_rows)
+            return ds_error_set(DS_ERR_RANGE, "%s: logit row %d is %d, outside 0..%d", label, i,
+                                logit_rows[i], n_rows - 1);
+    return DS_OK;
+}
