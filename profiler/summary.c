@@ -1,0 +1,1050 @@
+// The acceptance metrics of a run file (ds/summary.h, docs/metrics.md).
+//
+// One pass per table, in blocks of DS_SUMMARY_BLOCK_ROWS rows, reading only the needed columns:
+// HDF5 converts a compound by member name, so a small memory compound naming a subset of the
+// file's members reads just those. Order: attributes, /sessions, /requests (kept whole: one small
+// row per finished request, sorted by id for the join), then /steps and /drafts, each row joined
+// to its request by binary search and added to its group's sums. Groups appear as keys are first
+// seen (the only allocations after the requests pass) and are sorted at the end.
+//
+// The file is opened read-only with SWMR_READ so that live files and files of a dead writer are
+// read as they are, and nothing is ever written to it.
+#include "ds/summary.h"
+
+#include <hdf5.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char *const by_names[DS_SUMMARY_BY_COUNT] = {
+    "batch", "turn", "category", "step-batch", "position", "channel",
+};
+
+static const char *const channel_names[DS_REC_CHANNEL_COUNT] = {
+    "header", "analysis", "commentary", "final", "other",
+};
+
+static const char *const session_names[DS_REC_SESSION_COUNT] = {
+    "running",
+    "closed",
+    "interrupted",
+    "failed",
+};
+
+const char *ds_summary_by_name(enum ds_summary_by by) {
+    return (unsigned)by < DS_SUMMARY_BY_COUNT ? by_names[by] : NULL;
+}
+
+enum ds_status ds_summary_by_parse(const char *name, enum ds_summary_by *by_out) {
+    if (by_out) *by_out = DS_SUMMARY_BY_BATCH;
+    if (!name || !by_out) return ds_error_set(DS_ERR_ARG, "summary: no grouping key given");
+    for (int i = 0; i < DS_SUMMARY_BY_COUNT; i++)
+        if (!strcmp(name, by_names[i])) {
+            *by_out = (enum ds_summary_by)i;
+            return DS_OK;
+        }
+    return ds_error_set(DS_ERR_ARG,
+                        "unknown grouping '%s' (batch, turn, category, step-batch, position, "
+                        "channel)",
+                        name);
+}
+
+int ds_summary_by_is_request_level(enum ds_summary_by by) {
+    return by == DS_SUMMARY_BY_BATCH || by == DS_SUMMARY_BY_TURN || by == DS_SUMMARY_BY_CATEGORY;
+}
+
+int ds_summary_by_is_drafts_only(enum ds_summary_by by) {
+    return by == DS_SUMMARY_BY_POSITION || by == DS_SUMMARY_BY_CHANNEL;
+}
+
+const char *ds_summary_channel_name(int channel) {
+    return channel >= 0 && channel < DS_REC_CHANNEL_COUNT ? channel_names[channel] : NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metrics of one group.
+
+static double ratio(double num, double den) {
+    return den > 0 ? num / den : NAN;
+}
+
+double ds_summary_mean_acceptance_length(const struct ds_summary_group *g) {
+    return g->steps ? 1.0 + (double)g->accepted / (double)g->steps : NAN;
+}
+
+double ds_summary_sglang_accept_length(const struct ds_summary_group *g) {
+    return ratio((double)g->req_generated, (double)g->req_steps);
+}
+
+double ds_summary_emitted_per_step(const struct ds_summary_group *g) {
+    return ratio((double)g->emitted, (double)g->steps);
+}
+
+double ds_summary_draft_acceptance_rate(const struct ds_summary_group *g) {
+    return ratio((double)g->accepted, (double)g->drafted);
+}
+
+// Rows that accepted at least i drafts: the tail sum of the histogram.
+static uint64_t at_least(const struct ds_summary_group *g, uint32_t k, uint32_t i) {
+    uint64_t n = 0;
+    for (uint32_t j = i; j <= k; j++)
+        n += g->hist[j];
+    return n;
+}
+
+double ds_summary_joint(const struct ds_summary_group *g, uint32_t k, uint32_t i) {
+    if (i < 1 || i > k) return NAN;
+    return ratio((double)at_least(g, k, i), (double)g->steps);
+}
+
+double ds_summary_conditional(const struct ds_summary_group *g, uint32_t k, uint32_t i) {
+    if (i < 1 || i > k) return NAN;
+    return ratio((double)at_least(g, k, i), (double)g->reached[i]);
+}
+
+double ds_summary_drafts_rate(const struct ds_summary_group *g) {
+    return ratio((double)g->drafts_accepted, (double)g->drafts);
+}
+
+double ds_summary_expected(const struct ds_summary_group *g) {
+    return ratio(g->drafts_expected, (double)g->drafts);
+}
+
+double ds_summary_expected_at(const struct ds_summary_group *g, uint32_t i) {
+    return ratio(g->pos_expected[i], (double)g->pos_drafts[i]);
+}
+
+double ds_summary_expected_channel(const struct ds_summary_group *g, int channel) {
+    if (channel < 0 || channel >= DS_REC_CHANNEL_COUNT) return NAN;
+    return ratio(g->ch_expected[channel], (double)g->ch_drafts[channel]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading.
+
+// Memory rows: only the columns the metrics use.
+struct req_row {
+    uint32_t request, category, generated_len, steps;
+    uint16_t batch_size, turn;
+};
+struct step_row {
+    uint32_t request;
+    uint16_t batch_size;
+    uint8_t drafted, accepted, emitted, nonfinite;
+};
+struct draft_row {
+    uint32_t request;
+    float expected_accept;
+    uint16_t batch_size;
+    uint8_t position, accepted, channel;
+};
+struct session_row {
+    uint16_t session;
+    uint8_t status;
+};
+
+// A column to read: its name, offset in the memory row, and native type. native 0 takes the
+// file's own member type, which must be file_size bytes: for enums (u8 codes) and fixed strings
+// (HDF5 never converts between string character sets, and ours are UTF-8).
+struct col {
+    const char *name;
+    size_t offset;
+    hid_t native;
+    size_t file_size;
+};
+
+struct table {
+    const char *name;
+    hid_t dset, mtype;
+    hsize_t rows;
+};
+
+// Request id -> index into the requests array, sorted by id.
+struct req_index {
+    uint32_t id, idx;
+};
+
+struct ctx {
+    const char *path;
+    hid_t file;
+    struct ds_summary *s;
+    struct req_row *req;  // [rows_requests], file order
+    struct req_index *ri; // [rows_requests], sorted by id
+    size_t n_req;
+    int32_t *req_group;       // request-level keys: group of each request (file order index)
+    int32_t key_group[65536]; // row-level keys (all fit in u16): group of each key, -1 if none
+    uint8_t **seen;           // row-level keys: per group, a bitmap over requests (distinct count)
+    size_t n_seen, cap_groups;
+};
+
+// The innermost HDF5 error (walked upward, it comes first) is the most specific one.
+static herr_t walk_first(unsigned n, const H5E_error2_t *err, void *data) {
+    char *out = data;
+    if (n == 0 && err->desc && err->desc[0]) snprintf(out, 200, "%s", err->desc);
+    return 0;
+}
+
+// "<path>: <what>: <HDF5's innermost reason>", DS_ERR_IO.
+__attribute__((format(printf, 2, 3))) static enum ds_status h5_fail(struct ctx *c, const char *fmt,
+                                                                    ...) {
+    char reason[200] = "", what[256];
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk_first, reason);
+    if (!reason[0]) snprintf(reason, sizeof reason, "HDF5 error");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return ds_error_set(DS_ERR_IO, "%s: %s: %s", c->path, what, reason);
+}
+
+static int read_attr_str(hid_t f, const char *name, char *buf, size_t n) {
+    buf[0] = '\0';
+    if (H5Aexists(f, name) <= 0) return -1;
+    hid_t a = H5Aopen(f, name, H5P_DEFAULT), ft = H5I_INVALID_HID, mt = H5I_INVALID_HID;
+    int rc = -1;
+    if (a < 0 || (ft = H5Aget_type(a)) < 0 || H5Tget_class(ft) != H5T_STRING) goto cleanup;
+    if (H5Tis_variable_str(ft) > 0) {
+        char *p = NULL;
+        if ((mt = H5Tcopy(H5T_C_S1)) < 0 || H5Tset_size(mt, H5T_VARIABLE) < 0 ||
+            H5Tset_cset(mt, H5Tget_cset(ft)) < 0 || H5Aread(a, mt, &p) < 0)
+            goto cleanup;
+        snprintf(buf, n, "%s", p ? p : "");
+        H5free_memory(p);
+        rc = 0;
+    } else {
+        size_t size = H5Tget_size(ft);
+        char *tmp = calloc(1, size + 1);
+        if (!tmp) goto cleanup;
+        if (H5Aread(a, ft, tmp) >= 0) {
+            snprintf(buf, n, "%s", tmp);
+            rc = 0;
+        }
+        free(tmp);
+    }
+cleanup:
+    if (mt >= 0) H5Tclose(mt);
+    if (ft >= 0) H5Tclose(ft);
+    if (a >= 0) H5Aclose(a);
+    return rc;
+}
+
+static int read_attr_num(hid_t f, const char *name, hid_t native, void *v) {
+    if (H5Aexists(f, name) <= 0) return -1;
+    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    hid_t sp = H5Aget_space(a);
+    hssize_t npts = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    if (sp >= 0) H5Sclose(sp);
+    herr_t e = npts == 1 ? H5Aread(a, native, v) : -1;
+    H5Aclose(a);
+    return e < 0 ? -1 : 0;
+}
+
+static void table_close(struct table *t) {
+    if (t->mtype >= 0) H5Tclose(t->mtype);
+    if (t->dset >= 0) H5Dclose(t->dset);
+    t->mtype = t->dset = H5I_INVALID_HID;
+}
+
+// Opens a table and builds the memory compound of `cols`; names a missing table or column.
+static enum ds_status table_open(struct ctx *c, const char *name, const struct col *cols, int n,
+                                 size_t row_size, struct table *t) {
+    t->name = name;
+    t->dset = t->mtype = H5I_INVALID_HID;
+    t->rows = 0;
+    enum ds_status st = DS_OK;
+    hid_t ftype = H5I_INVALID_HID, space = H5I_INVALID_HID;
+    if (H5Lexists(c->file, name, H5P_DEFAULT) <= 0) {
+        st = ds_error_set(DS_ERR_FORMAT, "%s: not a draftscope run file: no table /%s", c->path,
+                          name);
+        goto cleanup;
+    }
+    if ((t->dset = H5Dopen2(c->file, name, H5P_DEFAULT)) < 0 ||
+        (ftype = H5Dget_type(t->dset)) < 0 || (space = H5Dget_space(t->dset)) < 0) {
+        st = h5_fail(c, "cannot open table /%s", name);
+        goto cleanup;
+    }
+    hsize_t dims[1] = {0};
+    if (H5Tget_class(ftype) != H5T_COMPOUND || H5Sget_simple_extent_ndims(space) != 1 ||
+        H5Sget_simple_extent_dims(space, dims, NULL) < 0) {
+        st = ds_error_set(DS_ERR_FORMAT, "%s: table /%s is not a 1-D table of records", c->path,
+                          name);
+        goto cleanup;
+    }
+    t->rows = dims[0];
+    if ((t->mtype = H5Tcreate(H5T_COMPOUND, row_size)) < 0) {
+        st = h5_fail(c, "cannot build the row type of /%s", name);
+        goto cleanup;
+    }
+    for (int i = 0; i < n; i++) {
+        int idx = H5Tget_member_index(ftype, cols[i].name);
+        if (idx < 0) {
+            st = ds_error_set(DS_ERR_FORMAT, "%s: table /%s has no column %s", c->path, name,
+                              cols[i].name);
+            goto cleanup;
+        }
+        hid_t mt = cols[i].native;
+        herr_t e;
+        if (mt == 0) {
+            // Read with the file's own type (no conversion).
+            hid_t member = H5Tget_member_type(ftype, (unsigned)idx);
+            if (member < 0) {
+                st = h5_fail(c, "cannot read the type of /%s.%s", name, cols[i].name);
+                goto cleanup;
+            }
+            if (H5Tget_size(member) != cols[i].file_size) {
+                H5Tclose(member);
+                st = ds_error_set(DS_ERR_FORMAT, "%s: /%s.%s is not %zu bytes wide", c->path, name,
+                                  cols[i].name, cols[i].file_size);
+                goto cleanup;
+            }
+            e = H5Tinsert(t->mtype, cols[i].name, cols[i].offset, member);
+            H5Tclose(member);
+        } else {
+            e = H5Tinsert(t->mtype, cols[i].name, cols[i].offset, mt);
+        }
+        if (e < 0) {
+            st = h5_fail(c, "cannot build the row type of /%s", name);
+            goto cleanup;
+        }
+    }
+cleanup:
+    if (space >= 0) H5Sclose(space);
+    if (ftype >= 0) H5Tclose(ftype);
+    if (st) table_close(t);
+    return st;
+}
+
+static enum ds_status table_read(struct ctx *c, const struct table *t, hsize_t start, hsize_t n,
+                                 void *buf) {
+    hid_t fs = H5Dget_space(t->dset), ms = H5Screate_simple(1, &n, NULL);
+    herr_t e = -1;
+    enum ds_status st = DS_OK;
+    if (fs >= 0 && ms >= 0 && H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &n, NULL) >= 0)
+        e = H5Dread(t->dset, t->mtype, ms, fs, H5P_DEFAULT, buf);
+    if (e < 0) // before any other HDF5 call: they clear the error stack that names the reason
+        st = h5_fail(c, "cannot read rows %llu..%llu of /%s", (unsigned long long)start,
+                     (unsigned long long)(start + n - 1), t->name);
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    return st;
+}
+
+static enum ds_status read_attributes(struct ctx *c) {
+    struct ds_summary *s = c->s;
+    char schema[64];
+    if (read_attr_str(c->file, "schema", schema, sizeof schema) < 0 ||
+        strcmp(schema, DS_RECORD_SCHEMA_NAME))
+        return ds_error_set(DS_ERR_FORMAT,
+                            "%s: not a draftscope run file (no schema attribute \"%s\")", c->path,
+                            DS_RECORD_SCHEMA_NAME);
+    if (read_attr_num(c->file, "schema_version", H5T_NATIVE_UINT32, &s->schema_version) < 0)
+        return ds_error_set(DS_ERR_FORMAT, "%s: schema_version attribute missing", c->path);
+    if (s->schema_version != DS_RECORD_SCHEMA_VERSION)
+        return ds_error_set(DS_ERR_UNSUPPORTED,
+                            "%s: schema version %u, this build reads version %u", c->path,
+                            s->schema_version, DS_RECORD_SCHEMA_VERSION);
+    if (read_attr_num(c->file, "k", H5T_NATIVE_UINT32, &s->k) < 0)
+        return ds_error_set(DS_ERR_FORMAT, "%s: attribute k missing", c->path);
+    if (s->k < 1 || s->k > 255)
+        return ds_error_set(DS_ERR_FORMAT, "%s: attribute k = %u outside 1..255", c->path, s->k);
+    // Descriptive attributes: absent ones stay empty/NaN rather than failing the summary.
+    s->temperature = s->top_p = NAN;
+    read_attr_num(c->file, "temperature", H5T_NATIVE_DOUBLE, &s->temperature);
+    read_attr_num(c->file, "top_p", H5T_NATIVE_DOUBLE, &s->top_p);
+    read_attr_num(c->file, "seed", H5T_NATIVE_UINT64, &s->seed);
+    read_attr_str(c->file, "rule", s->rule, sizeof s->rule);
+    read_attr_str(c->file, "tool_version", s->tool_version, sizeof s->tool_version);
+    read_attr_str(c->file, "git_commit", s->git_commit, sizeof s->git_commit);
+    read_attr_str(c->file, "gpu_name", s->gpu_name, sizeof s->gpu_name);
+    return DS_OK;
+}
+
+static enum ds_status read_sessions(struct ctx *c) {
+    const struct col cols[] = {
+        {"session", offsetof(struct session_row, session), H5T_NATIVE_UINT16, 0},
+        {"status", offsetof(struct session_row, status), 0, 1},
+    };
+    struct table t;
+    enum ds_status st = table_open(c, "sessions", cols, 2, sizeof(struct session_row), &t);
+    if (st) return st;
+    c->s->n_sessions = (uint32_t)t.rows;
+    c->s->last_session_status = DS_REC_SESSION_RUNNING;
+    if (t.rows) {
+        struct session_row r;
+        if (!(st = table_read(c, &t, t.rows - 1, 1, &r))) c->s->last_session_status = r.status;
+        if (!st && r.status >= DS_REC_SESSION_COUNT)
+            st = ds_error_set(DS_ERR_FORMAT, "%s: /sessions row %llu: status %u is not a status",
+                              c->path, (unsigned long long)(t.rows - 1), r.status);
+    }
+    table_close(&t);
+    return st;
+}
+
+static int cmp_req_index(const void *a, const void *b) {
+    const struct req_index *x = a, *y = b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static enum ds_status read_requests(struct ctx *c) {
+    const struct col cols[] = {
+        {"request", offsetof(struct req_row, request), H5T_NATIVE_UINT32, 0},
+        {"category", offsetof(struct req_row, category), H5T_NATIVE_UINT32, 0},
+        {"generated_len", offsetof(struct req_row, generated_len), H5T_NATIVE_UINT32, 0},
+        {"steps", offsetof(struct req_row, steps), H5T_NATIVE_UINT32, 0},
+        {"batch_size", offsetof(struct req_row, batch_size), H5T_NATIVE_UINT16, 0},
+        {"turn", offsetof(struct req_row, turn), H5T_NATIVE_UINT16, 0},
+    };
+    struct table t;
+    enum ds_status st = table_open(c, "requests", cols, 6, sizeof(struct req_row), &t);
+    if (st) return st;
+    c->s->rows_requests = t.rows;
+    if (t.rows > (hsize_t)UINT32_MAX) {
+        st = ds_error_set(DS_ERR_FORMAT, "%s: /requests has %llu rows (ids are 32-bit)", c->path,
+                          (unsigned long long)t.rows);
+        goto cleanup;
+    }
+    c->n_req = (size_t)t.rows;
+    if (c->n_req) {
+        c->req = malloc(c->n_req * sizeof *c->req);
+        c->ri = malloc(c->n_req * sizeof *c->ri);
+        if (!c->req || !c->ri) {
+            st = ds_error_set(DS_ERR_NOMEM, "%s: no memory for %zu requests", c->path, c->n_req);
+            goto cleanup;
+        }
+        for (hsize_t at = 0; at < t.rows && !st; at += DS_SUMMARY_BLOCK_ROWS) {
+            hsize_t n = t.rows - at < DS_SUMMARY_BLOCK_ROWS ? t.rows - at : DS_SUMMARY_BLOCK_ROWS;
+            st = table_read(c, &t, at, n, c->req + at);
+        }
+        if (st) goto cleanup;
+        for (size_t i = 0; i < c->n_req; i++)
+            c->ri[i] = (struct req_index){c->req[i].request, (uint32_t)i};
+        qsort(c->ri, c->n_req, sizeof *c->ri, cmp_req_index);
+        for (size_t i = 1; i < c->n_req; i++)
+            if (c->ri[i].id == c->ri[i - 1].id) {
+                st = ds_error_set(DS_ERR_FORMAT,
+                                  "%s: /requests rows %u and %u have the same request id %u",
+                                  c->path, c->ri[i - 1].idx, c->ri[i].idx, c->ri[i].id);
+                goto cleanup;
+            }
+    }
+cleanup:
+    table_close(&t);
+    return st;
+}
+
+// Index of request `id` in c->req, or -1 when it has no /requests row (unfinished).
+static int64_t find_request(const struct ctx *c, uint32_t id) {
+    size_t lo = 0, hi = c->n_req;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (c->ri[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < c->n_req && c->ri[lo].id == id ? (int64_t)c->ri[lo].idx : -1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Groups.
+
+static enum ds_status group_init(struct ctx *c, struct ds_summary_group *g, uint64_t key) {
+    size_t n = (size_t)c->s->k + 1;
+    memset(g, 0, sizeof *g);
+    g->key = key;
+    g->hist = calloc(4 * n, sizeof *g->hist);
+    g->pos_expected = calloc(n, sizeof *g->pos_expected);
+    if (!g->hist || !g->pos_expected) {
+        free(g->hist);
+        free(g->pos_expected);
+        g->hist = NULL;
+        g->pos_expected = NULL;
+        return ds_error_set(DS_ERR_NOMEM, "%s: no memory for a summary group", c->path);
+    }
+    g->reached = g->hist + n;
+    g->pos_drafts = g->hist + 2 * n;
+    g->pos_accepted = g->hist + 3 * n;
+    return DS_OK;
+}
+
+static void group_free(struct ds_summary_group *g) {
+    free(g->hist);
+    free(g->pos_expected);
+    g->hist = g->reached = g->pos_drafts = g->pos_accepted = NULL;
+    g->pos_expected = NULL;
+}
+
+// Index of the group with `key`, created if new (linear search: only called for request-level
+// keys, once per request, and for row-level keys on the first sight of a key).
+static enum ds_status group_get(struct ctx *c, uint64_t key, int32_t *idx_out) {
+    struct ds_summary *s = c->s;
+    for (size_t i = 0; i < s->n_groups; i++)
+        if (s->groups[i].key == key) {
+            *idx_out = (int32_t)i;
+            return DS_OK;
+        }
+    if (s->n_groups == c->cap_groups) {
+        size_t cap = c->cap_groups ? 2 * c->cap_groups : 16;
+        struct ds_summary_group *g = realloc(s->groups, cap * sizeof *g);
+        uint8_t **seen = realloc(c->seen, cap * sizeof *seen);
+        if (g) s->groups = g;
+        if (seen) c->seen = seen;
+        if (!g || !seen) return ds_error_set(DS_ERR_NOMEM, "%s: no memory for groups", c->path);
+        c->cap_groups = cap;
+    }
+    enum ds_status st = group_init(c, &s->groups[s->n_groups], key);
+    if (st) return st;
+    c->seen[s->n_groups] = NULL;
+    c->n_seen = s->n_groups + 1;
+    if (!ds_summary_by_is_request_level(s->by) && c->n_req) {
+        c->seen[s->n_groups] = calloc((c->n_req + 7) / 8, 1);
+        if (!c->seen[s->n_groups]) {
+            group_free(&s->groups[s->n_groups]);
+            return ds_error_set(DS_ERR_NOMEM, "%s: no memory for groups", c->path);
+        }
+    }
+    *idx_out = (int32_t)s->n_groups++;
+    return DS_OK;
+}
+
+static enum ds_status group_of_row_key(struct ctx *c, uint16_t key, int32_t *idx_out) {
+    if (c->key_group[key] < 0) {
+        enum ds_status st = group_get(c, key, &c->key_group[key]);
+        if (st) return st;
+    }
+    *idx_out = c->key_group[key];
+    return DS_OK;
+}
+
+static uint64_t request_key(enum ds_summary_by by, const struct req_row *r) {
+    switch (by) {
+    case DS_SUMMARY_BY_TURN:
+        return r->turn;
+    case DS_SUMMARY_BY_CATEGORY:
+        return r->category;
+    default:
+        return r->batch_size;
+    }
+}
+
+static void add_request(struct ds_summary_group *g, const struct req_row *r) {
+    g->requests++;
+    g->req_generated += r->generated_len;
+    g->req_steps += r->steps;
+}
+
+// Request-level keys: every request's group, and the request sums of every group and of "all".
+static enum ds_status assign_requests(struct ctx *c) {
+    struct ds_summary *s = c->s;
+    for (size_t i = 0; i < c->n_req; i++)
+        add_request(&s->all, &c->req[i]);
+    if (!ds_summary_by_is_request_level(s->by) || !c->n_req) return DS_OK;
+    c->req_group = malloc(c->n_req * sizeof *c->req_group);
+    if (!c->req_group) return ds_error_set(DS_ERR_NOMEM, "%s: no memory", c->path);
+    for (size_t i = 0; i < c->n_req; i++) {
+        enum ds_status st = group_get(c, request_key(s->by, &c->req[i]), &c->req_group[i]);
+        if (st) return st;
+        add_request(&s->groups[c->req_group[i]], &c->req[i]);
+    }
+    return DS_OK;
+}
+
+static void mark_seen(struct ctx *c, int32_t gi, int64_t ri) {
+    uint8_t *bits = c->seen[gi];
+    uint8_t bit = (uint8_t)(1u << (ri & 7));
+    if (!(bits[ri >> 3] & bit)) {
+        bits[ri >> 3] |= bit;
+        c->s->groups[gi].requests++;
+    }
+}
+
+static void add_step(struct ds_summary_group *g, const struct step_row *r) {
+    g->steps++;
+    g->drafted += r->drafted;
+    g->accepted += r->accepted;
+    g->emitted += r->emitted;
+    g->nonfinite += r->nonfinite != 0;
+    g->hist[r->accepted]++;
+    // Position i was reached when it was drafted and every earlier draft was accepted.
+    uint32_t top = r->accepted + 1u < r->drafted ? r->accepted + 1u : r->drafted;
+    for (uint32_t i = 1; i <= top; i++)
+        g->reached[i]++;
+}
+
+static void add_draft(struct ds_summary_group *g, const struct draft_row *r) {
+    double e = (double)r->expected_accept;
+    g->drafts++;
+    g->drafts_accepted += r->accepted;
+    g->drafts_expected += e;
+    g->pos_drafts[r->position]++;
+    g->pos_accepted[r->position] += r->accepted;
+    g->pos_expected[r->position] += e;
+    g->ch_drafts[r->channel]++;
+    g->ch_accepted[r->channel] += r->accepted;
+    g->ch_expected[r->channel] += e;
+}
+
+static enum ds_status scan_steps(struct ctx *c, void *buf) {
+    const struct col cols[] = {
+        {"request", offsetof(struct step_row, request), H5T_NATIVE_UINT32, 0},
+        {"batch_size", offsetof(struct step_row, batch_size), H5T_NATIVE_UINT16, 0},
+        {"drafted", offsetof(struct step_row, drafted), H5T_NATIVE_UINT8, 0},
+        {"accepted", offsetof(struct step_row, accepted), H5T_NATIVE_UINT8, 0},
+        {"emitted", offsetof(struct step_row, emitted), H5T_NATIVE_UINT8, 0},
+        {"nonfinite", offsetof(struct step_row, nonfinite), H5T_NATIVE_UINT8, 0},
+    };
+    struct ds_summary *s = c->s;
+    struct table t;
+    enum ds_status st = table_open(c, "steps", cols, 6, sizeof(struct step_row), &t);
+    if (st) return st;
+    s->rows_steps = t.rows;
+    struct step_row *rows = buf;
+    for (hsize_t at = 0; at < t.rows && !st; at += DS_SUMMARY_BLOCK_ROWS) {
+        hsize_t n = t.rows - at < DS_SUMMARY_BLOCK_ROWS ? t.rows - at : DS_SUMMARY_BLOCK_ROWS;
+        if ((st = table_read(c, &t, at, n, rows))) break;
+        for (hsize_t j = 0; j < n; j++) {
+            const struct step_row *r = &rows[j];
+            unsigned long long row = (unsigned long long)(at + j);
+            if (r->drafted > s->k || r->accepted > r->drafted || r->emitted > r->accepted + 1u) {
+                st = ds_error_set(DS_ERR_FORMAT,
+                                  "%s: /steps row %llu: drafted %u, accepted %u, emitted %u break "
+                                  "accepted <= drafted <= k (%u), emitted <= accepted + 1",
+                                  c->path, row, r->drafted, r->accepted, r->emitted, s->k);
+                break;
+            }
+            int64_t ri = find_request(c, r->request);
+            if (ri < 0) {
+                s->dropped_steps++;
+                continue;
+            }
+            add_step(&s->all, r);
+            if (ds_summary_by_is_drafts_only(s->by)) continue;
+            int32_t gi;
+            if (ds_summary_by_is_request_level(s->by)) {
+                gi = c->req_group[ri];
+            } else {
+                if ((st = group_of_row_key(c, r->batch_size, &gi))) break;
+                mark_seen(c, gi, ri);
+            }
+            add_step(&s->groups[gi], r);
+        }
+    }
+    table_close(&t);
+    return st;
+}
+
+static enum ds_status scan_drafts(struct ctx *c, void *buf) {
+    const struct col cols[] = {
+        {"request", offsetof(struct draft_row, request), H5T_NATIVE_UINT32, 0},
+        {"expected_accept", offsetof(struct draft_row, expected_accept), H5T_NATIVE_FLOAT, 0},
+        {"batch_size", offsetof(struct draft_row, batch_size), H5T_NATIVE_UINT16, 0},
+        {"position", offsetof(struct draft_row, position), H5T_NATIVE_UINT8, 0},
+        {"accepted", offsetof(struct draft_row, accepted), H5T_NATIVE_UINT8, 0},
+        {"channel", offsetof(struct draft_row, channel), 0, 1},
+    };
+    struct ds_summary *s = c->s;
+    struct table t;
+    enum ds_status st = table_open(c, "drafts", cols, 6, sizeof(struct draft_row), &t);
+    if (st) return st;
+    s->rows_drafts = t.rows;
+    struct draft_row *rows = buf;
+    for (hsize_t at = 0; at < t.rows && !st; at += DS_SUMMARY_BLOCK_ROWS) {
+        hsize_t n = t.rows - at < DS_SUMMARY_BLOCK_ROWS ? t.rows - at : DS_SUMMARY_BLOCK_ROWS;
+        if ((st = table_read(c, &t, at, n, rows))) break;
+        for (hsize_t j = 0; j < n; j++) {
+            const struct draft_row *r = &rows[j];
+            unsigned long long row = (unsigned long long)(at + j);
+            if (r->position < 1 || r->position > s->k || r->accepted > 1 ||
+                r->channel >= DS_REC_CHANNEL_COUNT) {
+                st = ds_error_set(DS_ERR_FORMAT,
+                                  "%s: /drafts row %llu: position %u (1..%u), accepted %u (0/1), "
+                                  "channel %u (0..%d) out of range",
+                                  c->path, row, r->position, s->k, r->accepted, r->channel,
+                                  DS_REC_CHANNEL_COUNT - 1);
+                break;
+            }
+            int64_t ri = find_request(c, r->request);
+            if (ri < 0) {
+                s->dropped_drafts++;
+                continue;
+            }
+            add_draft(&s->all, r);
+            int32_t gi;
+            if (ds_summary_by_is_request_level(s->by)) {
+                gi = c->req_group[ri];
+            } else {
+                uint16_t key = s->by == DS_SUMMARY_BY_POSITION  ? r->position
+                               : s->by == DS_SUMMARY_BY_CHANNEL ? r->channel
+                                                                : r->batch_size;
+                if ((st = group_of_row_key(c, key, &gi))) break;
+                mark_seen(c, gi, ri);
+            }
+            add_draft(&s->groups[gi], r);
+        }
+    }
+    table_close(&t);
+    return st;
+}
+
+// Labels: numbers as decimal, channels by name, categories from /strings ("" -> "(none)").
+static enum ds_status label_groups(struct ctx *c) {
+    struct ds_summary *s = c->s;
+    struct table t = {.dset = H5I_INVALID_HID, .mtype = H5I_INVALID_HID};
+    enum ds_status st = DS_OK;
+    snprintf(s->all.label, sizeof s->all.label, "all");
+    if (s->by == DS_SUMMARY_BY_CATEGORY && s->n_groups) {
+        // The strings table: the `text` column only (fixed-size, NUL padded, UTF-8).
+        const struct col cols[] = {{"text", 0, 0, DS_RECORD_STRING_BYTES}};
+        st = table_open(c, "strings", cols, 1, DS_RECORD_STRING_BYTES, &t);
+        if (st) return st;
+    }
+    char buf[DS_SUMMARY_LABEL_BYTES];
+    for (size_t i = 0; i < s->n_groups && !st; i++) {
+        struct ds_summary_group *g = &s->groups[i];
+        if (s->by == DS_SUMMARY_BY_CHANNEL) {
+            snprintf(g->label, sizeof g->label, "%s", channel_names[g->key]);
+        } else if (s->by == DS_SUMMARY_BY_CATEGORY) {
+            if (g->key >= t.rows) {
+                st = ds_error_set(DS_ERR_FORMAT,
+                                  "%s: /requests names category string %llu beyond /strings "
+                                  "(%llu rows)",
+                                  c->path, (unsigned long long)g->key, (unsigned long long)t.rows);
+                break;
+            }
+            memset(buf, 0, sizeof buf);
+            if ((st = table_read(c, &t, g->key, 1, buf))) break;
+            if (buf[0])
+                memcpy(g->label, buf, sizeof g->label); // both NUL-terminated, same size
+            else
+                snprintf(g->label, sizeof g->label, "(none)");
+        } else {
+            snprintf(g->label, sizeof g->label, "%llu", (unsigned long long)g->key);
+        }
+    }
+    table_close(&t);
+    return st;
+}
+
+static int cmp_key(const void *a, const void *b) {
+    const struct ds_summary_group *x = a, *y = b;
+    return x->key < y->key ? -1 : x->key > y->key;
+}
+
+static int cmp_label(const void *a, const void *b) {
+    const struct ds_summary_group *x = a, *y = b;
+    int d = strcmp(x->label, y->label);
+    return d ? d : cmp_key(a, b);
+}
+
+static hid_t open_file(struct ctx *c) {
+    // SWMR_READ reads a file being written and one whose writer died; a file written without
+    // the latest format (not ours, or converted) only opens without it.
+    hid_t f = H5Fopen(c->path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT);
+    if (f < 0) f = H5Fopen(c->path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    return f;
+}
+
+enum ds_status ds_summary_compute(const char *path, enum ds_summary_by by,
+                                  struct ds_summary **summary_out) {
+    if (summary_out) *summary_out = NULL;
+    if (!path || !summary_out || (unsigned)by >= DS_SUMMARY_BY_COUNT)
+        return ds_error_set(DS_ERR_ARG, "summary: invalid argument");
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); // failures are reported as one line, below
+    struct ctx *c = calloc(1, sizeof *c);
+    struct ds_summary *s = calloc(1, sizeof *s);
+    void *buf = NULL;
+    enum ds_status st = DS_OK;
+    if (!c || !s) {
+        st = ds_error_set(DS_ERR_NOMEM, "%s: no memory", path);
+        goto cleanup;
+    }
+    c->path = path;
+    c->s = s;
+    c->file = H5I_INVALID_HID;
+    for (size_t i = 0; i < 65536; i++)
+        c->key_group[i] = -1;
+    snprintf(s->path, sizeof s->path, "%s", path);
+    s->by = by;
+
+    struct stat sb;
+    if (stat(path, &sb) < 0) {
+        st = ds_error_set(DS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        goto cleanup;
+    }
+#if H5_VERSION_GE(1, 12, 0)
+    htri_t is_h5 = H5Fis_accessible(path, H5P_DEFAULT);
+#else
+    htri_t is_h5 = H5Fis_hdf5(path);
+#endif
+    if (is_h5 <= 0) {
+        st = ds_error_set(DS_ERR_FORMAT, "%s: not an HDF5 file", path);
+        goto cleanup;
+    }
+    if ((c->file = open_file(c)) < 0) {
+        st = h5_fail(c, "cannot open the run file");
+        goto cleanup;
+    }
+    if ((st = read_attributes(c)) || (st = group_init(c, &s->all, 0)) || (st = read_sessions(c)) ||
+        (st = read_requests(c)) || (st = assign_requests(c)))
+        goto cleanup;
+    size_t row = sizeof(struct step_row) > sizeof(struct draft_row) ? sizeof(struct step_row)
+                                                                    : sizeof(struct draft_row);
+    if (!(buf = malloc(row * DS_SUMMARY_BLOCK_ROWS))) {
+        st = ds_error_set(DS_ERR_NOMEM, "%s: no memory", path);
+        goto cleanup;
+    }
+    if ((st = scan_steps(c, buf)) || (st = scan_drafts(c, buf)) || (st = label_groups(c)))
+        goto cleanup;
+    if (s->n_groups)
+        qsort(s->groups, s->n_groups, sizeof *s->groups,
+              by == DS_SUMMARY_BY_CATEGORY ? cmp_label : cmp_key);
+    if (!ds_summary_by_is_request_level(by)) s->all.requests = c->n_req;
+    *summary_out = s;
+    s = NULL;
+cleanup:
+    if (c) {
+        if (c->file >= 0) H5Fclose(c->file);
+        for (size_t i = 0; i < c->n_seen; i++)
+            free(c->seen[i]);
+        free(c->seen);
+        free(c->req);
+        free(c->ri);
+        free(c->req_group);
+        free(c);
+    }
+    free(buf);
+    ds_summary_free(s);
+    return st;
+}
+
+void ds_summary_free(struct ds_summary *s) {
+    if (!s) return;
+    for (size_t i = 0; i < s->n_groups; i++)
+        group_free(&s->groups[i]);
+    free(s->groups);
+    group_free(&s->all);
+    free(s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output.
+
+static const char *session_name(uint8_t st) {
+    return st < DS_REC_SESSION_COUNT ? session_names[st] : "?";
+}
+
+// A number, or "-" for NaN (a ratio with nothing to count).
+static const char *num(char *buf, size_t n, double v, int prec) {
+    if (isnan(v))
+        snprintf(buf, n, "-");
+    else
+        snprintf(buf, n, "%.*f", prec, v);
+    return buf;
+}
+
+static void print_group(const struct ds_summary *s, const struct ds_summary_group *g, FILE *f) {
+    char a[32], b[32], d[32], e[32];
+    int drafts_only = ds_summary_by_is_drafts_only(s->by) && g != &s->all;
+    const char *what = g == &s->all ? "all" : by_names[s->by];
+    if (g == &s->all)
+        fprintf(f, "\n== all rows: ");
+    else
+        fprintf(f, "\n== %s %s: ", what, g->label);
+    if (drafts_only)
+        fprintf(f, "%" PRIu64 " requests, %" PRIu64 " drafts\n", g->requests, g->drafts);
+    else
+        fprintf(f, "%" PRIu64 " requests, %" PRIu64 " steps, %" PRIu64 " drafts\n", g->requests,
+                g->steps, g->drafts);
+    if (!drafts_only) {
+        fprintf(f, "  mean acceptance length  (vLLM/EAGLE: 1 + accepted/steps)          %s\n",
+                num(a, sizeof a, ds_summary_mean_acceptance_length(g), 4));
+        fprintf(f, "  SGLang accept length    (completion tokens/verify steps)          %s\n",
+                num(a, sizeof a, ds_summary_sglang_accept_length(g), 4));
+        fprintf(f, "  tokens emitted per step (emitted/steps)                           %s\n",
+                num(a, sizeof a, ds_summary_emitted_per_step(g), 4));
+        fprintf(f,
+                "  draft acceptance rate   (accepted/drafted)                        %s  (%" PRIu64
+                "/%" PRIu64 ")\n",
+                num(a, sizeof a, ds_summary_draft_acceptance_rate(g), 4), g->accepted, g->drafted);
+        if (g->nonfinite)
+            fprintf(f, "  steps with non-finite verify logits: %" PRIu64 "\n", g->nonfinite);
+        fprintf(
+            f, "  pos  joint P(acc>=i)  conditional  drafts  drafts rate  expected sum min(p,q)\n");
+        for (uint32_t i = 1; i <= s->k; i++)
+            fprintf(
+                f, "  %3u  %15s  %11s  %6" PRIu64 "  %11s  %21s\n", i,
+                num(a, sizeof a, ds_summary_joint(g, s->k, i), 4),
+                num(b, sizeof b, ds_summary_conditional(g, s->k, i), 4), g->pos_drafts[i],
+                num(d, sizeof d, ratio((double)g->pos_accepted[i], (double)g->pos_drafts[i]), 4),
+                num(e, sizeof e, ds_summary_expected_at(g, i), 4));
+        fprintf(f, "  accepted-count histogram (steps accepting exactly j):");
+        for (uint32_t j = 0; j <= s->k; j++)
+            fprintf(f, " %u:%" PRIu64, j, g->hist[j]);
+        fputc('\n', f);
+    } else {
+        fprintf(f,
+                "  acceptance of drafted tokens (accepted/drafts)                    %s  (%" PRIu64
+                "/%" PRIu64 ")\n",
+                num(a, sizeof a, ds_summary_drafts_rate(g), 4), g->drafts_accepted, g->drafts);
+        fprintf(f, "  expected acceptance     (mean sum min(p,q))                       %s\n",
+                num(a, sizeof a, ds_summary_expected(g), 4));
+    }
+    fprintf(f, "  channel     drafts  accepted  rate    expected\n");
+    for (int ch = 0; ch < DS_REC_CHANNEL_COUNT; ch++) {
+        if (!g->ch_drafts[ch]) continue;
+        fprintf(f, "  %-10s  %6" PRIu64 "  %8" PRIu64 "  %6s  %8s\n", channel_names[ch],
+                g->ch_drafts[ch], g->ch_accepted[ch],
+                num(a, sizeof a, ratio((double)g->ch_accepted[ch], (double)g->ch_drafts[ch]), 4),
+                num(b, sizeof b, ds_summary_expected_channel(g, ch), 4));
+    }
+}
+
+enum ds_status ds_summary_print_text(const struct ds_summary *s, FILE *f) {
+    if (!s || !f) return ds_error_set(DS_ERR_ARG, "summary: invalid argument");
+    fprintf(f, "draftscope summary: %s\n", s->path);
+    fprintf(f, "  schema v%u, rule %s, K %u, temperature %g, top-p %g, seed %" PRIu64 "\n",
+            s->schema_version, s->rule[0] ? s->rule : "?", s->k, s->temperature, s->top_p, s->seed);
+    fprintf(f, "  %u writer session%s, the last %s%s\n", s->n_sessions,
+            s->n_sessions == 1 ? "" : "s", session_name(s->last_session_status),
+            s->last_session_status == DS_REC_SESSION_RUNNING
+                ? " (still being written, or its writer died)"
+                : "");
+    fprintf(f,
+            "  rows: %" PRIu64 " steps, %" PRIu64 " drafts, %" PRIu64 " requests; dropped "
+            "(request unfinished): %" PRIu64 " steps, %" PRIu64 " drafts\n",
+            s->rows_steps, s->rows_drafts, s->rows_requests, s->dropped_steps, s->dropped_drafts);
+    for (size_t i = 0; i < s->n_groups; i++)
+        print_group(s, &s->groups[i], f);
+    print_group(s, &s->all, f);
+    fflush(f);
+    if (ferror(f)) return ds_error_set(DS_ERR_IO, "summary: cannot write the output");
+    return DS_OK;
+}
+
+// Text that may not be valid UTF-8 (a path): invalid bytes become '?'.
+static json_t *text_json(const char *t) {
+    json_t *j = json_string(t);
+    if (j) return j;
+    char *copy = strdup(t);
+    if (!copy) return json_string("?");
+    for (char *p = copy; *p; p++)
+        if ((unsigned char)*p >= 0x80) *p = '?';
+    j = json_string(copy);
+    free(copy);
+    return j;
+}
+
+static json_t *real_or_null(double v) {
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+static json_t *u64(uint64_t v) {
+    return json_integer((json_int_t)v);
+}
+
+static json_t *group_json(const struct ds_summary *s, const struct ds_summary_group *g) {
+    json_t *o = json_object();
+    json_object_set_new(o, "key", g == &s->all ? json_null() : u64(g->key));
+    json_object_set_new(o, "label", text_json(g->label));
+    json_object_set_new(o, "requests", u64(g->requests));
+    json_object_set_new(o, "steps", u64(g->steps));
+    json_object_set_new(o, "drafted", u64(g->drafted));
+    json_object_set_new(o, "accepted", u64(g->accepted));
+    json_object_set_new(o, "emitted", u64(g->emitted));
+    json_object_set_new(o, "nonfinite", u64(g->nonfinite));
+    json_object_set_new(o, "completion_tokens", u64(g->req_generated));
+    json_object_set_new(o, "request_steps", u64(g->req_steps));
+    json_object_set_new(o, "mean_acceptance_length",
+                        real_or_null(ds_summary_mean_acceptance_length(g)));
+    json_object_set_new(o, "sglang_accept_length",
+                        real_or_null(ds_summary_sglang_accept_length(g)));
+    json_object_set_new(o, "emitted_per_step", real_or_null(ds_summary_emitted_per_step(g)));
+    json_object_set_new(o, "draft_acceptance_rate",
+                        real_or_null(ds_summary_draft_acceptance_rate(g)));
+    json_t *hist = json_array();
+    for (uint32_t j = 0; j <= s->k; j++)
+        json_array_append_new(hist, u64(g->hist[j]));
+    json_object_set_new(o, "histogram", hist);
+    json_t *pos = json_array();
+    for (uint32_t i = 1; i <= s->k; i++) {
+        json_t *p = json_object();
+        json_object_set_new(p, "position", json_integer(i));
+        json_object_set_new(p, "joint", real_or_null(ds_summary_joint(g, s->k, i)));
+        json_object_set_new(p, "conditional", real_or_null(ds_summary_conditional(g, s->k, i)));
+        json_object_set_new(p, "reached", u64(g->reached[i]));
+        json_object_set_new(p, "drafts", u64(g->pos_drafts[i]));
+        json_object_set_new(p, "drafts_accepted", u64(g->pos_accepted[i]));
+        json_object_set_new(
+            p, "drafts_rate",
+            real_or_null(ratio((double)g->pos_accepted[i], (double)g->pos_drafts[i])));
+        json_object_set_new(p, "expected", real_or_null(ds_summary_expected_at(g, i)));
+        json_array_append_new(pos, p);
+    }
+    json_object_set_new(o, "positions", pos);
+    json_t *d = json_object();
+    json_object_set_new(d, "rows", u64(g->drafts));
+    json_object_set_new(d, "accepted", u64(g->drafts_accepted));
+    json_object_set_new(d, "rate", real_or_null(ds_summary_drafts_rate(g)));
+    json_object_set_new(d, "expected", real_or_null(ds_summary_expected(g)));
+    json_object_set_new(o, "drafts", d);
+    json_t *chs = json_array();
+    for (int ch = 0; ch < DS_REC_CHANNEL_COUNT; ch++) {
+        json_t *c = json_object();
+        json_object_set_new(c, "channel", json_string(channel_names[ch]));
+        json_object_set_new(c, "drafts", u64(g->ch_drafts[ch]));
+        json_object_set_new(c, "accepted", u64(g->ch_accepted[ch]));
+        json_object_set_new(
+            c, "rate", real_or_null(ratio((double)g->ch_accepted[ch], (double)g->ch_drafts[ch])));
+        json_object_set_new(c, "expected", real_or_null(ds_summary_expected_channel(g, ch)));
+        json_array_append_new(chs, c);
+    }
+    json_object_set_new(o, "channels", chs);
+    return o;
+}
+
+enum ds_status ds_summary_print_json(const struct ds_summary *s, FILE *f) {
+    if (!s || !f) return ds_error_set(DS_ERR_ARG, "summary: invalid argument");
+    json_t *o = json_object();
+    if (!o) return ds_error_set(DS_ERR_NOMEM, "summary: no memory");
+    json_object_set_new(o, "file", text_json(s->path));
+    json_object_set_new(o, "schema_version", json_integer(s->schema_version));
+    json_object_set_new(o, "by", json_string(by_names[s->by]));
+    json_t *run = json_object();
+    json_object_set_new(run, "rule", text_json(s->rule));
+    json_object_set_new(run, "k", json_integer(s->k));
+    json_object_set_new(run, "temperature", real_or_null(s->temperature));
+    json_object_set_new(run, "top_p", real_or_null(s->top_p));
+    json_object_set_new(run, "seed", u64(s->seed));
+    json_object_set_new(run, "tool_version", text_json(s->tool_version));
+    json_object_set_new(run, "git_commit", text_json(s->git_commit));
+    json_object_set_new(run, "gpu_name", text_json(s->gpu_name));
+    json_object_set_new(run, "sessions", json_integer(s->n_sessions));
+    json_object_set_new(run, "last_session_status",
+                        json_string(session_name(s->last_session_status)));
+    json_object_set_new(o, "run", run);
+    json_t *rows = json_object();
+    json_object_set_new(rows, "steps", u64(s->rows_steps));
+    json_object_set_new(rows, "drafts", u64(s->rows_drafts));
+    json_object_set_new(rows, "requests", u64(s->rows_requests));
+    json_object_set_new(rows, "dropped_steps", u64(s->dropped_steps));
+    json_object_set_new(rows, "dropped_drafts", u64(s->dropped_drafts));
+    json_object_set_new(o, "rows", rows);
+    json_t *groups = json_array();
+    for (size_t i = 0; i < s->n_groups; i++) {
+        json_array_append_new(groups, group_json(s, &s->groups[i]));
+    }
+    json_object_set_new(o, "groups", groups);
+    json_object_set_new(o, "all", group_json(s, &s->all));
+    int e = json_dumpf(o, f, JSON_INDENT(2) | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(17));
+    json_decref(o);
+    if (e == 0) fputc('\n', f);
+    fflush(f);
+    if (e < 0 || ferror(f)) return ds_error_set(DS_ERR_IO, "summary: cannot write the output");
+    return DS_OK;
+}

@@ -1,0 +1,851 @@
+// The metrics of a run file (ds/summary.h, docs/metrics.md) and `draftscope summary`.
+//
+// A small run is written through the recorder API (hand_run below): three finished requests and
+// one unfinished one, K = 3, sweep batch sizes 1 and 2. Every expected value is worked out by hand
+// in the comments from the rows listed there, and written as the fraction it is, so the summary
+// must equal it exactly: the sums are of small integers and of binary fractions (0.25, 0.5, 0.75,
+// 1), exact in double, and each metric is one division, so the only rounding is that of the
+// division itself, the same as in the expected fraction (tolerance 0).
+//
+// Also: live files (writer still running), files of a killed writer (read as they are and never
+// modified), and bad input (missing file, not HDF5, not a run file, another schema version, rows
+// that break the schema), each refused with one line naming the file and the problem.
+//
+// `test_summary --write-sample PATH` writes a larger, realistic run (a seeded simulation of a
+// sweep over batch sizes 1, 4, 8 with categories, turns, channels, timings, ranges and kernels)
+// for the Python package's tests, notebook and report; `test_summary --cmd summary RUN.h5 [...]`
+// runs ds_cmd_summary on the arguments from "summary" on (the `draftscope summary` entry point)
+// for tests that need the command before it is wired into the draftscope executable.
+#include "harness.h"
+
+#include "ds/record.h"
+#include "ds/summary.h"
+
+#include <hdf5.h>
+#include <jansson.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[512];
+
+static const char *tmp_path(const char *name) {
+    static char buf[4][600];
+    static int which;
+    char *p = buf[which++ % 4];
+    snprintf(p, 600, "%s/%s", dir, name);
+    unlink(p);
+    return p;
+}
+
+static const uint32_t hand_batches[] = {1, 2};
+
+static struct ds_run_meta hand_meta(void) {
+    struct ds_run_meta m = {
+        .command_line = "draftscope run --k 3 --batch-sizes 1,2",
+        .gpu_name = "cpu",
+        .rule = "greedy",
+        .options_json = "{}",
+        .seed = 7,
+        .k = 3,
+        .temperature = 1.0,
+        .top_p = 1.0,
+        .batch_sizes = hand_batches,
+        .n_batch_sizes = 2,
+        .trace_level = DS_REC_TRACE_OFF,
+    };
+    return m;
+}
+
+// ---- the hand-worked run ----
+//
+// Requests (finished; r3 is still running, so it has no /requests row):
+//   r0: B 1, turn 0, "coding", generated_len 8 (1 prefill token + 7 emitted), steps 3
+//   r1: B 2, turn 0, "math",   generated_len 8 (1 + 7), steps 2
+//   r2: B 2, turn 1, "coding", generated_len 4 (1 + 3), steps 2
+// Step rows (request, step batch_size, drafted, accepted, emitted):
+//   r0: (1, 3, 3, 4) (1, 3, 1, 2) (1, 3, 0, 1)
+//   r1: (2, 3, 2, 3) (2, 3, 3, 4)
+//   r2: (2, 3, 0, 1) (1, 2, 2, 2)      <- second step: the sweep's tail (r1 done), only 2
+//                                         drafted, a stop token cut the emitted tokens to 2
+//   r3: (2, 3, 1, 2)                   <- dropped (unfinished request)
+// Draft rows: one per drafted token, positions 1..drafted, accepted = position <= accepted.
+//   expected_accept: r0 positions 1, 2, 3 -> 0.75, 0.5, 0.25; r1, r2, r3 -> 1.0, 0.5, 0.5
+//   channel: r0 analysis; r1 final; r2 first step commentary, second final; r3 other.
+struct hand_step {
+    uint32_t request;
+    uint16_t bs;
+    uint8_t drafted, accepted, emitted, channel;
+};
+
+static const struct hand_step hand_steps[] = {
+    {0, 1, 3, 3, 4, DS_REC_CHANNEL_ANALYSIS},   {0, 1, 3, 1, 2, DS_REC_CHANNEL_ANALYSIS},
+    {0, 1, 3, 0, 1, DS_REC_CHANNEL_ANALYSIS},   {1, 2, 3, 2, 3, DS_REC_CHANNEL_FINAL},
+    {2, 2, 3, 0, 1, DS_REC_CHANNEL_COMMENTARY}, {1, 2, 3, 3, 4, DS_REC_CHANNEL_FINAL},
+    {2, 1, 2, 2, 2, DS_REC_CHANNEL_FINAL},      {3, 2, 3, 1, 2, DS_REC_CHANNEL_OTHER},
+};
+enum { N_HAND_STEPS = sizeof hand_steps / sizeof hand_steps[0] };
+
+static float hand_expected(uint32_t request, unsigned pos) {
+    static const float r0[] = {0, 0.75f, 0.5f, 0.25f}, rest[] = {0, 1.0f, 0.5f, 0.5f};
+    return request == 0 ? r0[pos] : rest[pos];
+}
+
+static enum ds_status append_hand_rows(ds_recorder_t *rec, int with_requests) {
+    enum ds_status st = DS_OK;
+    uint32_t coding = 0, math = 0;
+    if ((st = ds_recorder_intern(rec, "coding", &coding)) ||
+        (st = ds_recorder_intern(rec, "math", &math)))
+        return st;
+    for (size_t i = 0; i < N_HAND_STEPS && !st; i++) {
+        const struct hand_step *h = &hand_steps[i];
+        struct ds_rec_step s;
+        memset(&s, 0, sizeof s);
+        s.step = 10 + i;
+        s.request = h->request;
+        s.batch_size = h->bs;
+        s.turn = h->request == 2;
+        s.drafted = h->drafted;
+        s.accepted = h->accepted;
+        s.emitted = h->emitted;
+        s.context_len = (uint32_t)(100 + i);
+        st = ds_recorder_append_steps(rec, &s, 1);
+        for (unsigned pos = 1; pos <= h->drafted && !st; pos++) {
+            struct ds_rec_draft d;
+            memset(&d, 0, sizeof d);
+            d.step = s.step;
+            d.request = h->request;
+            d.batch_size = h->bs;
+            d.position = (uint8_t)pos;
+            d.accepted = pos <= h->accepted;
+            d.channel = h->channel;
+            d.expected_accept = hand_expected(h->request, pos);
+            d.q_draft = d.p_draft = 0.5f;
+            st = ds_recorder_append_drafts(rec, &d, 1);
+        }
+    }
+    if (st || !with_requests) return st;
+    const struct ds_rec_request reqs[] = {
+        {.request = 0, .category = coding, .generated_len = 8, .steps = 3, .batch_size = 1},
+        {.request = 1, .category = math, .generated_len = 8, .steps = 2, .batch_size = 2},
+        {.request = 2,
+         .category = coding,
+         .generated_len = 4,
+         .steps = 2,
+         .batch_size = 2,
+         .turn = 1},
+    };
+    return ds_recorder_append_requests(rec, reqs, 3);
+}
+
+static enum ds_status write_hand_run(const char *path) {
+    struct ds_run_meta meta = hand_meta();
+    ds_recorder_t *rec = NULL;
+    enum ds_status st = ds_recorder_create(path, &meta, 0, &rec);
+    if (!st) st = append_hand_rows(rec, 1);
+    enum ds_status cst = ds_recorder_close(rec);
+    return st ? st : cst;
+}
+
+static const struct ds_summary_group *group_labelled(const struct ds_summary *s, const char *l) {
+    for (size_t i = 0; i < s->n_groups; i++)
+        if (!strcmp(s->groups[i].label, l)) return &s->groups[i];
+    return NULL;
+}
+
+// The checks of the hand run grouped by batch; used for closed, live and killed files alike.
+static void expect_hand_by_batch(const struct ds_summary *s) {
+    EXPECT_EQ_INT(s->k, 3);
+    EXPECT_EQ_INT(s->rows_steps, 8);
+    EXPECT_EQ_INT(s->rows_drafts, 23);
+    EXPECT_EQ_INT(s->rows_requests, 3);
+    EXPECT_EQ_INT(s->dropped_steps, 1); // r3's step and its 3 drafts
+    EXPECT_EQ_INT(s->dropped_drafts, 3);
+    EXPECT_EQ_INT(s->n_groups, 2);
+    if (s->n_groups != 2) return;
+    const struct ds_summary_group *b1 = &s->groups[0], *b2 = &s->groups[1], *all = &s->all;
+    EXPECT_EQ_STR(b1->label, "1");
+    EXPECT_EQ_STR(b2->label, "2");
+
+    // B = 1 (r0): rows (3,3,4) (3,1,2) (3,0,1): steps 3, drafted 9, accepted 4, emitted 7.
+    EXPECT_EQ_INT(b1->requests, 1);
+    EXPECT_EQ_INT(b1->steps, 3);
+    EXPECT_EQ_INT(b1->drafted, 9);
+    EXPECT_EQ_INT(b1->accepted, 4);
+    EXPECT_EQ_INT(b1->emitted, 7);
+    EXPECT_NEAR(ds_summary_mean_acceptance_length(b1), 1.0 + 4.0 / 3.0, 0); // tau = 1 + 4/3
+    EXPECT_NEAR(ds_summary_sglang_accept_length(b1), 8.0 / 3.0, 0);         // 8 tokens / 3 steps
+    EXPECT_NEAR(ds_summary_emitted_per_step(b1), 7.0 / 3.0, 0);
+    EXPECT_NEAR(ds_summary_draft_acceptance_rate(b1), 4.0 / 9.0, 0);
+    // Histogram of accepted 3, 1, 0: H = [1, 1, 0, 1].
+    EXPECT_EQ_INT(b1->hist[0], 1);
+    EXPECT_EQ_INT(b1->hist[1], 1);
+    EXPECT_EQ_INT(b1->hist[2], 0);
+    EXPECT_EQ_INT(b1->hist[3], 1);
+    // Joint: accepted >= 1 in 2 of 3 rows, >= 2 in 1, >= 3 in 1.
+    EXPECT_NEAR(ds_summary_joint(b1, 3, 1), 2.0 / 3.0, 0);
+    EXPECT_NEAR(ds_summary_joint(b1, 3, 2), 1.0 / 3.0, 0);
+    EXPECT_NEAR(ds_summary_joint(b1, 3, 3), 1.0 / 3.0, 0);
+    // Reached: position 1 in all 3 rows; position 2 where accepted >= 1 (2 rows); position 3
+    // where accepted >= 2 (1 row). Conditional = 2/3, 1/2, 1/1.
+    EXPECT_EQ_INT(b1->reached[1], 3);
+    EXPECT_EQ_INT(b1->reached[2], 2);
+    EXPECT_EQ_INT(b1->reached[3], 1);
+    EXPECT_NEAR(ds_summary_conditional(b1, 3, 1), 2.0 / 3.0, 0);
+    EXPECT_NEAR(ds_summary_conditional(b1, 3, 2), 1.0 / 2.0, 0);
+    EXPECT_NEAR(ds_summary_conditional(b1, 3, 3), 1.0, 0);
+    // Expected acceptance: r0's drafts are 0.75, 0.5, 0.25 at positions 1, 2, 3, three each.
+    EXPECT_NEAR(ds_summary_expected_at(b1, 1), 0.75, 0);
+    EXPECT_NEAR(ds_summary_expected_at(b1, 2), 0.5, 0);
+    EXPECT_NEAR(ds_summary_expected_at(b1, 3), 0.25, 0);
+    EXPECT_NEAR(ds_summary_expected(b1), 4.5 / 9.0, 0);
+    EXPECT_EQ_INT(b1->ch_drafts[DS_REC_CHANNEL_ANALYSIS], 9);
+    EXPECT_EQ_INT(b1->ch_accepted[DS_REC_CHANNEL_ANALYSIS], 4);
+
+    // B = 2 (r1, r2): rows (3,2,3) (3,3,4) (3,0,1) (2,2,2): steps 4, drafted 11, accepted 7,
+    // emitted 10; requests generated 8 + 4 = 12 tokens in 2 + 2 = 4 steps.
+    EXPECT_EQ_INT(b2->requests, 2);
+    EXPECT_EQ_INT(b2->steps, 4);
+    EXPECT_EQ_INT(b2->drafted, 11);
+    EXPECT_EQ_INT(b2->accepted, 7);
+    EXPECT_NEAR(ds_summary_mean_acceptance_length(b2), 2.75, 0); // 1 + 7/4
+    EXPECT_NEAR(ds_summary_sglang_accept_length(b2), 3.0, 0);    // 12/4
+    EXPECT_NEAR(ds_summary_emitted_per_step(b2), 2.5, 0);        // 10/4
+    EXPECT_NEAR(ds_summary_draft_acceptance_rate(b2), 7.0 / 11.0, 0);
+    // Accepted 2, 3, 0, 2: H = [1, 0, 2, 1].
+    EXPECT_EQ_INT(b2->hist[0], 1);
+    EXPECT_EQ_INT(b2->hist[1], 0);
+    EXPECT_EQ_INT(b2->hist[2], 2);
+    EXPECT_EQ_INT(b2->hist[3], 1);
+    EXPECT_NEAR(ds_summary_joint(b2, 3, 1), 3.0 / 4.0, 0);
+    EXPECT_NEAR(ds_summary_joint(b2, 3, 2), 3.0 / 4.0, 0);
+    EXPECT_NEAR(ds_summary_joint(b2, 3, 3), 1.0 / 4.0, 0);
+    // Reached 1: all 4; reached 2: accepted >= 1 and drafted >= 2: 3 rows; reached 3: accepted
+    // >= 2 and drafted >= 3: (3,2) and (3,3) only, the (2,2) row drafted no third token: 2.
+    EXPECT_EQ_INT(b2->reached[1], 4);
+    EXPECT_EQ_INT(b2->reached[2], 3);
+    EXPECT_EQ_INT(b2->reached[3], 2);
+    EXPECT_NEAR(ds_summary_conditional(b2, 3, 1), 3.0 / 4.0, 0);
+    EXPECT_NEAR(ds_summary_conditional(b2, 3, 2), 1.0, 0);
+    EXPECT_NEAR(ds_summary_conditional(b2, 3, 3), 1.0 / 2.0, 0);
+    // Drafts at positions 1, 2, 3: 4, 4, 3 rows of 1.0, 0.5, 0.5.
+    EXPECT_EQ_INT(b2->pos_drafts[1], 4);
+    EXPECT_EQ_INT(b2->pos_drafts[2], 4);
+    EXPECT_EQ_INT(b2->pos_drafts[3], 3);
+    EXPECT_NEAR(ds_summary_expected_at(b2, 1), 1.0, 0);
+    EXPECT_NEAR(ds_summary_expected_at(b2, 2), 0.5, 0);
+    EXPECT_NEAR(ds_summary_expected_at(b2, 3), 0.5, 0);
+
+    // All kept rows: 7 steps, 20 drafted, 11 accepted, 17 emitted; 3 requests, 20 tokens in 7
+    // request steps.
+    EXPECT_EQ_INT(all->requests, 3);
+    EXPECT_EQ_INT(all->steps, 7);
+    EXPECT_EQ_INT(all->drafts, 20);
+    EXPECT_EQ_INT(all->drafts_accepted, 11);
+    EXPECT_NEAR(ds_summary_mean_acceptance_length(all), 1.0 + 11.0 / 7.0, 0);
+    EXPECT_NEAR(ds_summary_sglang_accept_length(all), 20.0 / 7.0, 0);
+    EXPECT_NEAR(ds_summary_draft_acceptance_rate(all), 11.0 / 20.0, 0);
+    EXPECT_NEAR(ds_summary_drafts_rate(all), 11.0 / 20.0, 0);
+    // Expected sums: r0 3 * (0.75 + 0.5 + 0.25) = 4.5; B2 4 * 1 + 4 * 0.5 + 3 * 0.5 = 7.5.
+    EXPECT_NEAR(ds_summary_expected(all), 12.0 / 20.0, 0);
+    EXPECT_NEAR(ds_summary_expected_at(all, 1), 6.25 / 7.0, 0); // 3 * 0.75 + 4 * 1
+    EXPECT_NEAR(ds_summary_expected_at(all, 3), 2.25 / 6.0, 0); // 3 * 0.25 + 3 * 0.5
+    // Channels: analysis = r0 (9 drafts, 4 accepted, expected 4.5); final = r1's 6 (5 accepted,
+    // expected 2 * 2.0) + r2's last 2 (2 accepted, 1.0 + 0.5); commentary = r2's first 3 (none
+    // accepted, 1.0 + 0.5 + 0.5); other = r3 only, dropped.
+    EXPECT_EQ_INT(all->ch_drafts[DS_REC_CHANNEL_ANALYSIS], 9);
+    EXPECT_EQ_INT(all->ch_drafts[DS_REC_CHANNEL_FINAL], 8);
+    EXPECT_EQ_INT(all->ch_accepted[DS_REC_CHANNEL_FINAL], 7);
+    EXPECT_EQ_INT(all->ch_drafts[DS_REC_CHANNEL_COMMENTARY], 3);
+    EXPECT_EQ_INT(all->ch_accepted[DS_REC_CHANNEL_COMMENTARY], 0);
+    EXPECT_EQ_INT(all->ch_drafts[DS_REC_CHANNEL_OTHER], 0);
+    EXPECT_NEAR(ds_summary_expected_channel(all, DS_REC_CHANNEL_ANALYSIS), 0.5, 0);
+    EXPECT_NEAR(ds_summary_expected_channel(all, DS_REC_CHANNEL_FINAL), 5.5 / 8.0, 0);
+    EXPECT_NEAR(ds_summary_expected_channel(all, DS_REC_CHANNEL_COMMENTARY), 2.0 / 3.0, 0);
+    EXPECT(isnan(ds_summary_expected_channel(all, DS_REC_CHANNEL_OTHER))); // nothing to average
+}
+
+static void hand_run_by_batch(void) {
+    const char *path = tmp_path("hand.h5");
+    EXPECT_OK(write_hand_run(path));
+    struct ds_summary *s = NULL;
+    EXPECT_OK(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s));
+    if (!s) return;
+    EXPECT_EQ_STR(s->rule, "greedy");
+    EXPECT_EQ_INT(s->n_sessions, 1);
+    EXPECT_EQ_INT(s->last_session_status, DS_REC_SESSION_CLOSED);
+    expect_hand_by_batch(s);
+    ds_summary_free(s);
+}
+
+static void hand_run_other_keys(void) {
+    const char *path = tmp_path("hand_keys.h5");
+    EXPECT_OK(write_hand_run(path));
+    struct ds_summary *s = NULL;
+
+    // Turn: turn 0 = r0 + r1 (5 steps, accepted 4 + 5 = 9); turn 1 = r2 (2 steps, accepted 2).
+    EXPECT_OK(ds_summary_compute(path, DS_SUMMARY_BY_TURN, &s));
+    if (s) {
+        EXPECT_EQ_INT(s->n_groups, 2);
+        const struct ds_summary_group *t0 = group_labelled(s, "0"), *t1 = group_labelled(s, "1");
+        EXPECT(t0 && t1);
+        if (t0 && t1) {
+            EXPECT_EQ_INT(t0->requests, 2);
+            EXPECT_NEAR(ds_summary_mean_acceptance_length(t0), 1.0 + 9.0 / 5.0, 0);
+            EXPECT_NEAR(ds_summary_sglang_accept_length(t0), 16.0 / 5.0, 0); // (8 + 8) / (3 + 2)
+            EXPECT_NEAR(ds_summary_mean_acceptance_length(t1), 2.0, 0);      // 1 + 2/2
+        }
+        ds_summary_free(s);
+    }
+
+    // Category, sorted by label: coding = r0 + r2 (5 steps, accepted 4 + 2), math = r1.
+    EXPECT_OK(ds_summary_compute(path, DS_SUMMARY_BY_CATEGORY, &s));
+    if (s) {
+        EXPECT_EQ_INT(s->n_groups, 2);
+        if (s->n_groups == 2) {
+            EXPECT_EQ_STR(s->groups[0].label, "coding");
+            EXPECT_EQ_STR(s->groups[1].label, "math");
+            EXPECT_EQ_INT(s->groups[0].requests, 2);
+            EXPECT_NEAR(ds_summary_mean_acceptance_length(&s->groups[0]), 1.0 + 6.0 / 5.0, 0);
+            EXPECT_NEAR(ds_summary_mean_acceptance_length(&s->groups[1]), 1.0 + 5.0 / 2.0, 0);
+        }
+        ds_summary_free(s);
+    }
+
+    // Step batch: size 1 = r0's three rows + r2's tail row (accepted 3+1+0+2 = 6 over 4 steps,
+    // requests r0, r2); size 2 = (3,2) (3,3) (3,0) (accepted 5 over 3 steps, requests r1, r2).
+    // No SGLang figure for a row-level key.
+    EXPECT_OK(ds_summary_compute(path, DS_SUMMARY_BY_STEP_BATCH, &s));
+    if (s) {
+        const struct ds_summary_group *g1 = group_labelled(s, "1"), *g2 = group_labelled(s, "2");
+        EXPECT(g1 && g2);
+        if (g1 && g2) {
+            EXPECT_EQ_INT(g1->requests, 2);
+            EXPECT_EQ_INT(g1->steps, 4);
+            EXPECT_NEAR(ds_summary_mean_acceptance_length(g1), 2.5, 0);
+            EXPECT_EQ_INT(g2->requests, 2);
+            EXPECT_NEAR(ds_summary_mean_acceptance_length(g2), 1.0 + 5.0 / 3.0, 0);
+            EXPECT(isnan(ds_summary_sglang_accept_length(g1)));
+        }
+        EXPECT_EQ_INT(s->all.requests, 3);
+        ds_summary_free(s);
+    }
+
+    // Position: drafted tokens at 1, 2, 3: 7, 7, 6; accepted where accepted >= position: rows
+    // with accepted >= 1: 5; >= 2: 4; >= 3: 2. Steps do not belong to a position group.
+    EXPECT_OK(ds_summary_compute(path, DS_SUMMARY_BY_POSITION, &s));
+    if (s) {
+        EXPECT_EQ_INT(s->n_groups, 3);
+        if (s->n_groups == 3) {
+            EXPECT_EQ_INT(s->groups[0].drafts, 7);
+            EXPECT_EQ_INT(s->groups[0].drafts_accepted, 5);
+            EXPECT_EQ_INT(s->groups[0].requests, 3);
+            EXPECT_EQ_INT(s->groups[1].drafts, 7);
+            EXPECT_EQ_INT(s->groups[1].drafts_accepted, 4);
+            EXPECT_EQ_INT(s->groups[2].drafts, 6);
+            EXPECT_EQ_INT(s->groups[2].drafts_accepted, 2);
+            EXPECT_EQ_INT(s->groups[2].steps, 0);
+            EXPECT_NEAR(ds_summary_expected(&s->groups[0]), 6.25 / 7.0, 0);
+        }
+        EXPECT_EQ_INT(s->all.steps, 7);
+        ds_summary_free(s);
+    }
+
+    // Channel: only channels that occur, by code: analysis (1), commentary (2), final (3).
+    EXPECT_OK(ds_summary_compute(path, DS_SUMMARY_BY_CHANNEL, &s));
+    if (s) {
+        EXPECT_EQ_INT(s->n_groups, 3);
+        if (s->n_groups == 3) {
+            EXPECT_EQ_STR(s->groups[0].label, "analysis");
+            EXPECT_EQ_STR(s->groups[1].label, "commentary");
+            EXPECT_EQ_STR(s->groups[2].label, "final");
+            EXPECT_EQ_INT(s->groups[2].drafts, 8);
+            EXPECT_EQ_INT(s->groups[2].requests, 2); // r1 and r2
+            EXPECT_NEAR(ds_summary_drafts_rate(&s->groups[2]), 7.0 / 8.0, 0);
+        }
+        ds_summary_free(s);
+    }
+}
+
+// The JSON form carries the same numbers (checked on a few, parsed back with jansson).
+static void json_output(void) {
+    const char *path = tmp_path("hand_json.h5");
+    const char *out = tmp_path("hand.json");
+    EXPECT_OK(write_hand_run(path));
+    struct ds_summary *s = NULL;
+    EXPECT_OK(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s));
+    if (!s) return;
+    FILE *f = fopen(out, "w");
+    EXPECT(f != NULL);
+    if (f) {
+        EXPECT_OK(ds_summary_print_json(s, f));
+        fclose(f);
+    }
+    ds_summary_free(s);
+    json_error_t err;
+    json_t *j = json_load_file(out, 0, &err);
+    EXPECT(j != NULL);
+    if (!j) return;
+    json_t *g = json_array_get(json_object_get(j, "groups"), 1);
+    EXPECT_EQ_STR(json_string_value(json_object_get(j, "by")), "batch");
+    EXPECT_EQ_STR(json_string_value(json_object_get(g, "label")), "2");
+    EXPECT_NEAR(json_real_value(json_object_get(g, "mean_acceptance_length")), 2.75, 0);
+    EXPECT_NEAR(json_real_value(json_object_get(g, "sglang_accept_length")), 3.0, 0);
+    json_t *p3 = json_array_get(json_object_get(g, "positions"), 2);
+    EXPECT_NEAR(json_real_value(json_object_get(p3, "conditional")), 0.5, 0);
+    EXPECT_EQ_INT(json_integer_value(json_array_get(json_object_get(g, "histogram"), 2)), 2);
+    json_t *other = json_array_get(json_object_get(json_object_get(j, "all"), "channels"), 4);
+    EXPECT(json_is_null(json_object_get(other, "rate"))); // 0/0 is null, never NaN in JSON
+    EXPECT_EQ_INT(json_integer_value(json_object_get(json_object_get(j, "rows"), "dropped_drafts")),
+                  3);
+    json_decref(j);
+}
+
+// ---- live and killed files ----
+
+static int read_whole(const char *path, char **buf_out, size_t *n_out) {
+    *buf_out = NULL;
+    *n_out = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (size_t got; buf && (got = fread(buf + n, 1, cap - n, f)) > 0;) {
+        n += got;
+        if (n == cap) {
+            char *bigger = realloc(buf, cap *= 2);
+            if (!bigger) {
+                free(buf);
+                buf = NULL;
+            }
+            buf = bigger;
+        }
+    }
+    fclose(f);
+    if (!buf) return -1;
+    *buf_out = buf;
+    *n_out = n;
+    return 0;
+}
+
+// A writer in a child process flushes the hand run and waits; the summary reads it while it is
+// open for writing, then again after the writer is killed (its "open for write" marks remain):
+// same numbers both times, and the file's bytes are unchanged by reading.
+static void live_and_killed_files(void) {
+    const char *path = tmp_path("live.h5");
+    int pipefd[2];
+    EXPECT(pipe(pipefd) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pipefd[0]);
+        struct ds_run_meta meta = hand_meta();
+        ds_recorder_t *rec = NULL;
+        if (ds_recorder_create(path, &meta, 0, &rec) || append_hand_rows(rec, 1) ||
+            ds_recorder_flush(rec))
+            _exit(92);
+        char b = 1;
+        if (write(pipefd[1], &b, 1) != 1) _exit(93);
+        for (;;)
+            pause();
+    }
+    close(pipefd[1]);
+    char b = 0;
+    EXPECT(read(pipefd[0], &b, 1) == 1);
+    close(pipefd[0]);
+
+    struct ds_summary *s = NULL;
+    EXPECT_OK(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s));
+    if (s) {
+        EXPECT_EQ_INT(s->last_session_status, DS_REC_SESSION_RUNNING);
+        expect_hand_by_batch(s);
+        ds_summary_free(s);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+
+    char *before = NULL, *after = NULL;
+    size_t n_before = 0, n_after = 0;
+    EXPECT(read_whole(path, &before, &n_before) == 0);
+    s = NULL;
+    EXPECT_OK(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s));
+    if (s) {
+        EXPECT_EQ_INT(s->last_session_status, DS_REC_SESSION_RUNNING); // the writer died
+        expect_hand_by_batch(s);
+        ds_summary_free(s);
+    }
+    EXPECT(read_whole(path, &after, &n_after) == 0);
+    EXPECT(before && after && n_before == n_after && !memcmp(before, after, n_before));
+    free(before);
+    free(after);
+}
+
+// ---- bad input ----
+
+static void refuses_bad_files(void) {
+    struct ds_summary *s = NULL;
+    const char *missing = tmp_path("missing.h5");
+    EXPECT_STATUS(ds_summary_compute(missing, DS_SUMMARY_BY_BATCH, &s), DS_ERR_IO);
+    EXPECT_ERROR_HAS("missing.h5: cannot open");
+    EXPECT(s == NULL);
+
+    const char *text = tmp_path("text.h5");
+    FILE *f = fopen(text, "w");
+    if (f) {
+        fputs("not an hdf5 file\n", f);
+        fclose(f);
+    }
+    EXPECT_STATUS(ds_summary_compute(text, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
+    EXPECT_ERROR_HAS("text.h5: not an HDF5 file");
+
+    const char *plain = tmp_path("plain.h5");
+    hid_t h = H5Fcreate(plain, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT(h >= 0);
+    if (h >= 0) H5Fclose(h);
+    EXPECT_STATUS(ds_summary_compute(plain, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
+    EXPECT_ERROR_HAS("plain.h5: not a draftscope run file");
+
+    // Another schema version: a closed run file whose schema_version is rewritten to 2.
+    const char *v2 = tmp_path("v2.h5");
+    EXPECT_OK(write_hand_run(v2));
+    h = H5Fopen(v2, H5F_ACC_RDWR, H5P_DEFAULT);
+    EXPECT(h >= 0);
+    if (h >= 0) {
+        uint32_t two = 2;
+        hid_t a = H5Aopen(h, "schema_version", H5P_DEFAULT);
+        EXPECT(a >= 0 && H5Awrite(a, H5T_NATIVE_UINT32, &two) >= 0);
+        if (a >= 0) H5Aclose(a);
+        H5Fclose(h);
+    }
+    EXPECT_STATUS(ds_summary_compute(v2, DS_SUMMARY_BY_BATCH, &s), DS_ERR_UNSUPPORTED);
+    EXPECT_ERROR_HAS("v2.h5: schema version 2, this build reads version 1");
+
+    EXPECT_STATUS(ds_summary_compute(NULL, DS_SUMMARY_BY_BATCH, &s), DS_ERR_ARG);
+    enum ds_summary_by by;
+    EXPECT_STATUS(ds_summary_by_parse("colour", &by), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("unknown grouping 'colour'");
+    EXPECT_OK(ds_summary_by_parse("step-batch", &by));
+    EXPECT_EQ_INT(by, DS_SUMMARY_BY_STEP_BATCH);
+}
+
+static void refuses_rows_breaking_the_schema(void) {
+    struct ds_run_meta meta = hand_meta();
+    struct ds_summary *s = NULL;
+    ds_recorder_t *rec = NULL;
+    const struct ds_rec_request req = {.request = 0, .batch_size = 1, .steps = 1};
+
+    // accepted > drafted in the second step row.
+    const char *path = tmp_path("bad_step.h5");
+    struct ds_rec_step st[2];
+    memset(st, 0, sizeof st);
+    st[0].drafted = 3;
+    st[0].accepted = 1;
+    st[0].emitted = 2;
+    st[1].drafted = 2;
+    st[1].accepted = 3;
+    EXPECT_OK(ds_recorder_create(path, &meta, 0, &rec));
+    EXPECT_OK(ds_recorder_append_requests(rec, &req, 1));
+    EXPECT_OK(ds_recorder_append_steps(rec, st, 2));
+    EXPECT_OK(ds_recorder_close(rec));
+    EXPECT_STATUS(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
+    EXPECT_ERROR_HAS("bad_step.h5: /steps row 1: drafted 2, accepted 3");
+
+    // A draft at position 4 with K = 3.
+    path = tmp_path("bad_draft.h5");
+    struct ds_rec_draft d;
+    memset(&d, 0, sizeof d);
+    d.position = 4;
+    rec = NULL;
+    EXPECT_OK(ds_recorder_create(path, &meta, 0, &rec));
+    EXPECT_OK(ds_recorder_append_requests(rec, &req, 1));
+    EXPECT_OK(ds_recorder_append_drafts(rec, &d, 1));
+    EXPECT_OK(ds_recorder_close(rec));
+    EXPECT_STATUS(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
+    EXPECT_ERROR_HAS("bad_draft.h5: /drafts row 0: position 4 (1..3)");
+
+    // An empty run (no rows at all) is fine: no groups, every ratio NaN.
+    path = tmp_path("empty.h5");
+    rec = NULL;
+    EXPECT_OK(ds_recorder_create(path, &meta, 0, &rec));
+    EXPECT_OK(ds_recorder_close(rec));
+    EXPECT_OK(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s));
+    if (s) {
+        EXPECT_EQ_INT(s->n_groups, 0);
+        EXPECT(isnan(ds_summary_mean_acceptance_length(&s->all)));
+        ds_summary_free(s);
+    }
+}
+
+// The command's exit codes: 0 for a good file (text and JSON), 1 for a bad file, 2 for usage.
+static void command_exit_codes(void) {
+    const char *path = tmp_path("cmd.h5");
+    EXPECT_OK(write_hand_run(path));
+    char p[600];
+    snprintf(p, sizeof p, "%s", path);
+    // The command prints to stdout; send it to /dev/null for this test and restore it after.
+    fflush(stdout);
+    int saved = dup(1);
+    FILE *null = freopen("/dev/null", "w", stdout);
+    EXPECT(null != NULL);
+    char *a1[] = {"summary", p, NULL};
+    char *a2[] = {"summary", p, "--json", "--by", "category", NULL};
+    char *a3[] = {"summary", p, "--by", "colour", NULL};
+    char *a4[] = {"summary", NULL};
+    char missing[] = "/nonexistent/run.h5";
+    char *a5[] = {"summary", missing, NULL};
+    int r1 = ds_cmd_summary(2, a1), r2 = ds_cmd_summary(5, a2), r3 = ds_cmd_summary(4, a3),
+        r4 = ds_cmd_summary(1, a4), r5 = ds_cmd_summary(2, a5);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    EXPECT_EQ_INT(r1, 0);
+    EXPECT_EQ_INT(r2, 0);
+    EXPECT_EQ_INT(r3, 2);
+    EXPECT_EQ_INT(r4, 2);
+    EXPECT_EQ_INT(r5, 1);
+}
+
+// ---- the realistic sample for the Python tests ----
+
+static uint64_t rng_state;
+
+static double rnd(void) { // splitmix64 -> [0, 1)
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) / 9007199254740992.0;
+}
+
+enum { SAMPLE_CONVS = 10, SAMPLE_K = 3 };
+
+struct seq {
+    int conv, turn, live;
+    uint32_t request, generated, steps, ctx, prompt;
+    uint64_t start_ns;
+};
+
+// One simulated sweep at concurrency B: B sequences in flight, each conversation's turns run one
+// after the other; acceptance falls with position and is lower in the analysis channel; timings
+// grow with the batch. Request r_unfinished (the last of the largest B) gets rows but no
+// /requests row, as a crash would leave it.
+static enum ds_status simulate(ds_recorder_t *rec, uint16_t B, uint64_t *step_id,
+                               uint32_t *next_request, const uint32_t *cats, uint32_t kname[3],
+                               int leave_unfinished) {
+    static const int turns_of[SAMPLE_CONVS] = {1, 2, 1, 1, 2, 1, 1, 2, 1, 1};
+    struct seq seqs[16];
+    int next_conv = 0;
+    enum ds_status st = DS_OK;
+    uint64_t clock_ns = (uint64_t)B * 1000000000ull;
+    memset(seqs, 0, sizeof seqs);
+    for (;;) {
+        int live = 0;
+        for (int i = 0; i < B; i++) {
+            if (!seqs[i].live && next_conv < SAMPLE_CONVS) {
+                seqs[i] = (struct seq){.conv = next_conv++, .turn = 0, .live = 1};
+                seqs[i].request = (*next_request)++;
+                seqs[i].prompt = seqs[i].ctx = 40 + (uint32_t)(rnd() * 200);
+                seqs[i].generated = 1; // the prefill's token
+                seqs[i].start_ns = clock_ns;
+            }
+            live += seqs[i].live;
+        }
+        if (!live) break;
+        uint64_t draft_ns = 300000 + 20000ull * (uint64_t)live;
+        uint64_t verify_ns = 900000 + 60000ull * (uint64_t)live;
+        uint64_t accept_ns = 50000;
+        uint64_t sid = (*step_id)++;
+        for (int i = 0; i < B && !st; i++) {
+            struct seq *q = &seqs[i];
+            if (!q->live) continue;
+            int channel = q->steps < 6   ? DS_REC_CHANNEL_ANALYSIS
+                          : q->steps < 8 ? DS_REC_CHANNEL_HEADER
+                                         : DS_REC_CHANNEL_FINAL;
+            double base = channel == DS_REC_CHANNEL_ANALYSIS ? 0.55 : 0.8;
+            uint8_t accepted = 0, rejected = 0;
+            for (int pos = 1; pos <= SAMPLE_K && !st; pos++) {
+                double alpha = base - 0.1 * (pos - 1) - (q->ctx > 300 ? 0.1 : 0.0);
+                double expected = alpha + 0.1 * (rnd() - 0.5);
+                int acc = !rejected && rnd() < alpha;
+                if (!acc) rejected = 1;
+                accepted += (uint8_t)acc;
+                struct ds_rec_draft d;
+                memset(&d, 0, sizeof d);
+                d.step = sid;
+                d.request = q->request;
+                d.draft_token = (int32_t)(rnd() * 200000);
+                d.target_token = acc ? d.draft_token : (int32_t)(rnd() * 200000);
+                d.q_draft = (float)(0.3 + 0.6 * rnd());
+                d.p_draft = (float)(acc ? 0.5 + 0.5 * rnd() : 0.3 * rnd());
+                d.p_target = (float)(0.4 + 0.6 * rnd());
+                d.margin = (float)(0.5 * rnd());
+                d.expected_accept = (float)(expected < 0 ? 0 : expected > 1 ? 1 : expected);
+                d.entropy_target = (float)(2.0 * rnd());
+                d.entropy_draft = (float)(2.5 * rnd());
+                d.context_len = q->ctx + (uint32_t)pos - 1;
+                d.batch_size = (uint16_t)live;
+                d.position = (uint8_t)pos;
+                d.accepted = (uint8_t)acc;
+                d.channel = (uint8_t)channel;
+                st = ds_recorder_append_drafts(rec, &d, 1);
+            }
+            struct ds_rec_step s;
+            memset(&s, 0, sizeof s);
+            s.step = sid;
+            s.draft_ns = draft_ns;
+            s.verify_ns = verify_ns;
+            s.accept_ns = accept_ns;
+            s.total_ns = draft_ns + verify_ns + accept_ns;
+            s.request = q->request;
+            s.context_len = q->ctx;
+            s.batch_size = (uint16_t)live;
+            s.turn = (uint16_t)q->turn;
+            s.drafted = SAMPLE_K;
+            s.accepted = accepted;
+            s.emitted = (uint8_t)(accepted + 1);
+            for (int l = 0; l < 24; l++)
+                s.distinct_experts[l] = (uint16_t)(4 + rnd() * 12);
+            if (!st) st = ds_recorder_append_steps(rec, &s, 1);
+            q->steps++;
+            q->generated += s.emitted;
+            q->ctx += s.emitted;
+            if (q->steps >= 10 + (uint32_t)(q->conv % 4) * 3) {
+                int unfinished = leave_unfinished && next_conv == SAMPLE_CONVS && q->turn == 0 &&
+                                 q->conv == SAMPLE_CONVS - 1;
+                struct ds_rec_request r;
+                memset(&r, 0, sizeof r);
+                r.start_ns = q->start_ns;
+                r.end_ns = clock_ns + s.total_ns;
+                r.request = q->request;
+                r.dataset_index = (uint32_t)q->conv;
+                r.category = cats[q->conv % 3];
+                r.conversation = cats[3 + q->conv];
+                r.prompt_len = q->prompt;
+                r.generated_len = q->generated;
+                r.steps = q->steps;
+                r.batch_size = B;
+                r.turn = (uint16_t)q->turn;
+                r.stop_reason = q->conv % 5 == 0 ? DS_REC_STOP_MAX_NEW_TOKENS : DS_REC_STOP_RETURN;
+                if (!unfinished && !st) st = ds_recorder_append_requests(rec, &r, 1);
+                if (q->turn + 1 < turns_of[q->conv]) {
+                    q->turn++;
+                    q->request = (*next_request)++;
+                    q->prompt = q->ctx += 20;
+                    q->generated = 1;
+                    q->steps = 0;
+                    q->start_ns = clock_ns;
+                } else {
+                    q->live = 0;
+                }
+            }
+        }
+        // Phase ranges and a few kernels per step.
+        static const uint8_t phases[] = {DS_REC_PHASE_DRAFT_EXTEND, DS_REC_PHASE_DRAFT_STEP,
+                                         DS_REC_PHASE_DRAFT_STEP, DS_REC_PHASE_VERIFY,
+                                         DS_REC_PHASE_ACCEPT};
+        uint64_t dur[] = {draft_ns / 3, draft_ns / 3, draft_ns - 2 * (draft_ns / 3), verify_ns,
+                          accept_ns};
+        uint64_t t = clock_ns;
+        for (int p = 0; p < 5 && !st; p++) {
+            struct ds_rec_range g = {.step = sid,
+                                     .start_ns = t,
+                                     .end_ns = t + dur[p],
+                                     .batch_size = (uint16_t)live,
+                                     .phase = phases[p],
+                                     .draft_step = (uint8_t)(p == 1   ? 1
+                                                             : p == 2 ? 2
+                                                                      : 0)};
+            struct ds_rec_kernel k;
+            memset(&k, 0, sizeof k);
+            k.step = sid;
+            k.start_ns = t + 1000;
+            k.end_ns = t + dur[p] - 1000;
+            k.name = kname[p == 3 ? 1 : p == 4 ? 2 : 0];
+            k.grid_x = 132;
+            k.block_x = 256;
+            k.correlation = (uint32_t)(sid * 8 + (uint64_t)p);
+            k.registers = 64;
+            k.phase = phases[p];
+            k.draft_step = g.draft_step;
+            st = ds_recorder_append_ranges(rec, &g, 1);
+            if (!st) st = ds_recorder_append_kernels(rec, &k, 1);
+            t += dur[p];
+        }
+        clock_ns = t + 10000;
+    }
+    return st;
+}
+
+static int write_sample(const char *path) {
+    static const uint32_t batches[] = {1, 4, 8};
+    struct ds_run_meta meta = hand_meta();
+    meta.command_line = "draftscope run --target tiny-target --draft tiny-draft --k 3 "
+                        "--batch-sizes 1,4,8 --trace kernels";
+    meta.target_path = "models/tiny/target";
+    meta.draft_path = "models/tiny/draft";
+    meta.dataset_path = "tests/data/spec_bench_questions.jsonl";
+    meta.batch_sizes = batches;
+    meta.n_batch_sizes = 3;
+    meta.trace_level = DS_REC_TRACE_KERNELS;
+    ds_recorder_t *rec = NULL;
+    uint32_t cats[3 + SAMPLE_CONVS], kname[3];
+    static const char *cat_names[3] = {"coding", "math", "writing"};
+    rng_state = 12345;
+    unlink(path);
+    enum ds_status st = ds_recorder_create(path, &meta, 0, &rec);
+    for (int i = 0; i < 3 && !st; i++)
+        st = ds_recorder_intern(rec, cat_names[i], &cats[i]);
+    for (int i = 0; i < SAMPLE_CONVS && !st; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "q%03d", 81 + i);
+        st = ds_recorder_intern(rec, id, &cats[3 + i]);
+    }
+    static const char *kernels[3] = {"bf16_gemv_draft", "f32_mxfp4w_moe_matmul_swiglu",
+                                     "f32_topk_softmax_e32_k4"};
+    for (int i = 0; i < 3 && !st; i++)
+        st = ds_recorder_intern(rec, kernels[i], &kname[i]);
+    uint64_t step_id = 0;
+    uint32_t next_request = 0;
+    for (int b = 0; b < 3 && !st; b++)
+        st = simulate(rec, (uint16_t)batches[b], &step_id, &next_request, cats, kname, b == 2);
+    struct ds_run_end end = {.status = DS_REC_SESSION_CLOSED, .trace_overhead = 0.031};
+    if (!st) st = ds_recorder_set_end(rec, &end);
+    enum ds_status cst = ds_recorder_close(rec);
+    if (st || cst) {
+        fprintf(stderr, "write-sample: %s\n", ds_error_last());
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    if (argc == 3 && !strcmp(argv[1], "--write-sample")) return write_sample(argv[2]);
+    if (argc >= 3 && !strcmp(argv[1], "--cmd")) return ds_cmd_summary(argc - 2, argv + 2);
+    snprintf(dir, sizeof dir, "%s/test_summary.%d", DS_BINARY_DIR, (int)getpid());
+    if (mkdir(dir, 0755) && errno != EEXIST) {
+        fprintf(stderr, "cannot create %s\n", dir);
+        return 1;
+    }
+    DS_RUN(hand_run_by_batch);
+    DS_RUN(hand_run_other_keys);
+    DS_RUN(json_output);
+    DS_RUN(live_and_killed_files);
+    DS_RUN(refuses_bad_files);
+    DS_RUN(refuses_rows_breaking_the_schema);
+    DS_RUN(command_exit_codes);
+    int rc = ds_test_end();
+    if (rc == 0) {
+        // Keep the files of a failing run for inspection; remove them otherwise.
+        const char *names[] = {"hand.h5",     "hand_keys.h5", "hand_json.h5", "hand.json",
+                               "live.h5",     "text.h5",      "plain.h5",     "v2.h5",
+                               "bad_step.h5", "bad_draft.h5", "empty.h5",     "cmd.h5"};
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+            unlink(tmp_path(names[i]));
+        rmdir(dir);
+    }
+    return rc;
+}
