@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs everything that needs a GPU, on a machine that has one: builds a release tree, runs the GPU
+# tests (ctest label gpu), then the CPU tests too (they must also pass there), compute-sanitizer
+# memcheck and racecheck over the GPU tests, and the benchmarks. Logs go to the directory given as
+# the first argument (default gpu-logs/). Usage: scripts/gpu-tests.sh [LOGDIR] [--quick]
+set -uo pipefail
+logs=$(mkdir -p "${1:-gpu-logs}" && cd "${1:-gpu-logs}" && pwd)
+quick=${2:-}
+mkdir -p "$logs"
+build=build-gpu
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export PATH=/usr/local/cuda/bin:$PATH
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$logs/gpu.txt" 2>&1
+{ cmake -S . -B $build -DCMAKE_BUILD_TYPE=Release -DDS_WERROR=OFF &&
+  cmake --build $build -j"$(nproc)"; } > "$logs/build.log" 2>&1 || { tail -50 "$logs/build.log"; exit 1; }
+echo "build ok"
+
+(cd $build && ctest -L gpu --output-on-failure -j1) > "$logs/ctest-gpu.log" 2>&1
+echo "gpu tests: $(grep -E 'tests passed|tests failed' "$logs/ctest-gpu.log")"
+grep -E "^\s*[0-9]+/[0-9]+ Test" "$logs/ctest-gpu.log" | sed 's/^ *//'
+
+if [ "$quick" != "--quick" ]; then
+    (cd $build && ctest -L cpu --output-on-failure -j8) > "$logs/ctest-cpu.log" 2>&1
+    echo "cpu tests: $(grep -E 'tests passed|tests failed' "$logs/ctest-cpu.log")"
+    for t in $build/tests/gpu_*; do
+        [ -x "$t" ] || continue
+        n=$(basename "$t")
+        for tool in memcheck racecheck; do
+            timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 "$t" \
+                > "$logs/sanitizer-$tool-$n.log" 2>&1
+            echo "compute-sanitizer $tool $n: rc=$?  $(grep -E 'ERROR SUMMARY|passed' "$logs/sanitizer-$tool-$n.log" | tail -2 | tr '\n' ' ')"
+        done
+    done
+fi
+
+if [ -x $build/profiler/draftscope ] && $build/profiler/draftscope bench --help >/dev/null 2>&1; then
+    $build/profiler/draftscope bench --ops > "$logs/bench-ops.txt" 2>&1
+    echo "bench: $(wc -l < "$logs/bench-ops.txt") lines in bench-ops.txt"
+fi
