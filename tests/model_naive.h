@@ -302,6 +302,14 @@ static inline void nv_draft_run(const ds_safetensors_t *st, const struct ds_draf
     free(resid), free(fb), free(h1), free(z), free(o), free(gt), free(up), free(nn);
 }
 
+// n pseudo-random token ids in 0..511 (the fixtures' vocabulary) from a seed (an LCG).
+static inline void nv_tokens(int n, int32_t *ids, uint32_t seed) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        ids[i] = (int32_t)((seed >> 8) % 512);
+    }
+}
+
 // max |a - b| over n entries, and max |b| (the scale the error is judged against).
 static inline double nv_max_err(const float *a, const double *b, size_t n, double *scale_out) {
     double e = 0, s = 0;

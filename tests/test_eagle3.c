@@ -25,13 +25,6 @@
 
 static struct ds_backend *be;
 
-static void tokens_for(int n, int32_t *ids, uint32_t seed) {
-    for (int i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        ids[i] = (int32_t)((seed >> 8) % 512);
-    }
-}
-
 struct pair {
     ds_gptoss_t *target;
     ds_eagle3_t *draft;
@@ -113,7 +106,7 @@ static void draft_matches_naive(const char *dir, bool own_embed) {
     }
     const int Dv = ds_eagle3_draft_vocab(p.draft);
     int32_t seq[N + STEPS + 1], rows[N];
-    tokens_for(N + STEPS + 1, seq, 3);
+    nv_tokens(N + STEPS + 1, seq, 3);
     for (int i = 0; i < N; i++) rows[i] = i;
     struct ds_attn_seq q = {.row0 = 0, .n_rows = N, .pos0 = 0, .slot = 0};
     struct ds_batch tb = {.n_rows = N, .tokens = seq, .n_seq = 1, .seqs = &q};
@@ -226,7 +219,7 @@ static void run_chain(struct pair *p, int n, const uint32_t *seeds, struct chain
     int lens[4];
     struct ds_chain_seq st[4];
     for (int i = 0; i < n; i++) {
-        tokens_for(PROMPT, out[i].seq, seeds[i]);
+        nv_tokens(PROMPT, out[i].seq, seeds[i]);
         prompts[i] = out[i].seq;
         lens[i] = PROMPT;
         st[i].slot = i;

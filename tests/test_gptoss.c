@@ -23,13 +23,6 @@
 
 static struct ds_backend *be;
 
-static void tokens_for(int n, int32_t *ids, uint32_t seed) {
-    for (int i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        ids[i] = (int32_t)((seed >> 8) % 512);
-    }
-}
-
 static ds_gptoss_t *open_target(int slots, int pos, int rows, int n_aux, const int *aux) {
     struct ds_gptoss_plan p = {.max_slots = slots, .max_pos = pos, .max_rows = rows,
                                .n_aux = n_aux};
@@ -50,7 +43,7 @@ static void prefill_matches_naive(void) {
     const int V = (int)c->vocab_size, H = (int)c->hidden_size, L = (int)c->num_hidden_layers,
               KE = (int)c->num_experts_per_tok;
     int32_t ids[N], rows[N];
-    tokens_for(N, ids, 7);
+    nv_tokens(N, ids, 7);
     for (int i = 0; i < N; i++) rows[i] = i;
     struct ds_attn_seq seq = {.row0 = 0, .n_rows = N, .pos0 = 0, .slot = 0};
     struct ds_batch b = {.n_rows = N, .tokens = ids, .n_seq = 1, .seqs = &seq, .n_logit_rows = N,
@@ -109,7 +102,7 @@ static void decode_matches_naive(void) {
     const struct ds_target_config *c = ds_gptoss_config(m);
     const int V = (int)c->vocab_size;
     int32_t ids[N];
-    tokens_for(N, ids, 11);
+    nv_tokens(N, ids, 11);
     int32_t last = P - 1;
     struct ds_attn_seq seq = {.row0 = 0, .n_rows = P, .pos0 = 0, .slot = 1};
     struct ds_batch b = {.n_rows = P, .tokens = ids, .n_seq = 1, .seqs = &seq, .n_logit_rows = 1,
@@ -151,7 +144,7 @@ static void batch_invariant(void) {
     if (!m) return;
     const int V = (int)ds_gptoss_config(m)->vocab_size;
     int32_t ids[S][64];
-    for (int i = 0; i < S; i++) tokens_for(64, ids[i], 100u + (uint32_t)i);
+    for (int i = 0; i < S; i++) nv_tokens(64, ids[i], 100u + (uint32_t)i);
     // Prefixes, each alone in its own slot.
     for (int i = 0; i < S; i++) {
         if (!prefix[i]) continue;
