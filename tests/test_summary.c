@@ -11,8 +11,9 @@
 // modified), and bad input (missing file, not HDF5, not a run file, another schema version, rows
 // that break the schema), each refused with one line naming the file and the problem.
 //
-// `test_summary --write-sample PATH` writes a larger, realistic run (a seeded simulation of a
-// sweep over batch sizes 1, 4, 8 with categories, turns, channels, timings, ranges and kernels)
+// `test_summary --write-sample PATH [--untraced]` writes a larger, realistic run (a seeded
+// simulation of a sweep over batch sizes 1, 4, 8 with categories, turns, channels, timings,
+// ranges and kernels; --untraced: no timings, no ranges, no kernels)
 // for the Python package's tests, notebook and report; `test_summary --cmd summary RUN.h5 [...]`
 // runs ds_cmd_summary on the arguments from "summary" on (the `draftscope summary` entry point)
 // for tests that need the command before it is wired into the draftscope executable.
@@ -634,7 +635,7 @@ struct seq {
 // /requests row, as a crash would leave it.
 static enum ds_status simulate(ds_recorder_t *rec, uint16_t B, uint64_t *step_id,
                                uint32_t *next_request, const uint32_t *cats, uint32_t kname[3],
-                               int leave_unfinished) {
+                               int leave_unfinished, int traced) {
     static const int turns_of[SAMPLE_CONVS] = {1, 2, 1, 1, 2, 1, 1, 2, 1, 1};
     struct seq seqs[16];
     int next_conv = 0;
@@ -654,9 +655,9 @@ static enum ds_status simulate(ds_recorder_t *rec, uint16_t B, uint64_t *step_id
             live += seqs[i].live;
         }
         if (!live) break;
-        uint64_t draft_ns = 300000 + 20000ull * (uint64_t)live;
-        uint64_t verify_ns = 900000 + 60000ull * (uint64_t)live;
-        uint64_t accept_ns = 50000;
+        uint64_t draft_ns = traced ? 300000 + 20000ull * (uint64_t)live : 0;
+        uint64_t verify_ns = traced ? 900000 + 60000ull * (uint64_t)live : 0;
+        uint64_t accept_ns = traced ? 50000 : 0;
         uint64_t sid = (*step_id)++;
         for (int i = 0; i < B && !st; i++) {
             struct seq *q = &seqs[i];
@@ -749,7 +750,7 @@ static enum ds_status simulate(ds_recorder_t *rec, uint16_t B, uint64_t *step_id
         uint64_t dur[] = {draft_ns / 3, draft_ns / 3, draft_ns - 2 * (draft_ns / 3), verify_ns,
                           accept_ns};
         uint64_t t = clock_ns;
-        for (int p = 0; p < 5 && !st; p++) {
+        for (int p = 0; p < 5 && !st && traced; p++) {
             struct ds_rec_range g = {.step = sid,
                                      .start_ns = t,
                                      .end_ns = t + dur[p],
@@ -779,7 +780,7 @@ static enum ds_status simulate(ds_recorder_t *rec, uint16_t B, uint64_t *step_id
     return st;
 }
 
-static int write_sample(const char *path) {
+static int write_sample(const char *path, int traced) {
     static const uint32_t batches[] = {1, 4, 8};
     struct ds_run_meta meta = hand_meta();
     meta.command_line = "draftscope run --target tiny-target --draft tiny-draft --k 3 "
@@ -789,7 +790,7 @@ static int write_sample(const char *path) {
     meta.dataset_path = "tests/data/spec_bench_questions.jsonl";
     meta.batch_sizes = batches;
     meta.n_batch_sizes = 3;
-    meta.trace_level = DS_REC_TRACE_KERNELS;
+    meta.trace_level = traced ? DS_REC_TRACE_KERNELS : DS_REC_TRACE_OFF;
     ds_recorder_t *rec = NULL;
     uint32_t cats[3 + SAMPLE_CONVS], kname[3];
     static const char *cat_names[3] = {"coding", "math", "writing"};
@@ -810,8 +811,10 @@ static int write_sample(const char *path) {
     uint64_t step_id = 0;
     uint32_t next_request = 0;
     for (int b = 0; b < 3 && !st; b++)
-        st = simulate(rec, (uint16_t)batches[b], &step_id, &next_request, cats, kname, b == 2);
-    struct ds_run_end end = {.status = DS_REC_SESSION_CLOSED, .trace_overhead = 0.031};
+        st = simulate(rec, (uint16_t)batches[b], &step_id, &next_request, cats, kname, b == 2,
+                      traced);
+    struct ds_run_end end = {.status = DS_REC_SESSION_CLOSED,
+                             .trace_overhead = traced ? 0.031 : NAN};
     if (!st) st = ds_recorder_set_end(rec, &end);
     enum ds_status cst = ds_recorder_close(rec);
     if (st || cst) {
@@ -821,9 +824,46 @@ static int write_sample(const char *path) {
     return 0;
 }
 
+// `test_summary --write-live PATH`: a writer that a reader can watch grow. Writes and flushes the
+// hand run without its /requests rows and prints "ready"; at each line read from stdin, appends
+// and flushes the next part (first the requests, then again a copy of every step and draft row)
+// and prints "ready" again; closes at the end of input.
+static int write_live(const char *path) {
+    struct ds_run_meta meta = hand_meta();
+    ds_recorder_t *rec = NULL;
+    char line[64];
+    const struct ds_rec_request reqs[] = {
+        {.request = 0, .generated_len = 8, .steps = 3, .batch_size = 1},
+        {.request = 1, .generated_len = 8, .steps = 2, .batch_size = 2},
+        {.request = 2, .generated_len = 4, .steps = 2, .batch_size = 2, .turn = 1},
+    };
+    unlink(path);
+    enum ds_status st = ds_recorder_create(path, &meta, 0, &rec);
+    if (!st) st = append_hand_rows(rec, 0);
+    if (!st) st = ds_recorder_flush(rec);
+    for (int part = 0; !st; part++) {
+        printf("ready\n");
+        fflush(stdout);
+        if (!fgets(line, sizeof line, stdin)) break;
+        if (part == 0)
+            st = ds_recorder_append_requests(rec, reqs, 3);
+        else
+            st = append_hand_rows(rec, 0);
+        if (!st) st = ds_recorder_flush(rec);
+    }
+    enum ds_status cst = ds_recorder_close(rec);
+    if (st || cst) {
+        fprintf(stderr, "write-live: %s\n", ds_error_last());
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    if (argc == 3 && !strcmp(argv[1], "--write-sample")) return write_sample(argv[2]);
+    if (argc >= 3 && !strcmp(argv[1], "--write-sample"))
+        return write_sample(argv[2], !(argc == 4 && !strcmp(argv[3], "--untraced")));
+    if (argc == 3 && !strcmp(argv[1], "--write-live")) return write_live(argv[2]);
     if (argc >= 3 && !strcmp(argv[1], "--cmd")) return ds_cmd_summary(argc - 2, argv + 2);
     snprintf(dir, sizeof dir, "%s/test_summary.%d", DS_BINARY_DIR, (int)getpid());
     if (mkdir(dir, 0755) && errno != EEXIST) {

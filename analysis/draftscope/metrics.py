@@ -1,0 +1,477 @@
+"""The metrics of docs/metrics.md, by any grouping, with bootstrap confidence intervals.
+
+Every metric is a ratio of sums over rows (plus a constant for the acceptance length), so it is
+computed from per-request sums: this makes the grouped value, the bootstrap over requests and the
+comparison of two runs one piece of code.
+
+Grouping keys (`by`):
+  "batch"       the sweep's concurrency B of the request (requests.batch_size)   request-level
+  "turn"        the request's turn                                               request-level
+  "category"    the request's dataset category ("(none)" when empty)             request-level
+  "step-batch"  the row's own batch_size (sequences in the step)                 row-level
+  "position"    drafts.position                                      row-level, drafts only
+  "channel"     drafts.channel                                       row-level, drafts only
+  "context"     context-length bucket of the row (steps/drafts.context_len)      row-level
+`summary_dict(run, by)` (all keys but "context") returns exactly what `draftscope summary --json`
+prints; a test compares the two on the same file.
+"""
+import math
+
+import numpy as np
+import pandas as pd
+
+from . import schema
+
+REQUEST_KEYS = ("batch", "turn", "category")
+ROW_KEYS = ("step-batch", "position", "channel", "context")
+DRAFT_ONLY_KEYS = ("position", "channel")
+DEFAULT_CONTEXT_BINS = (0, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+
+# metric name -> (table, numerator, denominator, constant added)
+METRICS = {
+    "mean_acceptance_length": ("steps", "accepted", "one", 1.0),
+    "draft_acceptance_rate": ("steps", "accepted", "drafted", 0.0),
+    "emitted_per_step": ("steps", "emitted", "one", 0.0),
+    "sglang_accept_length": ("requests", "generated_len", "steps", 0.0),
+    "joint": ("steps", "at_least", "one", 0.0),            # needs position=i
+    "conditional": ("steps", "at_least", "reached", 0.0),  # needs position=i
+    "drafts_rate": ("drafts", "accepted", "one", 0.0),     # position=i optional
+    "expected_acceptance": ("drafts", "expected_accept", "one", 0.0),  # position=i optional
+}
+METRIC_LABELS = {
+    "mean_acceptance_length": "mean acceptance length τ (1 + accepted/steps)",
+    "draft_acceptance_rate": "draft acceptance rate (accepted/drafted)",
+    "emitted_per_step": "tokens emitted per step",
+    "sglang_accept_length": "SGLang accept length (completion tokens/verify steps)",
+    "joint": "joint acceptance P(accepted ≥ i)",
+    "conditional": "conditional acceptance (n-α)",
+    "drafts_rate": "acceptance of drafted tokens",
+    "expected_acceptance": "expected acceptance Σ min(p, q)",
+}
+
+
+def _check_by(by):
+    if by not in REQUEST_KEYS + ROW_KEYS:
+        raise ValueError(f"unknown grouping {by!r} (one of {', '.join(REQUEST_KEYS + ROW_KEYS)})")
+
+
+def _bucket_labels(edges):
+    labels = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        labels.append(f"[{lo}, {hi})")
+    labels.append(f"≥{edges[-1]}")
+    return labels
+
+
+def _context_bucket(ctx, bins):
+    edges = np.asarray(bins, dtype=np.int64)
+    idx = np.searchsorted(edges, np.asarray(ctx, dtype=np.int64), side="right") - 1
+    return np.clip(idx, 0, len(edges) - 1)
+
+
+def _request_key(requests, by):
+    if by == "batch":
+        return requests["batch_size"].to_numpy().astype(np.int64)
+    if by == "turn":
+        return requests["turn"].to_numpy().astype(np.int64)
+    names = requests["category_name"].to_numpy()
+    return np.array([n if n else "(none)" for n in names], dtype=object)
+
+
+def _row_key(run, table, by, bins):
+    """The group key of every row of run.steps or run.drafts (None: the row has no such key)."""
+    df = getattr(run, table)
+    if by in REQUEST_KEYS:
+        rk = pd.Series(_request_key(run.requests, by), index=run.requests["request"].to_numpy())
+        return rk.reindex(df["request"].to_numpy()).to_numpy()
+    if by == "step-batch":
+        return df["batch_size"].to_numpy().astype(np.int64)
+    if by == "context":
+        return _context_bucket(df["context_len"].to_numpy(), bins)
+    if table == "steps":
+        return None  # position and channel are draft-only keys
+    if by == "position":
+        return df["position"].to_numpy().astype(np.int64)
+    return df["channel"].cat.codes.to_numpy().astype(np.int64)
+
+
+def _label(by, key, bins):
+    if by == "channel":
+        return schema.ENUMS["channel"][int(key)]
+    if by == "category":
+        return str(key)
+    if by == "context":
+        return _bucket_labels(list(bins))[int(key)]
+    return str(int(key))
+
+
+def _sorted_keys(keys, by):
+    keys = list(keys)
+    return sorted(keys) if by == "category" else sorted(keys, key=int)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sums of one group (the same counts the C summary keeps).
+
+def _nan_ratio(num, den):
+    return float(num) / float(den) if den > 0 else float("nan")
+
+
+def _group_sums(k, steps, drafts, requests):
+    """Counts of one group from its rows (DataFrames; requests None for row-level keys)."""
+    acc = steps["accepted"].to_numpy().astype(np.int64)
+    drf = steps["drafted"].to_numpy().astype(np.int64)
+    g = {
+        "steps": len(steps), "drafted": int(drf.sum()), "accepted": int(acc.sum()),
+        "emitted": int(steps["emitted"].to_numpy().astype(np.int64).sum()),
+        "nonfinite": int((steps["nonfinite"].to_numpy() != 0).sum()),
+        "hist": np.bincount(acc, minlength=k + 1)[: k + 1].astype(np.int64),
+        "reached": np.zeros(k + 1, dtype=np.int64),
+    }
+    for i in range(1, k + 1):
+        g["reached"][i] = int(((drf >= i) & (acc >= i - 1)).sum())
+    if requests is not None:
+        g["req_generated"] = int(requests["generated_len"].to_numpy().astype(np.int64).sum())
+        g["req_steps"] = int(requests["steps"].to_numpy().astype(np.int64).sum())
+    else:
+        g["req_generated"] = g["req_steps"] = 0
+    pos = drafts["position"].to_numpy().astype(np.int64)
+    dac = drafts["accepted"].to_numpy().astype(np.int64)
+    exp = drafts["expected_accept"].to_numpy().astype(np.float64)
+    ch = drafts["channel"].cat.codes.to_numpy().astype(np.int64)
+    nch = len(schema.ENUMS["channel"])
+    g.update({
+        "drafts": len(drafts), "drafts_accepted": int(dac.sum()), "drafts_expected": exp.sum(),
+        "pos_drafts": np.bincount(pos, minlength=k + 1)[: k + 1],
+        "pos_accepted": np.bincount(pos, weights=dac, minlength=k + 1)[: k + 1],
+        "pos_expected": np.bincount(pos, weights=exp, minlength=k + 1)[: k + 1],
+        "ch_drafts": np.bincount(ch, minlength=nch)[:nch],
+        "ch_accepted": np.bincount(ch, weights=dac, minlength=nch)[:nch],
+        "ch_expected": np.bincount(ch, weights=exp, minlength=nch)[:nch],
+    })
+    return g
+
+
+def _num(v):
+    """JSON-like number: None for NaN (as the C summary prints null)."""
+    v = float(v)
+    return None if math.isnan(v) or math.isinf(v) else v
+
+
+def _group_dict(k, key, label, n_requests, g):
+    at_least = np.cumsum(g["hist"][::-1])[::-1]  # rows with accepted >= j
+    d = {
+        "key": key, "label": label, "requests": int(n_requests),
+        "steps": g["steps"], "drafted": g["drafted"], "accepted": g["accepted"],
+        "emitted": g["emitted"], "nonfinite": g["nonfinite"],
+        "completion_tokens": g["req_generated"], "request_steps": g["req_steps"],
+        "mean_acceptance_length": _num(1.0 + g["accepted"] / g["steps"]) if g["steps"] else None,
+        "sglang_accept_length": _num(_nan_ratio(g["req_generated"], g["req_steps"])),
+        "emitted_per_step": _num(_nan_ratio(g["emitted"], g["steps"])),
+        "draft_acceptance_rate": _num(_nan_ratio(g["accepted"], g["drafted"])),
+        "histogram": [int(x) for x in g["hist"]],
+        "positions": [],
+        "drafts": {
+            "rows": g["drafts"], "accepted": g["drafts_accepted"],
+            "rate": _num(_nan_ratio(g["drafts_accepted"], g["drafts"])),
+            "expected": _num(_nan_ratio(g["drafts_expected"], g["drafts"])),
+        },
+        "channels": [],
+    }
+    for i in range(1, k + 1):
+        d["positions"].append({
+            "position": i,
+            "joint": _num(_nan_ratio(at_least[i], g["steps"])),
+            "conditional": _num(_nan_ratio(at_least[i], g["reached"][i])),
+            "reached": int(g["reached"][i]),
+            "drafts": int(g["pos_drafts"][i]),
+            "drafts_accepted": int(g["pos_accepted"][i]),
+            "drafts_rate": _num(_nan_ratio(g["pos_accepted"][i], g["pos_drafts"][i])),
+            "expected": _num(_nan_ratio(g["pos_expected"][i], g["pos_drafts"][i])),
+        })
+    for c, name in enumerate(schema.ENUMS["channel"]):
+        d["channels"].append({
+            "channel": name, "drafts": int(g["ch_drafts"][c]),
+            "accepted": int(g["ch_accepted"][c]),
+            "rate": _num(_nan_ratio(g["ch_accepted"][c], g["ch_drafts"][c])),
+            "expected": _num(_nan_ratio(g["ch_expected"][c], g["ch_drafts"][c])),
+        })
+    return d
+
+
+def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
+    """The summary as `draftscope summary --json` prints it (see docs/metrics.md)."""
+    _check_by(by)
+    k = run.k
+    steps, drafts, requests = run.steps, run.drafts, run.requests
+    skey = _row_key(run, "steps", by, context_bins)
+    dkey = _row_key(run, "drafts", by, context_bins)
+    if by in REQUEST_KEYS:
+        rkey = _request_key(requests, by)
+        keys = set(rkey.tolist())
+    else:
+        keys = set(dkey.tolist())
+        if skey is not None:
+            keys |= set(skey.tolist())
+    cat_id = {}
+    if by == "category":  # the C summary's key is the category's string id
+        for name, sid in zip(requests["category_name"], requests["category"]):
+            cat_id[name if name else "(none)"] = int(sid)
+    groups = []
+    for key in _sorted_keys(keys, by):
+        s = steps[skey == key] if skey is not None else steps.iloc[:0]
+        d = drafts[dkey == key]
+        if by in REQUEST_KEYS:
+            r = requests[rkey == key]
+            n_req = len(r)
+        else:
+            r = None
+            n_req = len(set(s["request"].tolist()) | set(d["request"].tolist()))
+        g = _group_sums(k, s, d, r)
+        out_key = cat_id[key] if by == "category" else int(key)
+        groups.append(_group_dict(k, out_key, _label(by, key, context_bins), n_req, g))
+    all_g = _group_sums(k, steps, drafts, requests)
+    meta = run.meta
+    status = run.sessions["status"].iloc[-1] if len(run.sessions) else "running"
+    return {
+        "file": run.path,
+        "schema_version": int(meta.get("schema_version")),
+        "by": by,
+        "run": {
+            "rule": meta.get("rule", ""), "k": k,
+            "temperature": _num(meta.get("temperature", float("nan"))),
+            "top_p": _num(meta.get("top_p", float("nan"))),
+            "seed": int(meta.get("seed", 0)), "tool_version": meta.get("tool_version", ""),
+            "git_commit": meta.get("git_commit", ""), "gpu_name": meta.get("gpu_name", ""),
+            "sessions": len(run.sessions), "last_session_status": str(status),
+        },
+        "rows": {
+            "steps": len(steps) + run.dropped["steps"] * (not run.keep_unfinished),
+            "drafts": len(drafts) + run.dropped["drafts"] * (not run.keep_unfinished),
+            "requests": len(requests),
+            "dropped_steps": run.dropped["steps"], "dropped_drafts": run.dropped["drafts"],
+        },
+        "groups": groups,
+        "all": _group_dict(k, None, "all", len(requests), all_g),
+    }
+
+
+def summary(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
+    """The summary as a DataFrame: one row per group and a last row "all"."""
+    d = summary_dict(run, by, context_bins)
+    rows = []
+    for g in d["groups"] + [d["all"]]:
+        row = {by: g["label"], "requests": g["requests"], "steps": g["steps"],
+               "drafts": g["drafts"]["rows"],
+               "mean_acceptance_length": g["mean_acceptance_length"],
+               "sglang_accept_length": g["sglang_accept_length"],
+               "draft_acceptance_rate": g["draft_acceptance_rate"],
+               "drafts_rate": g["drafts"]["rate"], "expected": g["drafts"]["expected"]}
+        for p in g["positions"]:
+            i = p["position"]
+            row[f"joint_{i}"] = p["joint"]
+            row[f"conditional_{i}"] = p["conditional"]
+            row[f"expected_{i}"] = p["expected"]
+        rows.append(row)
+    return pd.DataFrame(rows).set_index(by).astype(
+        {c: float for c in rows[0] if c not in (by, "requests", "steps", "drafts")})
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-request sums and the bootstrap.
+
+def _row_terms(run, metric, position):
+    """(table name, frame, numerator array, denominator array, constant) for a metric."""
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r} (one of {', '.join(METRICS)})")
+    table, num, den, const = METRICS[metric]
+    if metric in ("joint", "conditional") and position is None:
+        raise ValueError(f"metric {metric!r} needs position=i (1..K)")
+    if position is not None and not 1 <= int(position) <= run.k:
+        raise ValueError(f"position {position} outside 1..{run.k}")
+    df = getattr(run, table)
+    if table == "drafts" and position is not None:
+        df = df[df["position"] == int(position)]
+    n = len(df)
+    if num == "at_least":
+        numer = (df["accepted"].to_numpy() >= position).astype(np.float64)
+    else:
+        numer = df[num].to_numpy().astype(np.float64)
+    if den == "one":
+        denom = np.ones(n)
+    elif den == "reached":
+        denom = ((df["drafted"].to_numpy() >= position) &
+                 (df["accepted"].to_numpy().astype(np.int64) >= position - 1)).astype(np.float64)
+    else:
+        denom = df[den].to_numpy().astype(np.float64)
+    return table, df, numer, denom, const
+
+
+def request_sums(run, metric, by="batch", position=None, context_bins=DEFAULT_CONTEXT_BINS):
+    """Per (request, group) sums of a metric's numerator and denominator.
+
+    Returns (keys, labels, request ids, num[n_requests, n_groups], den[n_requests, n_groups],
+    constant, request group index or None). For request-level keys each request lies in one group
+    (its index is returned, so the bootstrap can resample within groups).
+    """
+    _check_by(by)
+    table, df, numer, denom, const = _row_terms(run, metric, position)
+    if table == "requests":
+        if by not in REQUEST_KEYS:
+            raise ValueError(f"metric {metric!r} is per request: group it by "
+                             f"{', '.join(REQUEST_KEYS)}")
+        rowkey = _request_key(run.requests, by)
+    elif table == "steps" and by in DRAFT_ONLY_KEYS:
+        raise ValueError(f"metric {metric!r} comes from steps, which have no {by}")
+    else:
+        if by in REQUEST_KEYS:
+            rk = pd.Series(_request_key(run.requests, by),
+                           index=run.requests["request"].to_numpy())
+            rowkey = rk.reindex(df["request"].to_numpy()).to_numpy()
+        elif by == "step-batch":
+            rowkey = df["batch_size"].to_numpy().astype(np.int64)
+        elif by == "context":
+            rowkey = _context_bucket(df["context_len"].to_numpy(), context_bins)
+        elif by == "position":
+            rowkey = df["position"].to_numpy().astype(np.int64)
+        else:
+            rowkey = df["channel"].cat.codes.to_numpy().astype(np.int64)
+    req_ids = run.requests["request"].to_numpy()
+    req_index = pd.Series(np.arange(len(req_ids)), index=req_ids)
+    ri = req_index.reindex(df["request"].to_numpy()).to_numpy()
+    if by in REQUEST_KEYS:
+        req_key = _request_key(run.requests, by)
+        keys = _sorted_keys(set(req_key.tolist()), by)
+    else:
+        keys = _sorted_keys(set(np.asarray(rowkey).tolist()), by)
+    kpos = {key: j for j, key in enumerate(keys)}
+    gi = np.array([kpos[x] for x in np.asarray(rowkey).tolist()], dtype=np.int64)
+    n_req, n_g = len(req_ids), len(keys)
+    num = np.zeros((n_req, n_g))
+    den = np.zeros((n_req, n_g))
+    if len(df):
+        flat = ri.astype(np.int64) * n_g + gi
+        num = np.bincount(flat, weights=numer, minlength=n_req * n_g).reshape(n_req, n_g)
+        den = np.bincount(flat, weights=denom, minlength=n_req * n_g).reshape(n_req, n_g)
+    group_of_request = None
+    if by in REQUEST_KEYS:
+        group_of_request = np.array([kpos[x] for x in req_key.tolist()], dtype=np.int64)
+    labels = [_label(by, key, context_bins) for key in keys]
+    return keys, labels, req_ids, num, den, const, group_of_request
+
+
+def _bootstrap_weights(rng, n_boot, members):
+    """(n_boot, len(members)) counts of each member in a resample of len(members) of them."""
+    m = len(members)
+    if m == 0:
+        return np.zeros((n_boot, 0))
+    idx = rng.integers(0, m, size=(n_boot, m))
+    flat = idx + (np.arange(n_boot) * m)[:, None]
+    return np.bincount(flat.ravel(), minlength=n_boot * m).reshape(n_boot, m).astype(np.float64)
+
+
+def _replicates(sums, n_boot, rng):
+    """Bootstrap replicates (n_boot, n_groups) of a metric from request_sums' output."""
+    keys, _, req_ids, num, den, const, group_of_request = sums
+    n_g = len(keys)
+    out = np.full((n_boot, n_g), np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if group_of_request is not None:
+            # Request-level key: resample each group's own requests (its size stays fixed).
+            for j in range(n_g):
+                members = np.flatnonzero(group_of_request == j)
+                w = _bootstrap_weights(rng, n_boot, members)
+                out[:, j] = const + (w @ num[members, j]) / (w @ den[members, j])
+        else:
+            w = _bootstrap_weights(rng, n_boot, np.arange(len(req_ids)))
+            out[:] = const + (w @ num) / (w @ den)
+    return out
+
+
+def metric_ci(run, metric, by="batch", position=None, n_boot=1000, seed=0, level=0.95,
+              context_bins=DEFAULT_CONTEXT_BINS):
+    """A metric per group with a percentile bootstrap interval over requests (seeded).
+
+    Returns a DataFrame indexed by group label: value, lo, hi, requests (requests with rows in the
+    group), n (denominator: rows or drafted tokens).
+    """
+    sums = request_sums(run, metric, by, position, context_bins)
+    keys, labels, _, num, den, const, _ = sums
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value = const + num.sum(axis=0) / den.sum(axis=0)
+    reps = _replicates(sums, n_boot, np.random.default_rng(seed))
+    a = (1 - level) / 2
+    with np.errstate(invalid="ignore"):
+        lo = np.nanquantile(reps, a, axis=0) if len(keys) and n_boot else np.full(len(keys), np.nan)
+        hi = np.nanquantile(reps, 1 - a, axis=0) if len(keys) and n_boot else np.full(len(keys), np.nan)
+    return pd.DataFrame({
+        by: labels, "value": value, "lo": lo, "hi": hi,
+        "requests": (den > 0).sum(axis=0), "n": den.sum(axis=0),
+    }).set_index(by)
+
+
+def compare(run_a, run_b, metric, by="batch", position=None, n_boot=1000, seed=0, level=0.95,
+            context_bins=DEFAULT_CONTEXT_BINS):
+    """Compares a metric between two runs (two drafts, two aux-layer settings, ...).
+
+    Each run's requests are resampled independently; the interval is the percentile interval of
+    the replicate differences b - a. Returns a DataFrame indexed by the groups both runs have:
+    a, b, diff, lo, hi.
+    """
+    sa = request_sums(run_a, metric, by, position, context_bins)
+    sb = request_sums(run_b, metric, by, position, context_bins)
+    rng = np.random.default_rng(seed)
+    ra, rb = _replicates(sa, n_boot, rng), _replicates(sb, n_boot, rng)
+    rows = []
+    alpha = (1 - level) / 2
+    for ja, label in enumerate(sa[1]):
+        if label not in sb[1]:
+            continue
+        jb = sb[1].index(label)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            va = sa[5] + sa[3][:, ja].sum() / sa[4][:, ja].sum()
+            vb = sb[5] + sb[3][:, jb].sum() / sb[4][:, jb].sum()
+        d = rb[:, jb] - ra[:, ja]
+        d = d[~np.isnan(d)]
+        lo, hi = (np.quantile(d, alpha), np.quantile(d, 1 - alpha)) if len(d) else (np.nan,) * 2
+        rows.append({by: label, "a": va, "b": vb, "diff": vb - va, "lo": lo, "hi": hi})
+    return pd.DataFrame(rows, columns=[by, "a", "b", "diff", "lo", "hi"]).set_index(by)
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers for plots and notebooks.
+
+def per_position(run, by="batch", n_boot=200, seed=0):
+    """Joint and conditional acceptance and mean expected acceptance per (group, position)."""
+    rows = []
+    for i in range(1, run.k + 1):
+        j = metric_ci(run, "joint", by, position=i, n_boot=n_boot, seed=seed)
+        c = metric_ci(run, "conditional", by, position=i, n_boot=n_boot, seed=seed)
+        e = metric_ci(run, "expected_acceptance", by, position=i, n_boot=0, seed=seed)
+        for label in j.index:
+            rows.append({by: label, "position": i, "joint": j.at[label, "value"],
+                         "joint_lo": j.at[label, "lo"], "joint_hi": j.at[label, "hi"],
+                         "conditional": c.at[label, "value"], "conditional_lo": c.at[label, "lo"],
+                         "conditional_hi": c.at[label, "hi"],
+                         "expected": e["value"].get(label, np.nan)})
+    return pd.DataFrame(rows)
+
+
+def reached_drafts(run):
+    """run.drafts with a column `reached`: the draft was evaluated (every earlier draft of its
+    chain was accepted), from the step row of the same (step, request)."""
+    d = run.drafts
+    s = run.steps[["step", "request", "accepted"]].rename(columns={"accepted": "step_accepted"})
+    m = d.merge(s, on=["step", "request"], how="left")
+    m["reached"] = m["position"].astype(np.int64) <= m["step_accepted"].fillna(-1) + 1
+    return m
+
+
+def step_times(run, by="batch"):
+    """Mean per-step phase times (ns) per group, one row per step (phase times are per step)."""
+    s = run.steps
+    if not len(s) or not (s["total_ns"] > 0).any():
+        return pd.DataFrame(columns=["draft_ns", "verify_ns", "accept_ns", "total_ns"])
+    col = "sweep_batch" if by == "batch" else "batch_size"
+    one = s.drop_duplicates("step")
+    return one.groupby(col)[["draft_ns", "verify_ns", "accept_ns", "total_ns"]].mean()

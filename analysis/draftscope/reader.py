@@ -1,0 +1,242 @@
+"""Reading a run file into pandas DataFrames (docs/hdf5-schema.md).
+
+`open(path)` returns a `Run`. The file is opened read-only in SWMR mode, so a run that is still
+being written, or whose writer died, is read as it is; `Run.refresh()` picks up rows flushed since.
+Nothing is ever written to the file.
+
+Tables (DataFrames, one row per record, fields as in the schema):
+  steps, drafts        rows of finished requests only (rows whose request has no /requests row
+                       belong to a request still running or cut short by a crash: the schema says
+                       readers drop them; `Run.dropped` counts them, `keep_unfinished=True` keeps
+                       them)
+  requests, kernels, ranges, sessions, strings
+Enum fields (channel, stop_reason, phase, status, trace_level) are pandas Categoricals of their
+names, in code order. Joined columns, for grouping:
+  steps, drafts:  sweep_batch (the request's concurrency B), category_name, turn (drafts)
+  requests:       category_name, conversation_name
+  kernels:        kernel_name
+`Run.experts` is steps.distinct_experts as an (n_steps, 64) array aligned with `Run.steps`.
+"""
+import os
+
+import h5py
+import numpy as np
+import pandas as pd
+
+from . import schema
+
+
+class DraftscopeFormatError(ValueError):
+    """The file is not a run file this package can read; the message names the file and why."""
+
+
+def _decode(v):
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, np.ndarray):
+        return v.tolist() if v.ndim else v.item()
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def _check_table(path, name, dset):
+    want = schema.TABLES[name]
+    dt = dset.dtype
+    if dt.names is None:
+        raise DraftscopeFormatError(f"{path}: table /{name} is not a table of records")
+    names = list(dt.names)
+    missing = [f for f, _, _ in want if f not in names]
+    if missing:
+        raise DraftscopeFormatError(
+            f"{path}: table /{name} lacks field(s) {', '.join(missing)} "
+            f"(this package reads schema version {schema.SCHEMA_VERSION})")
+    for field, code, _ in want:
+        got = dt.fields[field][0]
+        base = got.base if got.subdtype is None else got.subdtype[0]
+        want_dt = np.dtype(code)
+        want_base = want_dt if want_dt.subdtype is None else want_dt.subdtype[0]
+        if base.kind != want_base.kind or base.itemsize != want_base.itemsize or \
+                got.shape != want_dt.shape:
+            raise DraftscopeFormatError(
+                f"{path}: /{name}.{field} has type {got}, expected {want_dt}")
+
+
+class Run:
+    """An open run file. Use as a context manager or call close()."""
+
+    def __init__(self, path, keep_unfinished=False):
+        self.path = os.fspath(path)
+        self.keep_unfinished = keep_unfinished
+        if not os.path.exists(self.path):
+            raise FileNotFoundError(f"{self.path}: no such file")
+        if not h5py.is_hdf5(self.path):
+            raise DraftscopeFormatError(f"{self.path}: not an HDF5 file")
+        try:
+            self._f = h5py.File(self.path, "r", libver="latest", swmr=True)
+        except OSError:
+            # Files not written in the latest format only open without SWMR.
+            self._f = h5py.File(self.path, "r")
+        try:
+            self._read_meta()
+            self._raw = {}
+            for name in schema.TABLES:
+                if name not in self._f:
+                    raise DraftscopeFormatError(
+                        f"{self.path}: not a draftscope run file: no table /{name}")
+                _check_table(self.path, name, self._f[name])
+                self._raw[name] = self._f[name][()]
+            self._build()
+        except Exception:
+            self._f.close()
+            raise
+
+    # ---- metadata ----
+
+    def _read_meta(self):
+        a = self._f.attrs
+        if _decode(a.get("schema")) != schema.SCHEMA_NAME:
+            raise DraftscopeFormatError(
+                f"{self.path}: not a draftscope run file (no schema attribute "
+                f"\"{schema.SCHEMA_NAME}\")")
+        version = _decode(a.get("schema_version"))
+        if version != schema.SCHEMA_VERSION:
+            raise DraftscopeFormatError(
+                f"{self.path}: schema version {version}, this package reads version "
+                f"{schema.SCHEMA_VERSION}")
+        self.meta = {k: _decode(v) for k, v in a.items()}
+        self.k = int(self.meta.get("k", 0))
+        if not 1 <= self.k <= 255:
+            raise DraftscopeFormatError(f"{self.path}: attribute k = {self.k} outside 1..255")
+
+    # ---- tables ----
+
+    def _strings(self):
+        s = self._raw["strings"]
+        texts = [t.decode("utf-8", "replace") for t in s["text"]]
+        return np.array(texts, dtype=object)
+
+    def _frame(self, name, skip=()):
+        raw = self._raw[name]
+        cols = {}
+        for field, _, enum in schema.TABLES[name]:
+            if field in skip:
+                continue
+            v = raw[field]
+            if enum:
+                names = schema.ENUMS[enum]
+                codes = v.astype(np.int16)
+                codes = np.where(codes < len(names), codes, -1)
+                cols[field] = pd.Categorical.from_codes(codes, categories=names)
+            elif field == "text":
+                cols[field] = [t.decode("utf-8", "replace") for t in v]
+            else:
+                cols[field] = v
+        return pd.DataFrame(cols)
+
+    def _build(self):
+        strings = self._strings()
+
+        def text_of(ids):
+            ids = np.asarray(ids, dtype=np.int64)
+            out = np.full(len(ids), "", dtype=object)
+            ok = ids < len(strings)
+            out[ok] = strings[ids[ok]]
+            return out
+
+        self.strings = self._frame("strings")
+        self.sessions = self._frame("sessions")
+        if len(self.sessions):
+            self.sessions["command_line_text"] = text_of(self.sessions["command_line"])
+        req = self._frame("requests")
+        req["category_name"] = text_of(req["category"])
+        req["conversation_name"] = text_of(req["conversation"])
+        dups = req["request"][req["request"].duplicated()]
+        if len(dups):
+            raise DraftscopeFormatError(
+                f"{self.path}: /requests has request id {int(dups.iloc[0])} twice")
+        self.requests = req
+
+        steps = self._frame("steps", skip=("distinct_experts",))
+        experts = self._raw["steps"]["distinct_experts"]
+        drafts = self._frame("drafts")
+        self._check_rows(steps, drafts)
+        finished_steps = steps["request"].isin(req["request"]).to_numpy()
+        finished_drafts = drafts["request"].isin(req["request"]).to_numpy()
+        self.dropped = {"steps": int((~finished_steps).sum()),
+                        "drafts": int((~finished_drafts).sum())}
+        if not self.keep_unfinished:
+            steps = steps[finished_steps].reset_index(drop=True)
+            experts = experts[finished_steps]
+            drafts = drafts[finished_drafts].reset_index(drop=True)
+        info = req.set_index("request")[["batch_size", "category_name", "turn"]]
+        info = info.rename(columns={"batch_size": "sweep_batch"})
+        steps = steps.join(info[["sweep_batch", "category_name"]], on="request")
+        drafts = drafts.join(info, on="request")
+        self.steps, self.drafts, self.experts = steps, drafts, experts
+
+        kernels = self._frame("kernels")
+        kernels["kernel_name"] = text_of(kernels["name"])
+        self.kernels = kernels
+        self.ranges = self._frame("ranges")
+
+    def _check_rows(self, steps, drafts):
+        k = self.k
+        bad = (steps["drafted"] > k) | (steps["accepted"] > steps["drafted"]) | \
+              (steps["emitted"].astype(int) > steps["accepted"].astype(int) + 1)
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            r = steps.iloc[i]
+            raise DraftscopeFormatError(
+                f"{self.path}: /steps row {i}: drafted {r.drafted}, accepted {r.accepted}, "
+                f"emitted {r.emitted} break accepted <= drafted <= k ({k}), "
+                f"emitted <= accepted + 1")
+        bad = (drafts["position"] < 1) | (drafts["position"] > k) | (drafts["accepted"] > 1) | \
+              drafts["channel"].isna()
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise DraftscopeFormatError(
+                f"{self.path}: /drafts row {i}: position, accepted or channel out of range")
+
+    # ---- live files ----
+
+    def refresh(self):
+        """Reads the rows flushed since the last read (SWMR); returns the new row counts."""
+        for name in schema.TABLES:
+            d = self._f[name]
+            if hasattr(d, "refresh"):
+                try:
+                    d.refresh()
+                except (OSError, RuntimeError, ValueError):
+                    pass  # not opened in SWMR mode: the file is not growing
+            n_old = len(self._raw[name])
+            if name == "sessions":  # rows are rewritten in place: read all again
+                self._raw[name] = d[()]
+            elif d.shape[0] > n_old:
+                self._raw[name] = np.concatenate([self._raw[name], d[n_old:]])
+        self._build()
+        return {name: len(self._raw[name]) for name in schema.TABLES}
+
+    @property
+    def is_running(self):
+        """True when the last writer session is 'running': still writing, or its writer died."""
+        return len(self.sessions) > 0 and self.sessions["status"].iloc[-1] == "running"
+
+    def close(self):
+        self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return (f"<draftscope.Run {self.path!r}: rule {self.meta.get('rule')}, K {self.k}, "
+                f"{len(self.steps)} steps, {len(self.drafts)} drafts, "
+                f"{len(self.requests)} requests>")
+
+
+def open(path, keep_unfinished=False):  # noqa: A001 (the package's documented entry point)
+    """Opens a run file read-only (SWMR); see the module docstring."""
+    return Run(path, keep_unfinished=keep_unfinished)

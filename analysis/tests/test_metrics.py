@@ -1,0 +1,151 @@
+"""The Python metrics against the C summary on the same files, identities between metrics, and
+the bootstrap against a direct resampling."""
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import draftscope
+from draftscope import metrics
+
+from conftest import summary_command
+
+C_KEYS = ["batch", "turn", "category", "step-batch", "position", "channel"]
+
+
+def _same(a, b, where=""):
+    """Equal structures; floats to 1e-12 relative: C sums expected_accept in file order, numpy
+    pairwise, so the last bits of a mean of float32 values may differ (every other figure is a
+    ratio of integer counts, the same double on both sides)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), f"{where}: keys {set(a) ^ set(b)}"
+        for k in a:
+            _same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), f"{where}: lengths"
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert a is not None and b is not None, f"{where}: {a} != {b}"
+        assert math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15), f"{where}: {a} != {b}"
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def _c_summary(programs, path, by):
+    out = subprocess.run(summary_command(programs) + [str(path), "--json", "--by", by],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("by", C_KEYS)
+@pytest.mark.parametrize("which", ["sample", "closed", "untraced"])
+def test_python_equals_c_summary(programs, samples, which, by):
+    c = _c_summary(programs, samples[which], by)
+    with draftscope.open(samples[which]) as run:
+        py = metrics.summary_dict(run, by)
+    c.pop("file")
+    py.pop("file")
+    _same(c, py, by)
+
+
+def test_python_module_summary_equals_c(programs, samples):
+    out = subprocess.run([sys.executable, "-m", "draftscope", "summary", str(samples["sample"]),
+                          "--json", "--by", "category"], check=True, capture_output=True,
+                         text=True).stdout
+    py = json.loads(out)
+    c = _c_summary(programs, samples["sample"], "category")
+    c.pop("file")
+    py.pop("file")
+    _same(c, py)
+
+
+def test_metric_identities(samples):
+    """Every step of the sample drafts K, so joint(i) = Π conditional(1..i) and
+    τ = 1 + Σ joint(i) (docs/metrics.md), per batch size."""
+    with draftscope.open(samples["sample"]) as run:
+        d = metrics.summary_dict(run, "batch")
+        for g in d["groups"] + [d["all"]]:
+            prod = 1.0
+            for p in g["positions"]:
+                prod *= p["conditional"]
+                assert math.isclose(p["joint"], prod, rel_tol=1e-12)
+            tau = 1 + sum(p["joint"] for p in g["positions"])
+            assert math.isclose(g["mean_acceptance_length"], tau, rel_tol=1e-12)
+            assert sum(g["histogram"]) == g["steps"]
+            # Acceptance from /steps and from /drafts agree in a consistent file.
+            assert math.isclose(g["draft_acceptance_rate"], g["drafts"]["rate"], rel_tol=1e-12)
+
+
+def test_context_buckets(samples):
+    with draftscope.open(samples["sample"]) as run:
+        ci = draftscope.metric_ci(run, "mean_acceptance_length", "context", n_boot=0)
+        # Every step row falls in one bucket; the n column counts them.
+        assert ci["n"].sum() == len(run.steps)
+        ctx = run.steps["context_len"]
+        first = ((ctx >= 0) & (ctx < 128))
+        assert ci.loc["[0, 128)", "value"] == pytest.approx(
+            1 + run.steps.loc[first, "accepted"].mean(), rel=1e-12)
+
+
+def test_bootstrap_matches_direct_resampling(samples):
+    """metric_ci's replicates (per-request sums reweighted) equal a direct resampling: draw the
+    same request indices, concatenate those requests' step rows, compute τ from the rows."""
+    with draftscope.open(samples["sample"]) as run:
+        n_boot, seed = 50, 3
+        sums = metrics.request_sums(run, "mean_acceptance_length", "batch")
+        reps = metrics._replicates(sums, n_boot, np.random.default_rng(seed))
+        rng = np.random.default_rng(seed)
+        req = run.requests
+        by_request = {r: g["accepted"].to_numpy() for r, g in run.steps.groupby("request")}
+        for j, key in enumerate(sums[0]):
+            members = req["request"].to_numpy()[req["batch_size"].to_numpy() == key]
+            idx = rng.integers(0, len(members), size=(n_boot, len(members)))
+            for b in range(n_boot):
+                rows = np.concatenate([by_request.get(members[i], np.empty(0)) for i in idx[b]])
+                assert reps[b, j] == pytest.approx(1 + rows.mean(), rel=1e-12)
+
+
+def test_bootstrap_is_seeded_and_brackets_the_value(samples):
+    with draftscope.open(samples["sample"]) as run:
+        a = draftscope.metric_ci(run, "conditional", "batch", position=2, n_boot=300, seed=1)
+        b = draftscope.metric_ci(run, "conditional", "batch", position=2, n_boot=300, seed=1)
+        c = draftscope.metric_ci(run, "conditional", "batch", position=2, n_boot=300, seed=2)
+        assert a.equals(b)
+        assert not a["lo"].equals(c["lo"])
+        assert ((a["lo"] <= a["value"]) & (a["value"] <= a["hi"])).all()
+        assert (a["hi"] - a["lo"] > 0).all()
+        # The point value is the summary's conditional rate at position 2.
+        d = metrics.summary_dict(run, "batch")
+        for g in d["groups"]:
+            assert a.loc[g["label"], "value"] == pytest.approx(g["positions"][1]["conditional"],
+                                                               rel=1e-12)
+
+
+def test_compare_two_runs(samples):
+    with draftscope.open(samples["sample"]) as a, draftscope.open(samples["untraced"]) as b:
+        same = draftscope.compare(a, a, "mean_acceptance_length", "batch", n_boot=200, seed=0)
+        assert (same["diff"] == 0).all()
+        assert ((same["lo"] <= 0) & (0 <= same["hi"])).all()
+        # The untraced sample simulates the same sweep from the same seed: same acceptance.
+        other = draftscope.compare(a, b, "draft_acceptance_rate", "batch", n_boot=100)
+        assert other["diff"].abs().max() == 0
+        diff = draftscope.compare(a, b, "drafts_rate", "channel", n_boot=100)
+        assert list(diff.index) == ["header", "analysis", "final"]
+
+
+def test_argument_errors(samples):
+    with draftscope.open(samples["sample"]) as run:
+        with pytest.raises(ValueError, match="needs position"):
+            draftscope.metric_ci(run, "joint", "batch")
+        with pytest.raises(ValueError, match="per request"):
+            draftscope.metric_ci(run, "sglang_accept_length", "step-batch")
+        with pytest.raises(ValueError, match="no channel"):
+            draftscope.metric_ci(run, "mean_acceptance_length", "channel")
+        with pytest.raises(ValueError, match="unknown grouping"):
+            draftscope.summary(run, "colour")
+        with pytest.raises(ValueError, match="position 4 outside"):
+            draftscope.metric_ci(run, "conditional", "batch", position=4)

@@ -1,0 +1,62 @@
+"""Every plot draws on a full run, and draws "no data" instead of failing on a run without the
+rows it needs (an untraced run: no kernels, ranges or timings; a crashed run: no finished
+request)."""
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+import draftscope  # noqa: E402
+from draftscope import plots  # noqa: E402
+
+
+def _texts(fig):
+    return " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+
+
+def _drawn(fig):
+    """Something was plotted: lines, bars or error bars on some axes."""
+    return any(ax.lines or ax.patches or ax.collections for ax in fig.axes)
+
+
+@pytest.mark.parametrize("title,fn", plots.ALL)
+def test_plots_on_a_traced_run(samples, title, fn):
+    with draftscope.open(samples["sample"]) as run:
+        fig = fn(run)
+    assert _drawn(fig), title
+    assert "no data" not in _texts(fig), title
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("title,fn", plots.ALL)
+def test_plots_without_data(samples, title, fn):
+    with draftscope.open(samples["killed"]) as run:  # every row dropped: nothing finished
+        fig = fn(run)
+    assert "no data" in _texts(fig), title
+    plt.close(fig)
+
+
+def test_untraced_run_has_no_timing_plots(samples):
+    with draftscope.open(samples["untraced"]) as run:
+        assert len(run.kernels) == 0 and len(run.ranges) == 0
+        for fn in (plots.kernel_time, plots.predicted_speedup):
+            fig = fn(run)
+            assert "no data" in _texts(fig)
+            plt.close(fig)
+        fig = plots.position_acceptance(run, n_boot=20)
+        assert _drawn(fig)
+        plt.close(fig)
+
+
+def test_kernel_time_per_phase(samples):
+    """The sample's kernels: one per phase range, 1 µs shorter at each end; per step the verify
+    kernel takes verify_ns - 2 µs, so the bars show verify time growing with the batch."""
+    with draftscope.open(samples["sample"]) as run:
+        per, source = plots._phase_times(run)
+        assert source == "kernel time"
+        s = run.steps.drop_duplicates("step").set_index("step")
+        want = (s["verify_ns"] - 2000).groupby(s["batch_size"]).mean()
+        assert per["verify"].to_numpy() == pytest.approx(want.to_numpy(), rel=1e-12)
+        assert per["verify"].is_monotonic_increasing

@@ -1,0 +1,159 @@
+"""The reader against files the C test suite writes: schema mirror, values, crashed and live
+files, refusals."""
+import os
+import re
+import shutil
+import subprocess
+
+import h5py
+import numpy as np
+import pytest
+
+import draftscope
+from draftscope import schema
+
+from conftest import ROOT
+
+RECORD_H = os.path.join(ROOT, "profiler", "include", "ds", "record.h")
+C_TYPES = {"uint64_t": "u8", "uint32_t": "u4", "uint16_t": "u2", "uint8_t": "u1",
+           "int32_t": "i4", "float": "f4", "double": "f8", "char": "S1"}
+
+
+def _header():
+    with open(RECORD_H) as f:
+        return f.read()
+
+
+def _struct_fields(text, name):
+    """(field, numpy dtype) of `struct ds_rec_<name>` in record.h, comments removed."""
+    body = re.search(r"struct ds_rec_%s \{(.*?)\n\};" % name, text, re.S).group(1)
+    body = re.sub(r"//[^\n]*", "", body)
+    out = []
+    for decl in body.split(";"):
+        decl = decl.strip()
+        if not decl:
+            continue
+        ctype, rest = decl.split(None, 1)
+        for var in rest.split(","):
+            var = var.strip()
+            m = re.match(r"(\w+)(?:\[(\w+)\])?$", var)
+            out.append((m.group(1), C_TYPES[ctype], m.group(2)))
+    return out
+
+
+def test_schema_version_matches_record_h():
+    text = _header()
+    v = int(re.search(r"#define DS_RECORD_SCHEMA_VERSION (\d+)u", text).group(1))
+    assert v == schema.SCHEMA_VERSION == draftscope.SCHEMA_VERSION
+    assert re.search(r'#define DS_RECORD_SCHEMA_NAME "([^"]+)"', text).group(1) == \
+        schema.SCHEMA_NAME
+    assert int(re.search(r"#define DS_RECORD_MAX_LAYERS (\d+)", text).group(1)) == \
+        schema.MAX_LAYERS
+    assert int(re.search(r"#define DS_RECORD_STRING_BYTES (\d+)", text).group(1)) == \
+        schema.STRING_BYTES
+
+
+@pytest.mark.parametrize("table", list(schema.TABLES))
+def test_fields_mirror_record_h(table):
+    struct = {"drafts": "draft", "steps": "step", "requests": "request", "kernels": "kernel",
+              "ranges": "range", "strings": "string", "sessions": "session"}[table]
+    c_fields = _struct_fields(_header(), struct)
+    assert [f for f, _, _ in c_fields] == schema.field_names(table)
+    for (name, code, _), (_, want, _) in zip(c_fields, schema.TABLES[table]):
+        if name in ("distinct_experts", "text"):
+            continue  # arrays: checked against the file below
+        assert np.dtype(code) == np.dtype(want), name
+
+
+@pytest.mark.parametrize("table", list(schema.TABLES))
+def test_file_tables_match_the_reader(samples, table):
+    """Field names, dtypes and row sizes of every table of a file written by test_record."""
+    with h5py.File(samples["closed"], "r") as f:
+        dt = f[table].dtype
+        assert list(dt.names) == schema.field_names(table)
+        assert dt.itemsize == schema.ROW_BYTES[table]
+        for field, code, enum in schema.TABLES[table]:
+            got = dt.fields[field][0]
+            assert got == np.dtype(code) or (enum and got.kind == "u" and got.itemsize == 1), field
+            if enum:
+                names = h5py.check_enum_dtype(got)
+                assert names == {n: i for i, n in enumerate(schema.ENUMS[enum])}, field
+
+
+def test_reads_the_record_sample(samples):
+    """Values are the closed forms tests/test_record.c writes (make_draft, make_step, ...)."""
+    with draftscope.open(samples["closed"]) as run:
+        assert run.meta["schema"] == "draftscope-run"
+        assert run.meta["rule"] == "greedy" and run.k == 3 and run.meta["seed"] == 1234
+        assert list(run.meta["batch_sizes"]) == [1, 8, 32]
+        i = np.arange(100)
+        assert len(run.requests) == 100 and run.dropped == {"steps": 0, "drafts": 0}
+        d = run.drafts
+        assert (d["step"].to_numpy() == 1000 + i // 3).all()
+        assert (d["q_draft"].to_numpy() == np.float32(1) / (i + 2).astype(np.float32)).all()
+        assert list(d["channel"][:5]) == schema.ENUMS["channel"]
+        assert (run.experts[:, 5] == (i + 5) % 129).all()
+        assert (run.experts[:, 36:] == 0).all()
+        assert len(run.kernels) == 100 and len(run.ranges) == 100
+        assert run.requests["category_name"].iloc[0] == ""
+        assert run.strings["text"].iloc[0] == ""
+        assert not run.is_running
+
+
+def test_killed_writer_file(samples):
+    """The killed writer's file opens (SWMR) as it is; its drafts belong to requests that never
+    finished, so they are dropped unless asked for."""
+    with draftscope.open(samples["killed"]) as run:
+        assert run.is_running
+        assert len(run.drafts) == 0 and run.dropped["drafts"] >= 100
+    with draftscope.open(samples["killed"], keep_unfinished=True) as run:
+        assert len(run.drafts) >= 100
+        assert (run.drafts["step"].to_numpy()[:100] == 1000 + np.arange(100) // 3).all()
+
+
+def test_refresh_sees_a_live_file_grow(programs, tmp_path):
+    path = tmp_path / "live.h5"
+    p = subprocess.Popen([programs["summary"], "--write-live", str(path)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        run = draftscope.open(path)
+        assert run.is_running
+        assert len(run.requests) == 0 and run.dropped == {"steps": 8, "drafts": 23}
+        p.stdin.write("next\n")
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == "ready"
+        counts = run.refresh()
+        assert counts["requests"] == 3
+        assert len(run.steps) == 7 and run.dropped == {"steps": 1, "drafts": 3}
+        p.stdin.write("next\n")
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == "ready"
+        run.refresh()
+        assert len(run.steps) == 14 and len(run.drafts) == 40
+        run.close()
+    finally:
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0
+    with draftscope.open(path) as run:
+        assert not run.is_running and len(run.steps) == 14
+
+
+def test_refusals(samples, tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        draftscope.open(tmp_path / "missing.h5")
+    text = tmp_path / "text.h5"
+    text.write_text("not hdf5\n")
+    with pytest.raises(draftscope.DraftscopeFormatError, match="text.h5: not an HDF5 file"):
+        draftscope.open(text)
+    plain = tmp_path / "plain.h5"
+    h5py.File(plain, "w").close()
+    with pytest.raises(draftscope.DraftscopeFormatError, match="not a draftscope run file"):
+        draftscope.open(plain)
+    v2 = tmp_path / "v2.h5"
+    shutil.copy(samples["closed"], v2)
+    with h5py.File(v2, "r+") as f:
+        f.attrs.modify("schema_version", np.uint32(2))
+    with pytest.raises(draftscope.DraftscopeFormatError,
+                       match="schema version 2, this package reads version 1"):
+        draftscope.open(v2)

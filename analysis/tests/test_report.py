@@ -1,0 +1,51 @@
+"""`python -m draftscope report`: one self-contained HTML page whose images are real PNGs."""
+import base64
+import re
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from draftscope import plots
+
+
+def _pngs(html):
+    return [base64.b64decode(m) for m in re.findall(r"src='data:image/png;base64,([^']+)'", html)]
+
+
+def _png_size(data):
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.mark.parametrize("which", ["sample", "untraced", "killed"])
+def test_report(samples, tmp_path, which):
+    out = tmp_path / "report.html"
+    r = subprocess.run([sys.executable, "-m", "draftscope", "report", str(samples[which]), "-o",
+                        str(out), "--bootstrap", "50"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    html = out.read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
+    # Self-contained: no reference to another file.
+    assert not re.search(r"(src|href)=['\"](?!data:)", html)
+    images = _pngs(html)
+    assert len(images) == len(plots.ALL)
+    for png in images:
+        w, h = _png_size(png)
+        assert w >= 300 and h >= 200 and len(png) > 5000
+    assert "rule" in html and "greedy" in html
+    if which == "sample":
+        assert "Summary by batch size" in html and "<td class='l'>8</td>" in html
+    if which == "killed":
+        assert "No finished request yet" in html
+
+
+def test_report_refuses_a_bad_file(tmp_path):
+    bad = tmp_path / "bad.h5"
+    bad.write_text("x")
+    r = subprocess.run([sys.executable, "-m", "draftscope", "report", str(bad), "-o",
+                        str(tmp_path / "r.html")], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "bad.h5: not an HDF5 file" in r.stderr
