@@ -77,29 +77,34 @@ extern "C" enum ds_status ds_embed_cuda(const struct ds_embed_args *a, void *str
 }
 
 // ---------------------------------------------------------------------------------------------
-// RMSNorm: one warp per row, 8 rows per block. The sum of squares runs in double in a fixed
-// order (lane-strided, then the butterfly), so the result is within an ulp of the reference.
+// RMSNorm: one block of NORM_THREADS per row. Thread i sums x[c]² in double over c = i, i + 256,
+// ... in increasing c (NORM_UNROLL loads in flight), then the fixed block tree: the order depends on
+// C alone, and the result is within an ulp of the reference. The second pass re-reads x (L1 hits).
 
-#define NORM_ROWS_PER_BLOCK 8
+#define NORM_THREADS 256
+#define NORM_UNROLL 8
 
 template <typename TA, typename TW>
 static __device__ __forceinline__ void rmsnorm_body(const struct ds_rmsnorm_args &a) {
-    const int lane = threadIdx.x % DS_WARP;
-    const int t = blockIdx.x * NORM_ROWS_PER_BLOCK + threadIdx.x / DS_WARP;
-    if (t >= a.n_rows) return;
-    const int C = a.dim;
+    __shared__ double scratch[33];
+    const int t = blockIdx.x, C = a.dim;
     const TA *x = (const TA *)a.x + (size_t)t * C;
     TA *y = (TA *)a.out + (size_t)t * C;
     const TW *w = (const TW *)a.w;
     double ss = 0.0;
-    for (int c = lane; c < C; c += DS_WARP) {
-        double v = ld_f(x, c);
-        ss += v * v;
+    for (int base = threadIdx.x; base < C; base += NORM_THREADS * NORM_UNROLL) {
+        float v[NORM_UNROLL];
+#pragma unroll
+        for (int u = 0; u < NORM_UNROLL; u++) {
+            const int c = base + u * NORM_THREADS;
+            v[u] = c < C ? ld_f(x, c) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < NORM_UNROLL; u++) ss += (double)v[u] * (double)v[u]; // + 0 is exact
     }
-    ss = warp_sum_d(ss);
+    ss = block_sum_d(ss, scratch); // its barriers also order every read of x before any write
     const double inv = 1.0 / sqrt(ss / C + (double)a.eps);
-    // Each lane reads x[c] before writing y[c] for its own c only, so out == x is safe.
-    for (int c = lane; c < C; c += DS_WARP)
+    for (int c = threadIdx.x; c < C; c += NORM_THREADS)
         st_f(y, c, (float)((double)ld_f(w, c) * ((double)ld_f(x, c) * inv)));
 }
 
@@ -125,8 +130,7 @@ extern "C" enum ds_status ds_rmsnorm_cuda(const struct ds_rmsnorm_args *a, void 
     const bool ab = a->act == DS_ELEM_BF16, wb = a->w_dtype == DS_ELEM_BF16;
     void (*k)(const struct ds_rmsnorm_args) = ab ? (wb ? bf16_bf16w_rmsnorm : bf16_f32w_rmsnorm)
                                                  : (wb ? f32_bf16w_rmsnorm : f32_f32w_rmsnorm);
-    k<<<cu_blocks(a->n_rows, NORM_ROWS_PER_BLOCK), NORM_ROWS_PER_BLOCK * DS_WARP, 0,
-        DS_STREAM(stream)>>>(*a);
+    k<<<a->n_rows, NORM_THREADS, 0, DS_STREAM(stream)>>>(*a);
     DS_KERNEL_CHECK();
     return DS_OK;
 }
@@ -134,136 +138,229 @@ extern "C" enum ds_status ds_rmsnorm_cuda(const struct ds_rmsnorm_args *a, void 
 // ---------------------------------------------------------------------------------------------
 // Matmul, tensor-core path (bf16 activations × bf16 weights)
 //
-// Block = 8 warps = MT m-tiles (16 output features each) × KS K-splits, and MM_TOKENS tokens
-// (grid.y covers T). Warp (mt, ks) streams rows f0+g and f0+g+8 of W (g = lane/4) with one
-// 16-byte load per row per 32-wide chunk, and applies them to every token tile of the block.
+// One kernel template, bf16_bf16w_matmul_tc<BN, BT, BK, WM, WT, WK, STAGES>: a block computes BN
+// output features × BT tokens. W[BN][BK] and x[BT][BK] tiles stream into a STAGES-deep ring of
+// shared memory with cp.async (16-byte copies, zero fill beyond N, T and K), so the bytes in
+// flight do not depend on registers; warps read mma fragments with ldmatrix (rows XOR-swizzled
+// by 16-byte chunk: conflict-free) and run mma.sync.m16n8k16 (bf16 in, fp32 accumulate), features
+// in the M slot and tokens in the N slot. Warp (wm, wt, wk) owns BN/WM features × BT/WT tokens.
+//
+// THE REDUCTION ORDER (the batch-invariance contract). For output (t, n), cut K into k16 steps
+// s = 0 .. ceil(K/16) − 1 (the last one zero-padded). Two fp32 accumulators start at +0: a0 takes
+// the even steps, a1 the odd ones, each one mma per step in increasing s; then
+// v = ((a0 + a1) + bias[n]) + residual[t][n], rounded once to bf16. With WK = 2 two warps hold a0
+// and a1 (added through shared memory); with WK = 1 one warp holds both. Every tile shape below
+// performs exactly these operations for every element: feature n always sits in row n mod 16 of
+// its m16 tile, a token's result depends only on its own column of the B operand, and steps past
+// K are skipped, not zero-multiplied. So the tile may be chosen from T (small T: narrow tiles for
+// many blocks; large T: wide tiles for operand reuse) without changing a single bit.
 
-#define MM_THREADS 256
+#define MM_THREADS 256 // the CUDA-core kernel below
 #define MM_WARPS (MM_THREADS / DS_WARP)
-#define MM_TOK_TILES 8                  // n8 token tiles per block
-#define MM_TOKENS (MM_TOK_TILES * 8)    // tokens per block
-#define MM_UNROLL 4                     // chunks whose weight loads are in flight together
+#define MM_TOKENS 64
 
-// 8 consecutive bf16 of one row starting at k, zero beyond K or for an invalid row. `vec`: the
-// row is 16-byte aligned and K % 8 == 0, so one vector load serves.
-static __device__ __forceinline__ uint4 mm_load8(const ds_bf16 *row, int k, int K, bool valid,
-                                                 bool vec, bool stream) {
-    uint4 r = make_uint4(0u, 0u, 0u, 0u);
-    if (!valid || k >= K) return r;
-    if (vec) return stream ? ld_stream_u4(row + k) : *(const uint4 *)(row + k);
-    uint32_t h[8];
-#pragma unroll
-    for (int j = 0; j < 8; j++) h[j] = k + j < K ? (uint32_t)row[k + j] : 0u;
-    r.x = h[0] | h[1] << 16, r.y = h[2] | h[3] << 16;
-    r.z = h[4] | h[5] << 16, r.w = h[6] | h[7] << 16;
-    return r;
+extern __shared__ __align__(128) unsigned char mm_smem[];
+
+static __device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// 16 bytes global → shared, asynchronously; src_bytes < 16 zero-fills the rest (0: pure fill).
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_u32(dst)), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+static __device__ __forceinline__ void cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N> static __device__ __forceinline__ void cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+static __device__ __forceinline__ void ldmatrix_x2(uint32_t r[2], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(smem_u32(p)));
 }
 
 // d += A(16×16, rows: features) · B(16×8, columns: tokens), fp32 accumulation.
-static __device__ __forceinline__ void mma_bf16_16816(float d[4], uint32_t a0, uint32_t a1,
-                                                      uint32_t a2, uint32_t a3, uint32_t b0,
-                                                      uint32_t b1) {
+static __device__ __forceinline__ void mma_bf16_16816(float d[4], const uint32_t a[4],
+                                                      uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int MT, int KS>
-__global__ void __launch_bounds__(MM_THREADS)
-    bf16_bf16w_matmul_mma(const struct ds_matmul_args a, int vec) {
-    static_assert(MT * KS == MM_WARPS, "a block is MT x KS warps");
-    __shared__ float part[KS > 1 ? (KS - 1) * MT * MM_TOK_TILES * 4 * DS_WARP : 1];
+// Byte offset of 16-byte chunk cc of tile row `row` (rows of BK bf16): the chunk index is XORed
+// with row mod 8, so the 8 rows an ldmatrix reads hit 8 different bank groups.
+template <int BK> static __device__ __forceinline__ int mm_off(int row, int cc) {
+    return row * (BK * 2) + ((cc ^ (row & 7)) << 4);
+}
+
+// Loads k-tile kt (k = kt·BK ..) of W rows f0.. and x rows t0.. into one stage. `vec`: K % 8 == 0
+// and both bases 16-byte aligned (cp.async); otherwise element loads and plain shared stores.
+template <int BN, int BT, int BK, int NT>
+static __device__ __forceinline__ void mm_load_stage(unsigned char *st, const ds_bf16 *W,
+                                                     const ds_bf16 *X, int f0, int t0, int kt,
+                                                     int N, int T, int K, bool vec) {
+    constexpr int CPR = BK / 8; // 16-byte chunks per tile row
+    constexpr int CHUNKS = (BN + BT) * CPR;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < CHUNKS; i += NT) {
+        const int row = i / CPR, cc = i % CPR, k = kt * BK + cc * 8;
+        const bool isw = row < BN;
+        const int r = isw ? f0 + row : t0 + row - BN;
+        const bool ok = r < (isw ? N : T);
+        const ds_bf16 *src = (isw ? W : X) + (size_t)(ok ? r : 0) * K;
+        unsigned char *dst = st + mm_off<BK>(row, cc);
+        if (vec) {
+            const bool in = ok && k < K;
+            cp_async16(dst, in ? src + k : src, in ? 16 : 0);
+        } else {
+            uint32_t h[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) h[j] = ok && k + j < K ? (uint32_t)src[k + j] : 0u;
+            *(uint4 *)dst = make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16,
+                                       h[6] | h[7] << 16);
+        }
+    }
+}
+
+template <int BN, int BT, int BK, int WM, int WT, int WK, int STAGES>
+__global__ void __launch_bounds__(WM *WT *WK *DS_WARP)
+    bf16_bf16w_matmul_tc(const struct ds_matmul_args a, int vec) {
+    constexpr int NT = WM * WT * WK * DS_WARP;
+    constexpr int MI = BN / WM / 16, NI = BT / WT / 8; // m16 / n8 tiles per warp
+    constexpr int NA = 2 / WK;                          // accumulator sets per warp
+    constexpr int KSTEPS = BK / 16;
+    constexpr int STAGE_BYTES = (BN + BT) * BK * 2;
+    static_assert(WK == 1 || WK == 2, "two accumulators: in one warp or in two");
+    static_assert(MI >= 1 && NI >= 1 && BN % (16 * WM) == 0 && BT % (8 * WT) == 0, "tile");
+    static_assert(BK % 64 == 0 && STAGES >= 2, "swizzle needs 8 chunks per row");
+
     const int warp = threadIdx.x / DS_WARP, lane = threadIdx.x % DS_WARP;
-    const int g = lane >> 2, q = lane & 3;
-    const int mt = warp % MT, ks = warp / MT;
+    const int wm = warp % WM, wt = (warp / WM) % WT, wk = warp / (WM * WT);
     const int N = a.out_dim, K = a.in_dim, T = a.n_rows;
-    const int f0 = (blockIdx.x * MT + mt) * 16;
-    const int t0 = blockIdx.y * MM_TOKENS;
-    const int n_tt = min(MM_TOK_TILES, (T - t0 + 7) / 8);
+    const int t0 = blockIdx.x * BT, f0 = blockIdx.y * BN;
     const ds_bf16 *W = (const ds_bf16 *)a.w, *X = (const ds_bf16 *)a.x;
-    const bool va = f0 + g < N, vb = f0 + g + 8 < N;
-    const ds_bf16 *wa = W + (size_t)(va ? f0 + g : 0) * K;
-    const ds_bf16 *wb = W + (size_t)(vb ? f0 + g + 8 : 0) * K;
-    // The x row this lane feeds as column g of each token tile (clamped; masked by tv[]).
-    const ds_bf16 *xr[MM_TOK_TILES];
-    bool tv[MM_TOK_TILES];
+    const int KT = (K + BK - 1) / BK, n_steps = (K + 15) / 16;
+
+    float acc[NA][MI][NI][4];
 #pragma unroll
-    for (int tt = 0; tt < MM_TOK_TILES; tt++) {
-        const int t = t0 + tt * 8 + g;
-        tv[tt] = t < T;
-        xr[tt] = X + (size_t)(t < T ? t : 0) * K;
+    for (int s = 0; s < NA; s++)
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
+            for (int j = 0; j < NI; j++) acc[s][i][j][0] = acc[s][i][j][1] = acc[s][i][j][2] =
+                acc[s][i][j][3] = 0.0f;
+
+    // ldmatrix lane roles: A (x4) — matrix lane/8: rows +8 for odd matrices, k +8 for 2 and 3;
+    // B (x4 = two n8 tiles) — tokens +8 for matrices 2 and 3, k +8 for odd matrices.
+    const int mat = lane >> 3, r8 = lane & 7;
+    const int a_row = wm * (BN / WM) + r8 + (mat & 1) * 8, a_kc = mat >> 1;
+    const int b_row = BN + wt * (BT / WT) + r8 + (mat >> 1) * 8, b_kc = mat & 1;
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < KT) mm_load_stage<BN, BT, BK, NT>(mm_smem + s * STAGE_BYTES, W, X, f0, t0, s, N, T, K,
+                                                  vec);
+        cp_async_commit();
     }
-
-    float acc[MM_TOK_TILES][4];
+    for (int kt = 0; kt < KT; kt++) {
+        cp_async_wait<STAGES - 2>(); // this thread's copies of k-tile kt have landed
+        __syncthreads();             // everyone's have, and k-tile kt-1 is no longer read
+        const int nk = kt + STAGES - 1;
+        if (nk < KT)
+            mm_load_stage<BN, BT, BK, NT>(mm_smem + (nk % STAGES) * STAGE_BYTES, W, X, f0, t0, nk,
+                                          N, T, K, vec);
+        cp_async_commit(); // possibly empty: keeps the group count of the wait above exact
+        const unsigned char *st = mm_smem + (kt % STAGES) * STAGE_BYTES;
 #pragma unroll
-    for (int tt = 0; tt < MM_TOK_TILES; tt++) acc[tt][0] = acc[tt][1] = acc[tt][2] = acc[tt][3] = 0.f;
-
-    const int n_chunks = (K + 31) / 32;
-    for (int c0 = ks; c0 < n_chunks; c0 += KS * MM_UNROLL) {
-        uint4 wa4[MM_UNROLL], wb4[MM_UNROLL];
+        for (int i = 0; i < KSTEPS; i++) {
+            if (WK == 2 && (i & 1) != wk) continue; // KSTEPS is even: step parity = i parity
+            if ((kt * KSTEPS + i) >= n_steps) break;
+            const int set = WK == 2 ? 0 : (i & 1);
+            uint32_t af[MI][4], bf[NI][2];
 #pragma unroll
-        for (int u = 0; u < MM_UNROLL; u++) { // issue every weight load before the first mma
-            const int k = (c0 + u * KS) * 32 + q * 8;
-            const bool in = c0 + u * KS < n_chunks;
-            wa4[u] = mm_load8(wa, k, K, va && in, vec, true);
-            wb4[u] = mm_load8(wb, k, K, vb && in, vec, true);
-        }
+            for (int mi = 0; mi < MI; mi++)
+                ldmatrix_x4(af[mi], st + mm_off<BK>(a_row + mi * 16, i * 2 + a_kc));
 #pragma unroll
-        for (int u = 0; u < MM_UNROLL; u++) {
-            if (c0 + u * KS >= n_chunks) break;
-            const int k = (c0 + u * KS) * 32 + q * 8;
-#pragma unroll
-            for (int tt = 0; tt < MM_TOK_TILES; tt++) {
-                if (tt < n_tt) {
-                    const uint4 b = mm_load8(xr[tt], k, K, tv[tt], vec, false);
-                    // k 8q+0..3 of the chunk feed the first mma, 8q+4..7 the second (the same
-                    // slots in A and B, so each mma sums true products x[t][k]·w[n][k]).
-                    mma_bf16_16816(acc[tt], wa4[u].x, wb4[u].x, wa4[u].y, wb4[u].y, b.x, b.y);
-                    mma_bf16_16816(acc[tt], wa4[u].z, wb4[u].z, wa4[u].w, wb4[u].w, b.z, b.w);
-                }
+            for (int ni = 0; ni + 1 < NI; ni += 2) {
+                uint32_t r[4];
+                ldmatrix_x4(r, st + mm_off<BK>(b_row + ni * 8, i * 2 + b_kc));
+                bf[ni][0] = r[0], bf[ni][1] = r[1], bf[ni + 1][0] = r[2], bf[ni + 1][1] = r[3];
             }
+            if (NI & 1) // lanes 0-15 address the last tile's two k halves
+                ldmatrix_x2(bf[NI - 1], st + mm_off<BK>(b_row - (mat >> 1) * 8 + (NI - 1) * 8,
+                                                        i * 2 + b_kc));
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++)
+                    mma_bf16_16816(acc[set][mi][ni], af[mi], bf[ni][0], bf[ni][1]);
         }
     }
+    cp_async_wait<0>();
+    __syncthreads(); // the ring is free: reuse it for the a1 hand-over
 
-    // Fixed-order combination of the K splits: split 0 adds 1, then 2, ... .
-    if (KS > 1) {
-        if (ks > 0) {
-            float *p = part + ((size_t)((ks - 1) * MT + mt) * MM_TOK_TILES) * 4 * DS_WARP;
+    float *xch = (float *)mm_smem + (size_t)(wt * WM + wm) * (MI * NI * 4) * DS_WARP;
+    if (WK == 2) {
+        if (wk == 1) {
 #pragma unroll
-            for (int tt = 0; tt < MM_TOK_TILES; tt++)
+            for (int mi = 0; mi < MI; mi++)
 #pragma unroll
-                for (int r = 0; r < 4; r++) p[(tt * 4 + r) * DS_WARP + lane] = acc[tt][r];
+                for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+                    for (int r = 0; r < 4; r++)
+                        xch[((mi * NI + ni) * 4 + r) * DS_WARP + lane] = acc[0][mi][ni][r];
         }
         __syncthreads();
-        if (ks > 0) return;
-#pragma unroll
-        for (int s = 1; s < KS; s++) {
-            const float *p = part + ((size_t)((s - 1) * MT + mt) * MM_TOK_TILES) * 4 * DS_WARP;
-#pragma unroll
-            for (int tt = 0; tt < MM_TOK_TILES; tt++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) acc[tt][r] += p[(tt * 4 + r) * DS_WARP + lane];
-        }
+        if (wk == 1) return;
     }
 
+    const int g = lane >> 2, q = lane & 3;
     ds_bf16 *out = (ds_bf16 *)a.out;
     const ds_bf16 *res = (const ds_bf16 *)a.residual;
 #pragma unroll
-    for (int tt = 0; tt < MM_TOK_TILES; tt++) {
-        if (tt >= n_tt) break;
+    for (int mi = 0; mi < MI; mi++)
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int n = f0 + g + (r >> 1) * 8;
-            const int t = t0 + tt * 8 + 2 * q + (r & 1);
-            if (n >= N || t >= T) continue;
-            float v = acc[tt][r];
-            if (a.bias) v += ld_elem(a.bias, a.bias_dtype, n);
-            const size_t o = (size_t)t * N + n;
-            if (res) v += ds_bf16_to_f32(res[o]); // read before the write: out may be residual
-            out[o] = ds_f32_to_bf16(v);
-        }
-    }
+        for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int n = f0 + wm * (BN / WM) + mi * 16 + g + (r >> 1) * 8;
+                const int t = t0 + wt * (BT / WT) + ni * 8 + 2 * q + (r & 1);
+                const float a1 = WK == 2 ? xch[((mi * NI + ni) * 4 + r) * DS_WARP + lane]
+                                         : acc[NA - 1][mi][ni][r];
+                if (n >= N || t >= T) continue;
+                float v = acc[0][mi][ni][r] + a1;
+                if (a.bias) v += ld_elem(a.bias, a.bias_dtype, n);
+                const size_t o = (size_t)t * N + n;
+                if (res) v += ds_bf16_to_f32(res[o]); // read before the write: out may be residual
+                out[o] = ds_f32_to_bf16(v);
+            }
+}
+
+// Launches one tile shape: grid.x over token tiles (the blocks sharing a weight tile run side by
+// side, so W is read from DRAM about once), grid.y over feature tiles.
+template <int BN, int BT, int BK, int WM, int WT, int WK, int STAGES>
+static enum ds_status mm_launch(const struct ds_matmul_args *a, int vec, cudaStream_t s) {
+    void (*k)(const struct ds_matmul_args, int) =
+        bf16_bf16w_matmul_tc<BN, BT, BK, WM, WT, WK, STAGES>;
+    const int smem = STAGES * (BN + BT) * BK * 2;
+    const unsigned gy = cu_blocks(a->out_dim, BN);
+    if (gy > 65535u)
+        return ds_error_set(DS_ERR_UNSUPPORTED, "matmul: %d output features (at most %d)",
+                            a->out_dim, 65535 * BN);
+    DS_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    k<<<dim3(cu_blocks(a->n_rows, BT), gy), WM * WT * WK * DS_WARP, smem, s>>>(*a, vec);
+    return DS_OK;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -326,25 +423,21 @@ extern "C" enum ds_status ds_matmul_cuda(const struct ds_matmul_args *a, void *s
     CU_TRY(cu_check_ptr(op, "weight", a->w));
     CU_TRY(cu_check_ptr(op, "out", a->out));
     if (a->out == a->x) return ds_error_set(DS_ERR_ARG, "%s: out must not alias x", op);
-    if ((unsigned)(a->n_rows + MM_TOKENS - 1) / MM_TOKENS > 65535u)
-        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %d rows in one call (at most %d)", op,
-                            a->n_rows, 65535 * MM_TOKENS);
     cudaStream_t s = DS_STREAM(stream);
-    const unsigned gy = cu_blocks(a->n_rows, MM_TOKENS);
     if (a->act == DS_ELEM_BF16 && a->w_dtype == DS_ELEM_BF16) {
         const int vec = a->in_dim % 8 == 0 && (uintptr_t)a->x % 16 == 0 && (uintptr_t)a->w % 16 == 0;
-        // The tile shape depends on N only (never on T): small N splits K across the warps so
-        // that enough blocks stream weights, large N gives each warp its own features.
-        const int N = a->out_dim;
-        if (N < 4096) {
-            bf16_bf16w_matmul_mma<1, 8><<<dim3(cu_blocks(N, 16), gy), MM_THREADS, 0, s>>>(*a, vec);
-        } else if (N < 16384) {
-            bf16_bf16w_matmul_mma<2, 4><<<dim3(cu_blocks(N, 32), gy), MM_THREADS, 0, s>>>(*a, vec);
-        } else {
-            bf16_bf16w_matmul_mma<8, 1><<<dim3(cu_blocks(N, 128), gy), MM_THREADS, 0, s>>>(*a,
-                                                                                          vec);
-        }
+        // The tile follows T (see THE REDUCTION ORDER: every shape gives the same bits).
+        // T <= 8 (decode): 16 features per block for many blocks, 4 x 8 KB of W in flight each.
+        // T <= 64 (verify): 32 × 64 tiles. Larger T (big verify, prefill): 64 × 128 tiles.
+        const int T = a->n_rows;
+        if (T <= 8) CU_TRY((mm_launch<16, 8, 256, 1, 1, 2, 4>(a, vec, s)));
+        else if (T <= 64) CU_TRY((mm_launch<32, 64, 128, 2, 2, 2, 4>(a, vec, s)));
+        else CU_TRY((mm_launch<64, 128, 64, 2, 4, 1, 4>(a, vec, s)));
     } else {
+        if ((unsigned)(a->n_rows + MM_TOKENS - 1) / MM_TOKENS > 65535u)
+            return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %d rows in one call (at most %d)", op,
+                                a->n_rows, 65535 * MM_TOKENS);
+        const unsigned gy = cu_blocks(a->n_rows, MM_TOKENS);
         void (*k)(const struct ds_matmul_args) =
             a->act == DS_ELEM_F32 ? (a->w_dtype == DS_ELEM_BF16 ? f32_bf16w_matmul_simt
                                                                 : f32_f32w_matmul_simt)
