@@ -529,6 +529,8 @@ static enum ds_status parse_dtype(const struct src *s, const struct src *alt, en
     return DS_OK;
 }
 
+static enum ds_aux_convention config_convention(const struct ds_draft_config *d);
+
 static enum ds_status parse_aux_ids(const struct src *s, const char *key, struct ds_draft_config *c,
                                     enum ds_aux_source source) {
     json_t *v = field(s, key);
@@ -664,6 +666,7 @@ static enum ds_status parse_draft(const struct src *top, void *out) {
         (st = parse_aux_ids(&ec, "eagle_aux_hidden_state_layer_ids", c,
                             DS_AUX_SOURCE_EAGLE_CONFIG)))
         return st;
+    c->aux_convention = config_convention(c);
     const char *ids_field = c->aux_source == DS_AUX_SOURCE_TOP_LEVEL
                                 ? "eagle_aux_hidden_state_layer_ids"
                                 : "eagle_config.eagle_aux_hidden_state_layer_ids";
@@ -791,11 +794,16 @@ void ds_aux_engine_default_ids(int64_t num_layers, int64_t ids_out[DS_AUX_COUNT]
     ids_out[2] = num_layers - 3;
 }
 
-enum ds_aux_convention ds_draft_default_convention(const struct ds_draft_config *d,
-                                                   int64_t num_target_layers) {
+// The convention the config alone implies (stored as aux_convention when parsing).
+static enum ds_aux_convention config_convention(const struct ds_draft_config *d) {
     if (d->num_aux_ids == 0 || d->aux_source == DS_AUX_SOURCE_TOP_LEVEL)
         return DS_AUX_CAPTURE_BEFORE;
-    if (d->norm_before_fc_in_eagle_config) return DS_AUX_BOUNDARY;
+    return d->norm_before_fc_in_eagle_config ? DS_AUX_BOUNDARY : DS_AUX_OUTPUT_OF;
+}
+
+enum ds_aux_convention ds_draft_default_convention(const struct ds_draft_config *d,
+                                                   int64_t num_target_layers) {
+    if (d->aux_convention != DS_AUX_OUTPUT_OF) return d->aux_convention;
     // An id equal to N cannot be a 0-based layer of an N-layer target: it is a boundary index.
     for (int i = 0; i < d->num_aux_ids; i++)
         if (num_target_layers > 0 && d->aux_ids[i] == num_target_layers) return DS_AUX_BOUNDARY;

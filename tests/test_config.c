@@ -306,6 +306,7 @@ static void draft_speculators(void) {
     EXPECT(d.norm_before_residual);
     EXPECT_EQ_INT(d.layer_names, DS_DRAFT_NAMES_LAYERS0);
     EXPECT_EQ_INT(d.aux_source, DS_AUX_SOURCE_TOP_LEVEL);
+    EXPECT_EQ_INT(d.aux_convention, DS_AUX_CAPTURE_BEFORE);
     // vLLM ids: captured before layer id, boundary = id: 2, 18, 33.
     struct ds_aux_plan p;
     EXPECT_OK(ds_aux_plan(&d, 36, NULL, "d/config.json", &p));
@@ -346,6 +347,7 @@ static void draft_nvidia_v3(void) {
     EXPECT(d.rope.factor == 8.0);
     EXPECT(d.rope.low_freq_factor == 1.0 && d.rope.high_freq_factor == 4.0);
     EXPECT_EQ_INT(d.rope.original_max_position_embeddings, 8192);
+    EXPECT_EQ_INT(d.aux_convention, DS_AUX_BOUNDARY);
     EXPECT_EQ_INT(ds_draft_default_convention(&d, 36), DS_AUX_BOUNDARY);
     struct ds_aux_plan p;
     EXPECT_OK(ds_aux_plan(&d, 36, NULL, "d/config.json", &p));
@@ -378,6 +380,7 @@ static void draft_nvidia_output_of_and_id_n(void) {
     EXPECT_EQ_INT(p.boundaries[1], 18);
     EXPECT_EQ_INT(p.boundaries[2], 33);
     // [4, 12, 24] against a 24-layer target: 24 cannot be a 0-based layer, so boundary.
+    EXPECT_EQ_INT(d.aux_convention, DS_AUX_OUTPUT_OF);
     d.aux_ids[0] = 4;
     d.aux_ids[1] = 12;
     d.aux_ids[2] = 24;

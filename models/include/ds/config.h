@@ -223,6 +223,8 @@ struct ds_draft_config {
     int num_aux_ids;              // 0 when absent
     int64_t aux_ids[DS_AUX_MAX];  // strictly ascending, >= 0 (checked at parse time)
     enum ds_aux_source aux_source;
+    enum ds_aux_convention aux_convention; // as far as the config alone tells (see
+                                           // ds_draft_default_convention for the full rule)
 
     // What the tensor table tells (filled by ds_checkpoint_check_draft; parse sets the layout's
     // usual choice and false).
@@ -242,7 +244,8 @@ enum ds_status ds_draft_config_load(const char *dir, struct ds_draft_config *cfg
 // (speculators) -> capture-before; ids in eagle_config with norm_before_fc also there, or with an
 // id equal to the target's layer count (NVIDIA v3) -> boundary; other eagle_config ids
 // (SpecForge/lmsys, ModelOpt <= v2) -> output-of; no ids -> capture-before (the engine defaults).
-// num_target_layers may be 0 when unknown (the "id == N" rule is then skipped).
+// This is d->aux_convention refined by the "id == N" rule; num_target_layers may be 0 when
+// unknown (the rule is then skipped).
 enum ds_aux_convention ds_draft_default_convention(const struct ds_draft_config *d,
                                                    int64_t num_target_layers);
 
