@@ -16,6 +16,8 @@ static const struct subcommand subcommands[] = {
     {"tokenize", ds_cmd_tokenize, "show the token ids of a text (and decode ids back to text)"},
     {"render", ds_cmd_render,
      "show a dataset conversation rendered in the harmony format, with its ids"},
+    {"summary", ds_cmd_summary,
+     "print the acceptance metrics of a run file, per batch size (also while it is written)"},
     {"bench", ds_cmd_bench, "time the CUDA ops at the real gpt-oss shapes (needs a GPU)"},
 };
 

@@ -12,6 +12,7 @@ int ds_cmd_inspect(int argc, char **argv);
 int ds_cmd_tokenize(int argc, char **argv);
 int ds_cmd_render(int argc, char **argv);
 int ds_cmd_bench(int argc, char **argv);
+int ds_cmd_summary(int argc, char **argv);
 
 #ifdef __cplusplus
 }
