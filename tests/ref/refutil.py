@@ -153,6 +153,26 @@ def top2_margin(logits):
     return v[..., 0] - v[..., 1]
 
 
+# Largest float difference seen by the last --check (reported, to size tolerances).
+CHECK_STATS = {"max_float_diff": 0.0}
+
+
+def compare_paths(fresh_root, committed_root, subs, float_tol):
+    """--check over the named files/directories (relative to both roots)."""
+    problems = []
+    for sub in subs:
+        fresh, committed = os.path.join(fresh_root, sub), os.path.join(committed_root, sub)
+        if not os.path.exists(committed):
+            problems.append(f"{sub}: not in {committed_root}")
+        elif os.path.isdir(committed):
+            problems += [f"{sub}/{p}" for p in compare_dirs(fresh, committed, float_tol)]
+        elif not os.path.exists(fresh):
+            problems.append(f"{sub}: missing from the fresh run")
+        else:
+            problems += _compare_st(sub, fresh, committed, float_tol)
+    return problems
+
+
 def compare_dirs(fresh, committed, float_tol):
     """--check: compares every file of `committed` with the fresh run.
 
@@ -191,6 +211,7 @@ def _compare_st(rel, f_path, c_path, float_tol):
                             f"{y.dtype}{tuple(y.shape)}")
         elif golden and x.is_floating_point():
             d = (x.double() - y.double()).abs().max().item() if x.numel() else 0.0
+            CHECK_STATS["max_float_diff"] = max(CHECK_STATS["max_float_diff"], d)
             if not d <= float_tol:
                 problems.append(f"{rel}:{k}: max abs diff {d:.3g} > {float_tol}")
         elif not torch.equal(x, y):

@@ -1,0 +1,573 @@
+// draftscope generate: plain target decoding without a draft, one prompt.
+//
+// The prompt is a harmony-rendered user message (--prompt), raw ids (--prompt-ids), or the first
+// turn of a dataset conversation rendered with harmony (--dataset F --index I). Greedy at
+// temperature 0; at T > 0 the token at position p is drawn from softmax(logits / T) by inverse
+// CDF with u = ds_rng_uniform(seed, 0, p, DS_RNG_LANE_SAMPLE), so a run is reproducible and does
+// not depend on anything but (seed, position). Stops on <|return|>, <|call|>, <|endoftext|> (the
+// config's eos ids when there is no tokenizer), after --max-new-tokens, or at the context limit.
+// --logits-out writes every generated position's logits to HDF5: `logits` [n, V] f32, `ids` [n]
+// i32 (the token chosen from each row) and `prompt_ids`.
+#include <errno.h>
+#include <getopt.h>
+#include <hdf5.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "ds/backend.h"
+#include "ds/cli.h"
+#include "ds/dataset.h"
+#include "ds/device.h"
+#include "ds/gptoss.h"
+#include "ds/harmony.h"
+#include "ds/kernels_cuda.h"
+#include "ds/rng.h"
+#include "ds/tokenizer.h"
+
+// The subcommand's entry point (to be listed in ds/cli.h with the others).
+int ds_cmd_generate(int argc, char **argv);
+
+#define PREFILL_CHUNK 512 // rows per prefill step: bounds the activation memory
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: draftscope generate --target DIR (--prompt TEXT | --prompt-ids 1,2,3 |\n"
+            "                           --dataset FILE --index I) [options]\n"
+            "\n"
+            "Plain decoding with the target (no draft): prints the prompt and generated ids and\n"
+            "the generated text. --prompt is rendered as a harmony user message (--raw: encoded\n"
+            "as it is); --dataset renders conversation I's first turn with harmony. A checkpoint\n"
+            "directory without tokenizer.json needs --tokenizer FILE for text.\n"
+            "\n"
+            "options:\n"
+            "  -t, --target DIR          the gpt-oss checkpoint (required)\n"
+            "  -p, --prompt TEXT         a user message\n"
+            "  -i, --prompt-ids LIST     comma-separated token ids\n"
+            "      --dataset FILE        ShareGPT or question JSON/JSONL\n"
+            "      --index I             conversation index in the dataset (0-based)\n"
+            "      --raw                 encode --prompt without the harmony chat format\n"
+            "      --tokenizer FILE      tokenizer.json or o200k_base.tiktoken\n"
+            "  -n, --max-new-tokens N    tokens to generate at most (default 64)\n"
+            "      --temperature T       0 = greedy (default); > 0 samples\n"
+            "      --seed S              sampling seed (default 0)\n"
+            "      --max-context N       context limit in positions (default: the config's\n"
+            "                            max_position_embeddings; also sizes the KV cache)\n"
+            "      --logits-out FILE     write every generated position's logits (HDF5)\n"
+            "  -j, --json                print one JSON object\n"
+            "      --device D            auto (default), cpu or cuda\n"
+            "  -h, --help                this text\n"
+            "\n"
+            "exit status: 0 done, 1 a problem with the input (one line), 2 usage\n");
+}
+
+static int usage_error(const char *what, const char *arg) {
+    fprintf(stderr, "draftscope generate: %s%s%s\n", what, arg ? ": " : "", arg ? arg : "");
+    fprintf(stderr, "usage: draftscope generate --target DIR (--prompt TEXT | --prompt-ids LIST |"
+                    " --dataset F --index I) [options]   (--help for more)\n");
+    return 2;
+}
+
+struct gen_opts {
+    const char *target, *prompt, *prompt_ids, *dataset, *tokenizer, *logits_out;
+    long long index;
+    bool raw, json;
+    long long max_new, max_context;
+    double temperature;
+    unsigned long long seed;
+    enum ds_device_kind device;
+};
+
+static bool parse_ll(const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+// "1,2,3" → ids, each in [0, vocab).
+static enum ds_status parse_ids(const char *s, int64_t vocab, struct ds_token_vec *out) {
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (errno || end == p || (*end && *end != ','))
+            return ds_error_set(DS_ERR_ARG, "--prompt-ids: not a comma-separated id list at '%s'",
+                                p);
+        if (v < 0 || v >= vocab)
+            return ds_error_set(DS_ERR_RANGE, "--prompt-ids: id %lld outside the vocabulary "
+                                "0..%lld", v, (long long)vocab - 1);
+        enum ds_status st = ds_token_vec_push(out, (int32_t)v);
+        if (st != DS_OK) return st;
+        p = *end ? end + 1 : end;
+    }
+    if (!out->n) return ds_error_set(DS_ERR_ARG, "--prompt-ids: empty list");
+    return DS_OK;
+}
+
+// ---- HDF5 output: extendible datasets appended one row at a time ----
+
+struct logits_file {
+    hid_t file, logits, ids;
+    hsize_t rows;
+    int vocab;
+};
+
+static enum ds_status lf_open(struct logits_file *lf, const char *path, int vocab,
+                              const struct ds_token_vec *prompt, const char *target) {
+    memset(lf, 0, sizeof *lf);
+    lf->file = lf->logits = lf->ids = H5I_INVALID_HID;
+    lf->vocab = vocab;
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); // our one-line messages instead of HDF5's stack
+    lf->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (lf->file < 0) return ds_error_set(DS_ERR_IO, "%s: cannot create the HDF5 file", path);
+    hsize_t dims[2] = {0, (hsize_t)vocab}, maxd[2] = {H5S_UNLIMITED, (hsize_t)vocab};
+    hsize_t chunk[2] = {1, (hsize_t)vocab};
+    hid_t sp = H5Screate_simple(2, dims, maxd), pl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(pl, 2, chunk);
+    lf->logits = H5Dcreate2(lf->file, "logits", H5T_NATIVE_FLOAT, sp, H5P_DEFAULT, pl,
+                            H5P_DEFAULT);
+    H5Sclose(sp);
+    H5Pclose(pl);
+    hsize_t d1 = 0, m1 = H5S_UNLIMITED, c1 = 256;
+    sp = H5Screate_simple(1, &d1, &m1);
+    pl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(pl, 1, &c1);
+    lf->ids = H5Dcreate2(lf->file, "ids", H5T_NATIVE_INT32, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+    H5Sclose(sp);
+    H5Pclose(pl);
+    hsize_t np = prompt->n;
+    sp = H5Screate_simple(1, &np, NULL);
+    hid_t pd = H5Dcreate2(lf->file, "prompt_ids", H5T_NATIVE_INT32, sp, H5P_DEFAULT, H5P_DEFAULT,
+                          H5P_DEFAULT);
+    herr_t w = pd >= 0 ? H5Dwrite(pd, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, prompt->ids)
+                       : -1;
+    if (pd >= 0) H5Dclose(pd);
+    H5Sclose(sp);
+    hid_t st = H5Tcopy(H5T_C_S1);
+    H5Tset_size(st, strlen(target) + 1);
+    hid_t as = H5Screate(H5S_SCALAR);
+    hid_t at = H5Acreate2(lf->file, "target", st, as, H5P_DEFAULT, H5P_DEFAULT);
+    if (at >= 0) H5Awrite(at, st, target), H5Aclose(at);
+    H5Sclose(as);
+    H5Tclose(st);
+    if (lf->logits < 0 || lf->ids < 0 || w < 0)
+        return ds_error_set(DS_ERR_IO, "%s: cannot create the datasets", path);
+    return DS_OK;
+}
+
+static enum ds_status lf_append(struct logits_file *lf, const float *row, int32_t id,
+                                const char *path) {
+    hsize_t n = lf->rows + 1, dims[2] = {n, (hsize_t)lf->vocab};
+    hsize_t start[2] = {lf->rows, 0}, count[2] = {1, (hsize_t)lf->vocab};
+    herr_t e = H5Dset_extent(lf->logits, dims);
+    hid_t fs = H5Dget_space(lf->logits), ms = H5Screate_simple(2, count, NULL);
+    e |= H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+    e |= H5Dwrite(lf->logits, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, row);
+    H5Sclose(fs), H5Sclose(ms);
+    hsize_t one = 1;
+    e |= H5Dset_extent(lf->ids, &n);
+    fs = H5Dget_space(lf->ids);
+    ms = H5Screate_simple(1, &one, NULL);
+    e |= H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start[0], NULL, &one, NULL);
+    e |= H5Dwrite(lf->ids, H5T_NATIVE_INT32, ms, fs, H5P_DEFAULT, &id);
+    H5Sclose(fs), H5Sclose(ms);
+    if (e < 0) return ds_error_set(DS_ERR_IO, "%s: cannot append row %llu", path,
+                                   (unsigned long long)lf->rows);
+    lf->rows = n;
+    return DS_OK;
+}
+
+static void lf_close(struct logits_file *lf) {
+    if (lf->logits >= 0) H5Dclose(lf->logits);
+    if (lf->ids >= 0) H5Dclose(lf->ids);
+    if (lf->file >= 0) H5Fclose(lf->file);
+    lf->file = lf->logits = lf->ids = H5I_INVALID_HID;
+}
+
+// ---- loading progress (uploading backends only) ----
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void load_progress(void *user, uint64_t done, uint64_t total) {
+    double t0 = *(double *)user, dt = now_s() - t0;
+    fprintf(stderr, "\rloading weights: %3.0f%% (%.2f of %.2f GB, %.2f GB/s)",
+            total ? 100.0 * (double)done / (double)total : 100.0, (double)done / 1e9,
+            (double)total / 1e9, dt > 0 ? (double)done / 1e9 / dt : 0.0);
+    if (done >= total) fputc('\n', stderr);
+}
+
+// Draws the token at `position` from softmax(logits / T) computed on the device (probs: V f32).
+static int32_t sample(const float *probs, int vocab, unsigned long long seed, int position) {
+    double u = ds_rng_uniform(seed, 0, (uint64_t)position, DS_RNG_LANE_SAMPLE), acc = 0;
+    int last = 0;
+    for (int v = 0; v < vocab; v++) {
+        if (probs[v] <= 0) continue;
+        acc += probs[v];
+        last = v;
+        if (u < acc) return v;
+    }
+    return last; // u beyond the rounded total mass: the last token with mass
+}
+
+// ---- the command ----
+
+struct gen_state {
+    struct ds_backend *be;
+    ds_tokenizer_t *tok;
+    ds_harmony_t *h;
+    ds_dataset_t *ds;
+    ds_gptoss_t *m;
+    struct ds_token_vec prompt, out;
+    struct logits_file lf;
+    bool lf_open;
+    float *row;        // (V) host
+    float *probs_host; // (V) host
+    void *probs_dev;   // (V) f32 device
+    int32_t *id_dev;   // (1) device
+};
+
+static int fail(const char *msg) {
+    fprintf(stderr, "draftscope generate: %s\n", msg);
+    return 1;
+}
+
+static enum ds_status load_prompt(struct gen_state *g, const struct gen_opts *o,
+                                  const struct ds_target_config *cfg) {
+    if (o->prompt_ids) return parse_ids(o->prompt_ids, cfg->vocab_size, &g->prompt);
+    if (!g->tok)
+        return ds_error_set(DS_ERR_ARG, "%s: no tokenizer.json: --prompt and --dataset need "
+                            "--tokenizer FILE", o->target);
+    if (o->prompt && o->raw)
+        return ds_tokenizer_encode(g->tok, NULL, o->prompt, strlen(o->prompt), &g->prompt);
+    if (o->prompt) {
+        struct ds_chat_message msg = {DS_ROLE_USER, o->prompt, strlen(o->prompt)};
+        return ds_harmony_render_prompt(g->h, NULL, &msg, 1, &g->prompt);
+    }
+    struct ds_dataset_options dopt;
+    ds_dataset_options_default(&dopt);
+    enum ds_status s = ds_dataset_open(o->dataset, &dopt, &g->ds);
+    if (s != DS_OK) return s;
+    struct ds_dataset_turn turn;
+    if (o->index < 0 || (size_t)o->index >= ds_dataset_num_conversations(g->ds))
+        return ds_error_set(DS_ERR_RANGE, "%s: --index %lld, the file has %zu usable "
+                            "conversations", o->dataset, o->index,
+                            ds_dataset_num_conversations(g->ds));
+    if ((s = ds_dataset_turn(g->ds, (size_t)o->index, 1, &turn)) != DS_OK) return s;
+    return ds_dataset_render(g->ds, g->h, NULL, &turn, 0, &g->prompt);
+}
+
+static enum ds_status open_backend(const struct gen_opts *o, struct ds_backend **be_out,
+                                   struct ds_device_info *info) {
+    enum ds_status s = ds_device_resolve(o->device, info);
+    if (s != DS_OK) return s;
+    if (info->kind == DS_DEVICE_CUDA) return ds_backend_cuda_create(info->cuda_device, be_out);
+    return ds_backend_ref_create(be_out);
+}
+
+static bool file_exists(const char *dir, const char *name, char *buf, size_t cap) {
+    struct stat sb;
+    snprintf(buf, cap, "%s/%s", dir, name);
+    return stat(buf, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+// One forward over rows [row0, row0+n) of the sequence at positions pos0.. with logits for the
+// last row when `logits`.
+static enum ds_status step(ds_gptoss_t *m, const int32_t *ids, int n, int pos0, bool logits) {
+    struct ds_attn_seq q = {.row0 = 0, .n_rows = n, .pos0 = pos0, .slot = 0};
+    int32_t last = n - 1;
+    struct ds_batch b = {.n_rows = n, .tokens = ids, .n_seq = 1, .seqs = &q,
+                         .n_logit_rows = logits ? 1 : 0, .logit_rows = &last};
+    return ds_gptoss_forward(m, &b);
+}
+
+static const char *stop_name(int32_t id, const int32_t *stops, const char *const *names, int n) {
+    for (int i = 0; i < n; i++)
+        if (stops[i] == id) return names[i];
+    return NULL;
+}
+
+static int run(struct gen_state *g, const struct gen_opts *o) {
+    enum ds_status s;
+    struct ds_target_config cfg;
+    if ((s = ds_target_config_load(o->target, &cfg)) != DS_OK) return fail(ds_error_last());
+    char path[4096];
+    const char *tok_path = o->tokenizer;
+    if (!tok_path && file_exists(o->target, "tokenizer.json", path, sizeof path)) tok_path = path;
+    if (tok_path) {
+        if ((s = ds_tokenizer_load(tok_path, &g->tok)) != DS_OK) return fail(ds_error_last());
+        if ((s = ds_harmony_create(g->tok, &g->h)) != DS_OK) return fail(ds_error_last());
+    }
+    if ((s = load_prompt(g, o, &cfg)) != DS_OK) return fail(ds_error_last());
+    const int V = (int)cfg.vocab_size;
+    for (size_t i = 0; i < g->prompt.n; i++)
+        if (g->prompt.ids[i] >= V) {
+            ds_error_set(DS_ERR_MISMATCH, "%s: prompt token %d outside the model's vocabulary "
+                         "of %d (tokenizer and model do not match)", o->target,
+                         g->prompt.ids[i], V);
+            return fail(ds_error_last());
+        }
+
+    // Context: the prompt must fit; generation stops at the limit.
+    long long limit = cfg.max_position_embeddings;
+    if (o->max_context > 0 && o->max_context < limit) limit = o->max_context;
+    const long long np = (long long)g->prompt.n;
+    if (np >= limit) {
+        ds_error_set(DS_ERR_RANGE, "%s: prompt of %lld tokens does not fit the context limit of "
+                     "%lld positions", o->dataset ? o->dataset : o->target, np, limit);
+        return fail(ds_error_last());
+    }
+    long long max_pos = np + o->max_new < limit ? np + o->max_new : limit;
+
+    struct ds_device_info info;
+    if ((s = open_backend(o, &g->be, &info)) != DS_OK) return fail(ds_error_last());
+    double t_load = now_s();
+    struct ds_load_progress prog = {load_progress, &t_load};
+    struct ds_gptoss_plan plan = {
+        .max_slots = 1, .max_pos = (int)max_pos,
+        .max_rows = np < PREFILL_CHUNK ? (int)np : PREFILL_CHUNK, .max_logit_rows = 1,
+    };
+    if ((s = ds_gptoss_create(o->target, g->be, &plan, o->json ? NULL : &prog, &g->m)) != DS_OK)
+        return fail(ds_error_last());
+    t_load = now_s() - t_load;
+    g->row = malloc(sizeof(float) * (size_t)V);
+    g->probs_host = malloc(sizeof(float) * (size_t)V);
+    if (!g->row || !g->probs_host) return fail("out of memory");
+    if ((s = g->be->alloc(g->be, sizeof(float) * (size_t)V, &g->probs_dev)) != DS_OK ||
+        (s = g->be->alloc(g->be, sizeof(int32_t), (void **)&g->id_dev)) != DS_OK)
+        return fail(ds_error_last());
+    if (o->logits_out) {
+        if ((s = lf_open(&g->lf, o->logits_out, V, &g->prompt, o->target)) != DS_OK)
+            return fail(ds_error_last());
+        g->lf_open = true;
+    }
+
+    // Stop set: harmony's by name when there is a tokenizer, else the config's eos ids.
+    int32_t stops[DS_CONFIG_MAX_EOS + 3];
+    const char *stop_names[DS_CONFIG_MAX_EOS + 3];
+    int n_stops = 0;
+    if (g->h) {
+        const struct ds_harmony_ids *hi = ds_harmony_ids(g->h);
+        stops[n_stops] = hi->ret, stop_names[n_stops++] = "return";
+        stops[n_stops] = hi->call, stop_names[n_stops++] = "call";
+        stops[n_stops] = hi->endoftext, stop_names[n_stops++] = "endoftext";
+    } else {
+        for (int i = 0; i < cfg.num_eos_token_ids; i++)
+            stops[n_stops] = (int32_t)cfg.eos_token_ids[i], stop_names[n_stops++] = "eos";
+    }
+
+    double t0 = now_s();
+    for (long long p = 0; p < np; p += PREFILL_CHUNK) {
+        int n = np - p < PREFILL_CHUNK ? (int)(np - p) : PREFILL_CHUNK;
+        if ((s = step(g->m, g->prompt.ids + p, n, (int)p, p + n == np)) != DS_OK)
+            return fail(ds_error_last());
+    }
+    double t_prefill = now_s() - t0;
+    const char *stop = "max_new_tokens";
+    const enum ds_elem act = ds_gptoss_act(g->m);
+    for (long long i = 0; i < o->max_new; i++) {
+        const long long pos = np + i; // the position of the token being chosen
+        int32_t id;
+        if (o->temperature > 0) {
+            struct ds_softmax_args sm = {
+                .act = act, .n_rows = 1, .vocab = V, .temperature = (float)o->temperature,
+                .top_k = 0, .top_p = 1.0f, .logits = ds_gptoss_logits(g->m), .probs = g->probs_dev,
+            };
+            if ((s = g->be->softmax(g->be, &sm)) == DS_OK)
+                s = g->be->download(g->be, g->probs_host, g->probs_dev, sizeof(float) * (size_t)V);
+            if (s != DS_OK) return fail(ds_error_last());
+            id = sample(g->probs_host, V, o->seed, (int)pos);
+        } else {
+            struct ds_argmax_args am = {
+                .act = act, .n_rows = 1, .vocab = V, .x = ds_gptoss_logits(g->m), .ids = g->id_dev,
+            };
+            if ((s = g->be->argmax(g->be, &am)) == DS_OK)
+                s = g->be->download(g->be, &id, g->id_dev, sizeof id);
+            if (s != DS_OK) return fail(ds_error_last());
+        }
+        if (g->lf_open) {
+            if ((s = ds_gptoss_download_logits(g->m, 1, g->row)) != DS_OK ||
+                (s = lf_append(&g->lf, g->row, id, o->logits_out)) != DS_OK)
+                return fail(ds_error_last());
+        }
+        if ((s = ds_token_vec_push(&g->out, id)) != DS_OK) return fail(ds_error_last());
+        const char *sn = stop_name(id, stops, stop_names, n_stops);
+        if (sn) {
+            stop = sn;
+            break;
+        }
+        if (i + 1 == o->max_new) break;
+        if (pos + 1 >= max_pos) { // the next token would sit past the context limit
+            stop = "context_limit";
+            break;
+        }
+        if ((s = step(g->m, &id, 1, (int)pos, true)) != DS_OK) return fail(ds_error_last());
+    }
+    double t_decode = now_s() - t0 - t_prefill;
+
+    // Output.
+    struct ds_byte_vec text = {0}, esc = {0};
+    struct ds_utf8_stream us = {0};
+    struct ds_byte_vec raw = {0};
+    if (g->tok && ds_tokenizer_decode(g->tok, g->out.ids, g->out.n, &raw) == DS_OK) {
+        ds_utf8_stream_feed(&us, raw.data, raw.n, &text);
+        ds_utf8_stream_finish(&us, &text);
+    }
+    struct ds_gptoss_memory mem;
+    ds_gptoss_memory_plan(g->m, &mem);
+    if (o->json) {
+        json_t *r = json_object(), *pi = json_array(), *gi = json_array();
+        for (size_t i = 0; i < g->prompt.n; i++) json_array_append_new(pi, json_integer(g->prompt.ids[i]));
+        for (size_t i = 0; i < g->out.n; i++) json_array_append_new(gi, json_integer(g->out.ids[i]));
+        json_object_set_new(r, "target", json_string(o->target));
+        json_object_set_new(r, "device", json_string(info.name));
+        json_object_set_new(r, "prompt_ids", pi);
+        json_object_set_new(r, "ids", gi);
+        json_object_set_new(r, "text", g->tok ? json_stringn(text.data ? text.data : "", text.n)
+                                              : json_null());
+        json_object_set_new(r, "stop", json_string(stop));
+        json_object_set_new(r, "temperature", json_real(o->temperature));
+        json_object_set_new(r, "seed", json_integer((json_int_t)o->seed));
+        json_object_set_new(r, "context_limit", json_integer(max_pos));
+        json_t *mj = json_object();
+        json_object_set_new(mj, "weights", json_integer((json_int_t)mem.weights));
+        json_object_set_new(mj, "kv", json_integer((json_int_t)mem.kv));
+        json_object_set_new(mj, "activations", json_integer((json_int_t)mem.activations));
+        json_object_set_new(r, "memory_bytes", mj);
+        json_object_set_new(r, "load_seconds", json_real(t_load));
+        json_object_set_new(r, "prefill_seconds", json_real(t_prefill));
+        json_object_set_new(r, "decode_seconds", json_real(t_decode));
+        json_dumpf(r, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+        fputc('\n', stdout);
+        json_decref(r);
+    } else {
+        printf("target %s on %s: weights %.3f GB, KV %.3f GB, activations %.3f GB\n", o->target,
+               info.name, (double)mem.weights / 1e9, (double)mem.kv / 1e9,
+               (double)mem.activations / 1e9);
+        printf("prompt (%zu ids):", g->prompt.n);
+        for (size_t i = 0; i < g->prompt.n; i++) printf(" %d", g->prompt.ids[i]);
+        printf("\ngenerated (%zu ids):", g->out.n);
+        for (size_t i = 0; i < g->out.n; i++) printf(" %d", g->out.ids[i]);
+        printf("\n");
+        if (g->tok && raw.data) {
+            ds_bytes_escape(raw.data, raw.n, &esc);
+            printf("text: %s\n", esc.data ? esc.data : "");
+        }
+        printf("stop: %s", stop);
+        if (!strcmp(stop, "context_limit")) printf(" (%lld positions)", max_pos);
+        printf("; prefill %.3f s, %.1f tokens/s decode\n", t_prefill,
+               t_decode > 0 ? (double)g->out.n / t_decode : 0.0);
+    }
+    ds_byte_vec_free(&text);
+    ds_byte_vec_free(&esc);
+    ds_byte_vec_free(&raw);
+    return 0;
+}
+
+int ds_cmd_generate(int argc, char **argv) {
+    enum { O_DATASET = 256, O_INDEX, O_RAW, O_TOKENIZER, O_TEMP, O_SEED, O_MAXCTX, O_LOGITS,
+           O_DEVICE };
+    static const struct option long_opts[] = {
+        {"target", required_argument, NULL, 't'},
+        {"prompt", required_argument, NULL, 'p'},
+        {"prompt-ids", required_argument, NULL, 'i'},
+        {"dataset", required_argument, NULL, O_DATASET},
+        {"index", required_argument, NULL, O_INDEX},
+        {"raw", no_argument, NULL, O_RAW},
+        {"tokenizer", required_argument, NULL, O_TOKENIZER},
+        {"max-new-tokens", required_argument, NULL, 'n'},
+        {"temperature", required_argument, NULL, O_TEMP},
+        {"seed", required_argument, NULL, O_SEED},
+        {"max-context", required_argument, NULL, O_MAXCTX},
+        {"logits-out", required_argument, NULL, O_LOGITS},
+        {"json", no_argument, NULL, 'j'},
+        {"device", required_argument, NULL, O_DEVICE},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct gen_opts o = {.index = -1, .max_new = 64, .device = DS_DEVICE_AUTO};
+    long long ll;
+    optind = 0;
+    opterr = 0;
+    for (int c; (c = getopt_long(argc, argv, "t:p:i:n:jh", long_opts, NULL)) != -1;) {
+        switch (c) {
+        case 't': o.target = optarg; break;
+        case 'p': o.prompt = optarg; break;
+        case 'i': o.prompt_ids = optarg; break;
+        case O_DATASET: o.dataset = optarg; break;
+        case O_INDEX:
+            if (!parse_ll(optarg, 0, INT32_MAX, &o.index))
+                return usage_error("--index wants an integer >= 0", optarg);
+            break;
+        case O_RAW: o.raw = true; break;
+        case O_TOKENIZER: o.tokenizer = optarg; break;
+        case 'n':
+            if (!parse_ll(optarg, 1, INT32_MAX, &o.max_new))
+                return usage_error("--max-new-tokens wants an integer >= 1", optarg);
+            break;
+        case O_TEMP: {
+            char *end;
+            o.temperature = strtod(optarg, &end);
+            if (end == optarg || *end || !(o.temperature >= 0) || isinf(o.temperature))
+                return usage_error("--temperature wants a number >= 0", optarg);
+            break;
+        }
+        case O_SEED:
+            if (!parse_ll(optarg, 0, INT64_MAX, &ll))
+                return usage_error("--seed wants an integer >= 0", optarg);
+            o.seed = (unsigned long long)ll;
+            break;
+        case O_MAXCTX:
+            if (!parse_ll(optarg, 1, INT32_MAX, &o.max_context))
+                return usage_error("--max-context wants an integer >= 1", optarg);
+            break;
+        case O_LOGITS: o.logits_out = optarg; break;
+        case 'j': o.json = true; break;
+        case O_DEVICE:
+            if (ds_device_parse(optarg, &o.device) != DS_OK)
+                return usage_error("--device wants auto, cpu or cuda", optarg);
+            break;
+        case 'h': usage(stdout); return 0;
+        default: return usage_error("unknown option or missing value", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return usage_error("unexpected argument", argv[optind]);
+    if (!o.target) return usage_error("--target DIR is required", NULL);
+    int sources = (o.prompt != NULL) + (o.prompt_ids != NULL) + (o.dataset != NULL);
+    if (sources != 1)
+        return usage_error("give exactly one of --prompt, --prompt-ids, --dataset", NULL);
+    if (o.dataset && o.index < 0) return usage_error("--dataset needs --index I", NULL);
+    if (!o.dataset && o.index >= 0) return usage_error("--index needs --dataset", NULL);
+    if (o.raw && !o.prompt) return usage_error("--raw applies to --prompt only", NULL);
+
+    struct gen_state g = {0};
+    int rc = run(&g, &o);
+    fflush(stdout);
+    if (g.lf_open) lf_close(&g.lf);
+    if (g.be) {
+        g.be->free(g.be, g.probs_dev);
+        g.be->free(g.be, g.id_dev);
+    }
+    ds_gptoss_release(g.m);
+    ds_backend_release(g.be);
+    ds_dataset_release(g.ds);
+    ds_harmony_release(g.h);
+    ds_tokenizer_release(g.tok);
+    ds_token_vec_free(&g.prompt);
+    ds_token_vec_free(&g.out);
+    free(g.row);
+    free(g.probs_host);
+    return rc;
+}

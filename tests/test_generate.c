@@ -1,0 +1,239 @@
+// draftscope generate on the tiny fixture target (CPU): greedy ids against the naive
+// double-precision model, the --logits-out file against the naive logits, the --json report,
+// sampling at T > 0 against the counter-based generator applied to the naive distribution, the
+// context limit, and bad input.
+#include <fcntl.h>
+#include <hdf5.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ds/rng.h"
+#include "harness.h"
+#include "model_naive.h"
+
+int ds_cmd_generate(int argc, char **argv);
+
+#define TARGET DS_SOURCE_DIR "/tests/fixtures/ckpt/target"
+#define LOGIT_RTOL 1e-5 // see test_gptoss.c: fp32 intermediates against all-double
+
+static char out_json[256], out_h5[256];
+
+// Runs the command with stdout captured into out_json; returns its exit code.
+static int gen(int argc, const char **argv) {
+    fflush(stdout);
+    int saved = dup(1), fd = open(out_json, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    close(fd);
+    int rc = ds_cmd_generate(argc, (char **)argv);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    return rc;
+}
+
+static json_t *report(void) {
+    json_error_t err;
+    json_t *r = json_load_file(out_json, 0, &err);
+    if (!r) DS_FAILF("report is not JSON: %s", err.text);
+    return r;
+}
+
+static int read_h5(const char *name, int rank, void *buf, hid_t type, hsize_t *dims) {
+    hid_t f = H5Fopen(out_h5, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return -1;
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT), sp = H5Dget_space(d);
+    int ok = H5Sget_simple_extent_ndims(sp) == rank;
+    H5Sget_simple_extent_dims(sp, dims, NULL);
+    if (ok && buf) ok = H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0;
+    H5Sclose(sp), H5Dclose(d), H5Fclose(f);
+    return ok ? 0 : -1;
+}
+
+static const char *const PROMPT = "5,17,300,42,7,99,256,3";
+
+// Greedy: 6 tokens, each the naive argmax given everything before it; logits rows match.
+static void greedy_matches_naive(void) {
+    const char *argv[] = {"generate", "--target", TARGET, "--prompt-ids", PROMPT,
+                          "--max-new-tokens", "6", "--device", "cpu", "--json",
+                          "--logits-out", out_h5};
+    EXPECT_EQ_INT(gen(12, argv), 0);
+    json_t *r = report();
+    if (!r) return;
+    json_t *ids = json_object_get(r, "ids");
+    EXPECT_EQ_INT(json_array_size(ids), 6);
+    EXPECT_EQ_STR(json_string_value(json_object_get(r, "stop")), "max_new_tokens");
+    EXPECT(json_is_null(json_object_get(r, "text"))); // the fixture has no tokenizer
+
+    int32_t seq[14] = {5, 17, 300, 42, 7, 99, 256, 3};
+    for (int i = 0; i < 6; i++) seq[8 + i] = (int32_t)json_integer_value(json_array_get(ids, i));
+    struct ds_target_config cfg;
+    EXPECT_OK(ds_target_config_load(TARGET, &cfg));
+    ds_safetensors_t *st = NULL;
+    EXPECT_OK(ds_safetensors_open_dir(TARGET, &st));
+    double *ref = malloc(sizeof(double) * 14 * 512);
+    nv_target_run(st, &cfg, 14, seq, ref, NULL, NULL);
+    for (int i = 0; i < 6; i++) {
+        const double *row = ref + (size_t)(7 + i) * 512;
+        int best = 0;
+        for (int v = 1; v < 512; v++)
+            if (row[v] > row[best]) best = v;
+        EXPECT_EQ_INT(seq[8 + i], best);
+    }
+    float *logits = malloc(sizeof(float) * 6 * 512);
+    int32_t h5ids[6], prompt[8];
+    hsize_t dims[2];
+    EXPECT(read_h5("logits", 2, logits, H5T_NATIVE_FLOAT, dims) == 0);
+    EXPECT(dims[0] == 6 && dims[1] == 512);
+    EXPECT(read_h5("ids", 1, h5ids, H5T_NATIVE_INT32, dims) == 0);
+    EXPECT(read_h5("prompt_ids", 1, prompt, H5T_NATIVE_INT32, dims) == 0);
+    EXPECT(!memcmp(h5ids, seq + 8, sizeof h5ids));
+    EXPECT(!memcmp(prompt, seq, sizeof prompt));
+    double scale, err = nv_max_err(logits, ref + 7 * 512, 6 * 512, &scale);
+    EXPECT(err <= LOGIT_RTOL * scale);
+    free(ref), free(logits);
+    ds_safetensors_close(st);
+    json_decref(r);
+}
+
+// T = 0.8: the token at position p is the inverse CDF of softmax(naive logits / T) at
+// u = ds_rng_uniform(seed, 0, p, SAMPLE); a second run gives the same ids.
+static void sampling_is_counter_based(void) {
+    const char *argv[] = {"generate", "--target", TARGET, "--prompt-ids", PROMPT,
+                          "--max-new-tokens", "5", "--temperature", "0.8", "--seed", "1234",
+                          "--device", "cpu", "--json"};
+    EXPECT_EQ_INT(gen(14, argv), 0);
+    json_t *r = report();
+    if (!r) return;
+    json_t *ids = json_object_get(r, "ids");
+    int32_t seq[13] = {5, 17, 300, 42, 7, 99, 256, 3};
+    for (int i = 0; i < 5; i++) seq[8 + i] = (int32_t)json_integer_value(json_array_get(ids, i));
+    EXPECT_EQ_INT(gen(14, argv), 0);
+    json_t *r2 = report();
+    EXPECT(r2 && json_equal(json_object_get(r2, "ids"), ids));
+
+    struct ds_target_config cfg;
+    EXPECT_OK(ds_target_config_load(TARGET, &cfg));
+    ds_safetensors_t *st = NULL;
+    EXPECT_OK(ds_safetensors_open_dir(TARGET, &st));
+    double *ref = malloc(sizeof(double) * 13 * 512);
+    nv_target_run(st, &cfg, 13, seq, ref, NULL, NULL);
+    for (int i = 0; i < 5; i++) {
+        const double *row = ref + (size_t)(7 + i) * 512;
+        double mx = row[0], z = 0, acc = 0, u = ds_rng_uniform(1234, 0, (uint64_t)(8 + i), 0);
+        for (int v = 1; v < 512; v++) mx = fmax(mx, row[v]);
+        for (int v = 0; v < 512; v++) z += exp((row[v] - mx) / 0.8);
+        int want = 511;
+        double gap = 1;
+        for (int v = 0; v < 512; v++) {
+            acc += exp((row[v] - mx) / 0.8) / z;
+            if (u < acc) {
+                want = v;
+                gap = fmin(acc - u, u - (acc - exp((row[v] - mx) / 0.8) / z));
+                break;
+            }
+        }
+        // u within 1e-5 of a CDF step could flip with fp32 probabilities: say so, don't fail.
+        if (gap < 1e-5) printf("  sample %d: u within %.2g of a CDF step\n", i, gap);
+        else EXPECT_EQ_INT(seq[8 + i], want);
+    }
+    free(ref);
+    ds_safetensors_close(st);
+    json_decref(r);
+    json_decref(r2);
+}
+
+// The splitmix64 reference outputs: first output from state 0 and from state 1234567.
+static void rng_reference_values(void) {
+    EXPECT(ds_rng_mix(0) == 0xe220a8397b1dcdafull);
+    EXPECT(ds_rng_mix(1234567) == 6457827717110365317ull);
+    double u = ds_rng_uniform(1, 2, 3, 4);
+    EXPECT(u >= 0 && u < 1);
+    EXPECT(ds_rng_u64(1, 2, 3, 4) != ds_rng_u64(1, 2, 3, 5));
+    EXPECT(ds_rng_u64(1, 2, 3, 4) != ds_rng_u64(1, 3, 2, 4));
+}
+
+// With a tokenizer: --raw text is plain BPE ("hello world" is the merged tokens 260 and 265 of
+// the tiny tokenizer, tests/data/README.md), --prompt is a harmony prompt that starts with
+// <|start|> (300) and ends with <|start|>assistant, and the report carries the decoded text.
+static void tokenizer_prompts(void) {
+    const char *argv[] = {"generate", "--target", TARGET, "--prompt", "hello world", "--raw",
+                          "--tokenizer", DS_SOURCE_DIR "/tests/data/tiny_tokenizer.json",
+                          "--max-new-tokens", "3", "--device", "cpu", "--json"};
+    EXPECT_EQ_INT(gen(13, argv), 0);
+    json_t *r = report();
+    if (!r) return;
+    json_t *p = json_object_get(r, "prompt_ids");
+    EXPECT_EQ_INT(json_array_size(p), 2);
+    EXPECT_EQ_INT(json_integer_value(json_array_get(p, 0)), 260);
+    EXPECT_EQ_INT(json_integer_value(json_array_get(p, 1)), 265);
+    EXPECT(json_is_string(json_object_get(r, "text")));
+    json_decref(r);
+    argv[5] = "--json"; // drop --raw (the last --json repeats harmlessly)
+    EXPECT_EQ_INT(gen(13, argv), 0);
+    r = report();
+    if (!r) return;
+    p = json_object_get(r, "prompt_ids");
+    size_t n = json_array_size(p);
+    EXPECT(n > 10);
+    EXPECT_EQ_INT(json_integer_value(json_array_get(p, 0)), 300);
+    // "assistant" in the tiny tokenizer: bytes a s s i s t a n t (no merges apply).
+    EXPECT_EQ_INT(json_integer_value(json_array_get(p, n - 10)), 300);
+    EXPECT_EQ_INT(json_integer_value(json_array_get(p, n - 1)), 't');
+    json_decref(r);
+}
+
+static void context_limit(void) {
+    // 8 prompt tokens, limit 11: tokens at positions 8, 9, 10, then the limit.
+    const char *argv[] = {"generate", "--target", TARGET, "--prompt-ids", PROMPT,
+                          "--max-new-tokens", "20", "--max-context", "11", "--device", "cpu",
+                          "--json"};
+    EXPECT_EQ_INT(gen(12, argv), 0);
+    json_t *r = report();
+    if (!r) return;
+    EXPECT_EQ_INT(json_array_size(json_object_get(r, "ids")), 3);
+    EXPECT_EQ_STR(json_string_value(json_object_get(r, "stop")), "context_limit");
+    json_decref(r);
+    argv[8] = "8"; // the prompt itself does not fit
+    EXPECT_EQ_INT(gen(12, argv), 1);
+    EXPECT_ERROR_HAS("prompt of 8 tokens does not fit the context limit of 8");
+}
+
+static void bad_input(void) {
+    const char *a1[] = {"generate", "--target", TARGET, "--prompt", "hello", "--device", "cpu"};
+    EXPECT_EQ_INT(gen(7, a1), 1);
+    EXPECT_ERROR_HAS("--tokenizer");
+    const char *a2[] = {"generate", "--target", TARGET, "--prompt-ids", "1,512", "--device",
+                        "cpu"};
+    EXPECT_EQ_INT(gen(7, a2), 1);
+    EXPECT_ERROR_HAS("id 512");
+    const char *a3[] = {"generate", "--target", TARGET, "--prompt-ids", "1,x"};
+    EXPECT_EQ_INT(gen(5, a3), 1);
+    EXPECT_ERROR_HAS("--prompt-ids");
+    const char *a4[] = {"generate", "--target", TARGET};
+    EXPECT_EQ_INT(gen(3, a4), 2);
+    const char *a5[] = {"generate", "--target", TARGET, "--prompt-ids", "1", "--temperature",
+                        "-1"};
+    EXPECT_EQ_INT(gen(7, a5), 2);
+    const char *a6[] = {"generate", "--target", DS_SOURCE_DIR "/tests/fixtures/none",
+                        "--prompt-ids", "1"};
+    EXPECT_EQ_INT(gen(5, a6), 1);
+    EXPECT_ERROR_HAS("none");
+}
+
+int main(void) {
+    snprintf(out_json, sizeof out_json, "%s/test_generate.%d.json", DS_BINARY_DIR, (int)getpid());
+    snprintf(out_h5, sizeof out_h5, "%s/test_generate.%d.h5", DS_BINARY_DIR, (int)getpid());
+    DS_RUN(rng_reference_values);
+    DS_RUN(greedy_matches_naive);
+    DS_RUN(sampling_is_counter_based);
+    DS_RUN(tokenizer_prompts);
+    DS_RUN(context_limit);
+    DS_RUN(bad_input);
+    remove(out_json);
+    remove(out_h5);
+    return ds_test_end();
+}
