@@ -25,48 +25,48 @@ struct ds_eagle3 {
     size_t esz;
     int H, Ht, W, NH, NKV, D, I, Dv, V;
 
-    struct ds_wt embed;                    // (V, H): the target's table, or the draft's own
-    struct ds_wt fc, fc_bias;              // (H, W), (H) or NULL
-    struct ds_wt input_norm;               // (W) when norm_before_fc
-    struct ds_wt fc_norm[DS_AUX_COUNT];    // (Ht) each when fc_norm
+    struct ds_wt embed;                          // (V, H): the target's table, or the draft's own
+    struct ds_wt fc, fc_bias;                    // (H, W), (H) or NULL
+    struct ds_wt input_norm;                     // (W) when norm_before_fc
+    struct ds_wt fc_norm[DS_AUX_COUNT];          // (Ht) each when fc_norm
     struct ds_wt hidden_norm, input_ln, post_ln; // (H)
-    struct ds_wt q_w, k_w, v_w, o_w;       // (NH·D, 2H), (NKV·D, 2H) ×2, (H, NH·D)
-    struct ds_wt gate_w, up_w, down_w;     // (I, H) ×2, (H, I)
-    struct ds_wt final_norm;               // (H)
-    struct ds_wt lm_head;                  // (Dv, H): the draft's, or the target's for a
-                                        // full-vocabulary head without one
+    struct ds_wt q_w, k_w, v_w, o_w;             // (NH·D, 2H), (NKV·D, 2H) ×2, (H, NH·D)
+    struct ds_wt gate_w, up_w, down_w;           // (I, H) ×2, (H, I)
+    struct ds_wt final_norm;                     // (H)
+    struct ds_wt lm_head;                        // (Dv, H): the draft's, or the target's for a
+                                                 // full-vocabulary head without one
     void *weight_arena;
 
     void *kv_arena;
     void *k_cache, *v_cache; // (S, P, NKV, D) act
 
     void *act_arena;
-    void *e;        // (T, H) act: embeddings, then input_layernorm(e) in place
-    void *a_in;     // (T, W) act: gathered target states
-    void *tmp;      // (T, Ht) act: one aux state for fc_norm
-    void *g;        // (T, H) act: the hidden input
-    void *gn;       // (T, H) act: hidden_norm(g)
-    void *u;        // (T, 2H) act: [input_layernorm(e) | hidden_norm(g)]
-    void *q;        // (T, NH·D) act
-    void *k, *v;    // (T, NKV·D) act
-    void *attn;     // (T, NH·D) act
-    void *h1;       // (T, H) act
-    void *z;        // (T, H) act
-    void *gate, *up; // (T, I) act
-    void *h2;       // (T, H) act: pre-norm output
-    void *n;        // (T, H) act: norm(h2)
-    void *gathered; // (R, H) act
-    void *logits;   // (R, Dv) act
-    void *full;     // (R, V) act, when plan.full_vocab
-    int32_t *argmax_ids; // (R)
-    int32_t *map;        // (Dv) draft id → target id
+    void *e;                    // (T, H) act: embeddings, then input_layernorm(e) in place
+    void *a_in;                 // (T, W) act: gathered target states
+    void *tmp;                  // (T, Ht) act: one aux state for fc_norm
+    void *g;                    // (T, H) act: the hidden input
+    void *gn;                   // (T, H) act: hidden_norm(g)
+    void *u;                    // (T, 2H) act: [input_layernorm(e) | hidden_norm(g)]
+    void *q;                    // (T, NH·D) act
+    void *k, *v;                // (T, NKV·D) act
+    void *attn;                 // (T, NH·D) act
+    void *h1;                   // (T, H) act
+    void *z;                    // (T, H) act
+    void *gate, *up;            // (T, I) act
+    void *h2;                   // (T, H) act: pre-norm output
+    void *n;                    // (T, H) act: norm(h2)
+    void *gathered;             // (R, H) act
+    void *logits;               // (R, Dv) act
+    void *full;                 // (R, V) act, when plan.full_vocab
+    int32_t *argmax_ids;        // (R)
+    int32_t *map;               // (Dv) draft id → target id
     float *rope_cos, *rope_sin; // (P, D/2)
     int32_t *d_tokens, *d_pos, *d_rows, *d_hidx; // (T), (T), (R), (T)
     struct ds_attn_seq *d_seqs;                  // (S)
 
-    int32_t *h_map;       // (Dv) host copy of map
-    int32_t *h_pos;       // (T) host scratch
-    int32_t *h_rows;      // (T) host scratch (step: logit rows; identity hidden rows)
+    int32_t *h_map;             // (Dv) host copy of map
+    int32_t *h_pos;             // (T) host scratch
+    int32_t *h_rows;            // (T) host scratch (step: logit rows; identity hidden rows)
     struct ds_attn_seq *h_seqs; // (S) host scratch for step
     unsigned char *h_slot_used; // (S)
     int last_rows, last_logit_rows;
@@ -88,7 +88,8 @@ enum ds_status ds_eagle3_aux_plan(const char *dir, const struct ds_target_config
 
 void ds_gptoss_plan_aux(struct ds_gptoss_plan *tp, const struct ds_aux_plan *aux) {
     tp->n_aux = aux->n < DS_GPTOSS_MAX_AUX ? aux->n : DS_GPTOSS_MAX_AUX;
-    for (int i = 0; i < tp->n_aux; i++) tp->aux_boundaries[i] = (int)aux->boundaries[i];
+    for (int i = 0; i < tp->n_aux; i++)
+        tp->aux_boundaries[i] = (int)aux->boundaries[i];
 }
 
 static enum ds_status bind(struct ds_weight_loader *wl, struct ds_wt *w, const char *name,
@@ -153,21 +154,23 @@ static enum ds_status check_config(ds_eagle3_t *d) {
         return ds_error_set(DS_ERR_UNSUPPORTED, "%s: head_dim %lld (even, <= %d supported)",
                             d->label, (long long)c->head_dim, DS_MAX_HEAD_DIM);
     if (c->rope.type != DS_ROPE_DEFAULT && c->rope.type != DS_ROPE_YARN)
-        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: rope type %s is not supported yet",
-                            d->label, ds_rope_type_name(c->rope.type));
+        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: rope type %s is not supported yet", d->label,
+                            ds_rope_type_name(c->rope.type));
     if (c->fc_norm && c->norm_before_fc)
         return ds_error_set(DS_ERR_FORMAT, "%s: fc_norm and norm_before_fc are exclusive",
                             d->label);
     if (c->target_hidden_size != d->Ht)
-        return ds_error_set(DS_ERR_MISMATCH, "%s: target_hidden_size %lld, target has %d",
-                            d->label, (long long)c->target_hidden_size, d->Ht);
+        return ds_error_set(DS_ERR_MISMATCH, "%s: target_hidden_size %lld, target has %d", d->label,
+                            (long long)c->target_hidden_size, d->Ht);
     if (!c->use_aux_hidden_state && d->Ht != d->H)
         return ds_error_set(DS_ERR_MISMATCH,
                             "%s: a no-aux head needs hidden_size %d equal to the target's %d",
                             d->label, d->H, d->Ht);
     if (d->plan.own_embed && !c->has_embed_tokens)
-        return ds_error_set(DS_ERR_MISMATCH, "%s: own embedding asked, but the checkpoint has no "
-                            "embed_tokens.weight", d->label);
+        return ds_error_set(DS_ERR_MISMATCH,
+                            "%s: own embedding asked, but the checkpoint has no "
+                            "embed_tokens.weight",
+                            d->label);
     return DS_OK;
 }
 
@@ -220,7 +223,8 @@ static enum ds_status build_map(ds_eagle3_t *d) {
         if (d->Dv != d->V)
             return ds_error_set(DS_ERR_MISMATCH, "%s: draft vocabulary %d without d2t", d->label,
                                 d->Dv);
-        for (int i = 0; i < d->Dv; i++) d->h_map[i] = i;
+        for (int i = 0; i < d->Dv; i++)
+            d->h_map[i] = i;
         return DS_OK;
     }
     if (t->dtype != DS_DTYPE_I64 || t->numel != (uint64_t)d->Dv)
@@ -244,8 +248,7 @@ enum ds_status ds_eagle3_create(const char *dir, const ds_gptoss_t *target, stru
     if (s != DS_OK) return s;
     if (be != ds_gptoss_backend(target))
         return ds_error_set(DS_ERR_ARG, "%s: the draft must use the target's backend", dir);
-    if (plan->max_slots < 1 || plan->max_pos < 1 || plan->max_rows < 1 ||
-        plan->max_logit_rows < 0)
+    if (plan->max_slots < 1 || plan->max_pos < 1 || plan->max_rows < 1 || plan->max_logit_rows < 0)
         return ds_error_set(DS_ERR_ARG, "%s: plan needs max_slots, max_pos, max_rows >= 1", dir);
     const struct ds_target_config *tc = ds_gptoss_config(target);
 
@@ -301,8 +304,8 @@ enum ds_status ds_eagle3_create(const char *dir, const ds_gptoss_t *target, stru
     if ((s = bind_all(d, &wl)) != DS_OK) goto fail;
     d->mem.weights = wl.bytes;
 
-    size_t per = ds_align256((size_t)d->plan.max_slots * (size_t)d->plan.max_pos *
-                             (size_t)d->NKV * (size_t)d->D * d->esz);
+    size_t per = ds_align256((size_t)d->plan.max_slots * (size_t)d->plan.max_pos * (size_t)d->NKV *
+                             (size_t)d->D * d->esz);
     d->mem.kv = 2 * per;
     if ((s = be->alloc(be, d->mem.kv, &d->kv_arena)) != DS_OK) goto fail;
     d->k_cache = d->kv_arena;
@@ -358,15 +361,18 @@ void ds_eagle3_release(ds_eagle3_t *d) {
 static enum ds_status check_rows(ds_eagle3_t *d, const struct ds_batch *b) {
     if (!b) return ds_error_set(DS_ERR_ARG, "%s: draft call with a NULL batch", d->label);
     const struct ds_rows_limits lim = {
-        .max_rows = d->plan.max_rows, .max_slots = d->plan.max_slots,
-        .max_logit_rows = d->plan.max_logit_rows, .max_pos = d->plan.max_pos, .vocab = d->V,
+        .max_rows = d->plan.max_rows,
+        .max_slots = d->plan.max_slots,
+        .max_logit_rows = d->plan.max_logit_rows,
+        .max_pos = d->plan.max_pos,
+        .vocab = d->V,
     };
-    return ds_rows_check(d->label, &lim, b->n_rows, b->tokens, b->n_seq, b->seqs,
-                         b->n_logit_rows, b->logit_rows, d->h_slot_used, d->h_pos);
+    return ds_rows_check(d->label, &lim, b->n_rows, b->tokens, b->n_seq, b->seqs, b->n_logit_rows,
+                         b->logit_rows, d->h_slot_used, d->h_pos);
 }
 
-static enum ds_status rmsnorm(ds_eagle3_t *d, int T, int dim, const void *x,
-                              const struct ds_wt *w, void *y) {
+static enum ds_status rmsnorm(ds_eagle3_t *d, int T, int dim, const void *x, const struct ds_wt *w,
+                              void *y) {
     return ds_op_rmsnorm(d->be, d->act, T, dim, d->cfg.rms_norm_eps, x, w, y);
 }
 
@@ -379,7 +385,12 @@ static enum ds_status matmul(ds_eagle3_t *d, int T, int in, int out, const void 
 static enum ds_status gather(ds_eagle3_t *d, int T, int src_rows, int dim, const void *src,
                              const int32_t *rows, void *out) {
     struct ds_gather_rows_args g = {
-        .act = d->act, .n_rows = T, .src_rows = src_rows, .dim = dim, .x = src, .rows = rows,
+        .act = d->act,
+        .n_rows = T,
+        .src_rows = src_rows,
+        .dim = dim,
+        .x = src,
+        .rows = rows,
         .out = out,
     };
     return d->be->gather_rows(d->be, &g);
@@ -390,8 +401,7 @@ static enum ds_status project_target(ds_eagle3_t *d, int T) {
     struct ds_backend *be = d->be;
     const struct ds_draft_config *c = &d->cfg;
     enum ds_status s;
-    if (c->norm_before_fc && (s = rmsnorm(d, T, d->W, d->a_in, &d->input_norm, d->a_in)))
-        return s;
+    if (c->norm_before_fc && (s = rmsnorm(d, T, d->W, d->a_in, &d->input_norm, d->a_in))) return s;
     if (c->fc_norm) {
         const size_t row = (size_t)d->Ht * d->esz, pitch = (size_t)d->W * d->esz;
         for (int i = 0; i < DS_AUX_COUNT; i++) {
@@ -401,8 +411,7 @@ static enum ds_status project_target(ds_eagle3_t *d, int T) {
             if ((s = be->copy_2d(be, col, pitch, d->tmp, row, row, (size_t)T))) return s;
         }
     }
-    return matmul(d, T, d->W, d->H, d->a_in, &d->fc, c->fc_bias ? &d->fc_bias : NULL, NULL,
-                  d->g);
+    return matmul(d, T, d->W, d->H, d->a_in, &d->fc, c->fc_bias ? &d->fc_bias : NULL, NULL, d->g);
 }
 
 enum draft_input { FROM_TARGET, FROM_DRAFT };
@@ -439,8 +448,14 @@ static enum ds_status forward(ds_eagle3_t *d, const struct ds_batch *b, enum dra
 
     // u = [input_layernorm(embed(token)) | hidden_norm(g)], embedding first.
     struct ds_embed_args e = {
-        .act = d->act, .table_dtype = d->embed.e, .n_rows = T, .vocab = d->V, .dim = H,
-        .table = d->embed.p, .ids = d->d_tokens, .out = d->e,
+        .act = d->act,
+        .table_dtype = d->embed.e,
+        .n_rows = T,
+        .vocab = d->V,
+        .dim = H,
+        .table = d->embed.p,
+        .ids = d->d_tokens,
+        .out = d->e,
     };
     if ((s = be->embed(be, &e))) return s;
     if ((s = rmsnorm(d, T, H, d->e, &d->input_ln, d->e))) return s;
@@ -454,17 +469,40 @@ static enum ds_status forward(ds_eagle3_t *d, const struct ds_batch *b, enum dra
     if ((s = matmul(d, T, 2 * H, KD, d->u, &d->k_w, NULL, NULL, d->k))) return s;
     if ((s = matmul(d, T, 2 * H, KD, d->u, &d->v_w, NULL, NULL, d->v))) return s;
     struct ds_rope_args r = {
-        .act = d->act, .n_rows = T, .head_dim = d->D, .n_q_heads = d->NH, .n_k_heads = d->NKV,
-        .q = d->q, .k = d->k, .positions = d->d_pos, .cos = d->rope_cos, .sin = d->rope_sin,
+        .act = d->act,
+        .n_rows = T,
+        .head_dim = d->D,
+        .n_q_heads = d->NH,
+        .n_k_heads = d->NKV,
+        .q = d->q,
+        .k = d->k,
+        .positions = d->d_pos,
+        .cos = d->rope_cos,
+        .sin = d->rope_sin,
         .table_len = d->plan.max_pos,
     };
     if ((s = be->rope(be, &r))) return s;
     struct ds_attention_args a = {
-        .act = d->act, .cache_dtype = d->act, .sinks_dtype = DS_ELEM_F32, .n_rows = T,
-        .n_heads = d->NH, .n_kv_heads = d->NKV, .head_dim = d->D, .n_seq = b->n_seq,
-        .seqs = d->d_seqs, .q = d->q, .k = d->k, .v = d->v, .k_cache = d->k_cache,
-        .v_cache = d->v_cache, .n_slots = d->plan.max_slots, .max_pos = d->plan.max_pos,
-        .window = 0, .scale = 1.0f / sqrtf((float)d->D), .sinks = NULL, .out = d->attn,
+        .act = d->act,
+        .cache_dtype = d->act,
+        .sinks_dtype = DS_ELEM_F32,
+        .n_rows = T,
+        .n_heads = d->NH,
+        .n_kv_heads = d->NKV,
+        .head_dim = d->D,
+        .n_seq = b->n_seq,
+        .seqs = d->d_seqs,
+        .q = d->q,
+        .k = d->k,
+        .v = d->v,
+        .k_cache = d->k_cache,
+        .v_cache = d->v_cache,
+        .n_slots = d->plan.max_slots,
+        .max_pos = d->plan.max_pos,
+        .window = 0,
+        .scale = 1.0f / sqrtf((float)d->D),
+        .sinks = NULL,
+        .out = d->attn,
     };
     if ((s = be->attention(be, &a))) return s;
     // h1 = o + r, r = g (raw) or hidden_norm(g) with norm_before_residual.
@@ -476,7 +514,12 @@ static enum ds_status forward(ds_eagle3_t *d, const struct ds_batch *b, enum dra
     if ((s = matmul(d, T, H, d->I, d->z, &d->gate_w, NULL, NULL, d->gate))) return s;
     if ((s = matmul(d, T, H, d->I, d->z, &d->up_w, NULL, NULL, d->up))) return s;
     struct ds_silu_mul_args sm = {
-        .act = d->act, .n_rows = T, .dim = d->I, .gate = d->gate, .up = d->up, .out = d->gate,
+        .act = d->act,
+        .n_rows = T,
+        .dim = d->I,
+        .gate = d->gate,
+        .up = d->up,
+        .out = d->gate,
     };
     if ((s = be->silu_mul(be, &sm))) return s;
     if ((s = matmul(d, T, d->I, H, d->gate, &d->down_w, NULL, d->h1, d->h2))) return s;
@@ -518,21 +561,28 @@ enum ds_status ds_eagle3_step(ds_eagle3_t *d, int n_seq, const int32_t *tokens,
     if (!d || !tokens || !positions || !slots || !prev_rows)
         return ds_error_set(DS_ERR_ARG, "eagle3: step with a NULL argument");
     if (n_seq < 1 || n_seq > d->plan.max_slots || n_seq > d->plan.max_logit_rows)
-        return ds_error_set(DS_ERR_RANGE, "%s: step over %d sequences, plan allows 1..%d",
-                            d->label, n_seq, d->plan.max_slots);
+        return ds_error_set(DS_ERR_RANGE, "%s: step over %d sequences, plan allows 1..%d", d->label,
+                            n_seq, d->plan.max_slots);
     const int prev = d->last_rows;
     if (prev < 1) return ds_error_set(DS_ERR_ARG, "%s: step before any extend", d->label);
     for (int i = 0; i < n_seq; i++) {
         if (prev_rows[i] < 0 || prev_rows[i] >= prev)
-            return ds_error_set(DS_ERR_RANGE, "%s: step sequence %d reads row %d of the last "
-                                "call's %d", d->label, i, prev_rows[i], prev);
-        d->h_seqs[i] = (struct ds_attn_seq){.row0 = i, .n_rows = 1, .pos0 = positions[i],
-                                            .slot = slots[i]};
+            return ds_error_set(DS_ERR_RANGE,
+                                "%s: step sequence %d reads row %d of the last "
+                                "call's %d",
+                                d->label, i, prev_rows[i], prev);
+        d->h_seqs[i] =
+            (struct ds_attn_seq){.row0 = i, .n_rows = 1, .pos0 = positions[i], .slot = slots[i]};
     }
-    for (int i = 0; i < n_seq; i++) d->h_rows[i] = i;
+    for (int i = 0; i < n_seq; i++)
+        d->h_rows[i] = i;
     struct ds_batch b = {
-        .n_rows = n_seq, .tokens = tokens, .n_seq = n_seq, .seqs = d->h_seqs,
-        .n_logit_rows = n_seq, .logit_rows = d->h_rows,
+        .n_rows = n_seq,
+        .tokens = tokens,
+        .n_seq = n_seq,
+        .seqs = d->h_seqs,
+        .n_logit_rows = n_seq,
+        .logit_rows = d->h_rows,
     };
     enum ds_status s = check_rows(d, &b);
     if (s != DS_OK) return s;
@@ -542,24 +592,44 @@ enum ds_status ds_eagle3_step(ds_eagle3_t *d, int n_seq, const int32_t *tokens,
 // ---------------------------------------------------------------------------------------------
 // Results
 
-const void *ds_eagle3_logits(const ds_eagle3_t *d) { return d->logits; }
+const void *ds_eagle3_logits(const ds_eagle3_t *d) {
+    return d->logits;
+}
 const void *ds_eagle3_hidden_out(const ds_eagle3_t *d) {
     return d->cfg.norm_output ? d->n : d->h2;
 }
-const int32_t *ds_eagle3_map(const ds_eagle3_t *d) { return d->map; }
-const int32_t *ds_eagle3_map_host(const ds_eagle3_t *d) { return d->h_map; }
-int ds_eagle3_draft_vocab(const ds_eagle3_t *d) { return d->Dv; }
-int ds_eagle3_last_logit_rows(const ds_eagle3_t *d) { return d->last_logit_rows; }
-const struct ds_draft_config *ds_eagle3_config(const ds_eagle3_t *d) { return &d->cfg; }
-void ds_eagle3_memory_plan(const ds_eagle3_t *d, struct ds_gptoss_memory *out) { *out = d->mem; }
+const int32_t *ds_eagle3_map(const ds_eagle3_t *d) {
+    return d->map;
+}
+const int32_t *ds_eagle3_map_host(const ds_eagle3_t *d) {
+    return d->h_map;
+}
+int ds_eagle3_draft_vocab(const ds_eagle3_t *d) {
+    return d->Dv;
+}
+int ds_eagle3_last_logit_rows(const ds_eagle3_t *d) {
+    return d->last_logit_rows;
+}
+const struct ds_draft_config *ds_eagle3_config(const ds_eagle3_t *d) {
+    return &d->cfg;
+}
+void ds_eagle3_memory_plan(const ds_eagle3_t *d, struct ds_gptoss_memory *out) {
+    *out = d->mem;
+}
 
 enum ds_status ds_eagle3_scatter_logits(ds_eagle3_t *d, const void **full_out) {
     *full_out = NULL;
     if (!d->full)
         return ds_error_set(DS_ERR_ARG, "%s: full-vocabulary logits were not planned", d->label);
     struct ds_vocab_scatter_args a = {
-        .act = d->act, .n_rows = d->last_logit_rows, .src_vocab = d->Dv, .dst_vocab = d->V,
-        .fill = -INFINITY, .src = d->logits, .map = d->map, .dst = d->full,
+        .act = d->act,
+        .n_rows = d->last_logit_rows,
+        .src_vocab = d->Dv,
+        .dst_vocab = d->V,
+        .fill = -INFINITY,
+        .src = d->logits,
+        .map = d->map,
+        .dst = d->full,
     };
     if (a.n_rows == 0) return ds_error_set(DS_ERR_ARG, "%s: no logits to scatter", d->label);
     enum ds_status s = d->be->vocab_scatter(d->be, &a);
@@ -569,8 +639,8 @@ enum ds_status ds_eagle3_scatter_logits(ds_eagle3_t *d, const void **full_out) {
 
 enum ds_status ds_eagle3_download_logits(ds_eagle3_t *d, int rows, float *host_out) {
     if (rows < 0 || rows > d->last_logit_rows)
-        return ds_error_set(DS_ERR_RANGE, "%s: %d logit rows asked, the last call has %d",
-                            d->label, rows, d->last_logit_rows);
+        return ds_error_set(DS_ERR_RANGE, "%s: %d logit rows asked, the last call has %d", d->label,
+                            rows, d->last_logit_rows);
     size_t n = (size_t)rows * (size_t)d->Dv;
     enum ds_status s = d->be->download(d->be, host_out, d->logits, n * d->esz);
     if (s == DS_OK) ds_act_to_float(d->act, host_out, n, host_out);
@@ -581,14 +651,19 @@ enum ds_status ds_eagle3_greedy(ds_eagle3_t *d, int32_t *target_ids_out) {
     const int R = d->last_logit_rows;
     if (R == 0) return DS_OK;
     struct ds_argmax_args a = {
-        .act = d->act, .n_rows = R, .vocab = d->Dv, .x = d->logits, .ids = d->argmax_ids,
+        .act = d->act,
+        .n_rows = R,
+        .vocab = d->Dv,
+        .x = d->logits,
+        .ids = d->argmax_ids,
         .values = NULL,
     };
     enum ds_status s = d->be->argmax(d->be, &a);
     if (s == DS_OK)
         s = d->be->download(d->be, target_ids_out, d->argmax_ids, (size_t)R * sizeof(int32_t));
     if (s != DS_OK) return s;
-    for (int i = 0; i < R; i++) target_ids_out[i] = d->h_map[target_ids_out[i]];
+    for (int i = 0; i < R; i++)
+        target_ids_out[i] = d->h_map[target_ids_out[i]];
     return DS_OK;
 }
 
@@ -600,15 +675,15 @@ struct ds_chain {
     ds_eagle3_t *draft;
     struct ds_backend *be;
     int K;
-    int t_rows;               // rows of the target's last forward
-    int32_t *t_tokens;        // (target max_rows) that forward's input tokens
-    int32_t *t_argmax_dev;    // (target max_logit_rows) device
-    int32_t *t_argmax;        // (target max_logit_rows) host
+    int t_rows;                            // rows of the target's last forward
+    int32_t *t_tokens;                     // (target max_rows) that forward's input tokens
+    int32_t *t_argmax_dev;                 // (target max_logit_rows) device
+    int32_t *t_argmax;                     // (target max_logit_rows) host
     int32_t *x_tokens, *x_hrows, *x_lrows; // (draft max_rows) extend scratch
     int32_t *v_tokens, *v_lrows;           // (target max_rows) verify scratch
     struct ds_attn_seq *seqs;              // (max slots)
     int32_t *s_tok, *s_pos, *s_slot, *s_prev, *s_out; // (max slots) step scratch
-    int32_t *drafted;                      // (max slots, K)
+    int32_t *drafted;                                 // (max slots, K)
 };
 
 void ds_chain_release(ds_chain_t *c) {
@@ -640,11 +715,15 @@ enum ds_status ds_chain_create(ds_gptoss_t *target, ds_eagle3_t *draft, int k,
     const struct ds_gptoss_plan *tp = ds_gptoss_plan_of(target);
     int S = tp->max_slots < draft->plan.max_slots ? tp->max_slots : draft->plan.max_slots;
     if (tp->max_rows < k + 1 || tp->max_logit_rows < k + 1)
-        return ds_error_set(DS_ERR_ARG, "chain: the target plan needs at least K+1 = %d rows and "
-                            "logit rows", k + 1);
+        return ds_error_set(DS_ERR_ARG,
+                            "chain: the target plan needs at least K+1 = %d rows and "
+                            "logit rows",
+                            k + 1);
     if (draft->cfg.use_aux_hidden_state && tp->n_aux != DS_AUX_COUNT)
-        return ds_error_set(DS_ERR_MISMATCH, "chain: the target captures %d aux states, the "
-                            "draft reads %d", tp->n_aux, DS_AUX_COUNT);
+        return ds_error_set(DS_ERR_MISMATCH,
+                            "chain: the target captures %d aux states, the "
+                            "draft reads %d",
+                            tp->n_aux, DS_AUX_COUNT);
     ds_chain_t *c = calloc(1, sizeof *c);
     if (!c) return ds_error_set(DS_ERR_NOMEM, "chain: out of memory");
     c->target = target;
@@ -684,9 +763,12 @@ enum ds_status ds_chain_create(ds_gptoss_t *target, ds_eagle3_t *draft, int k,
 // Greedy target tokens of the last forward's logit rows.
 static enum ds_status target_argmax(ds_chain_t *c, int rows) {
     struct ds_argmax_args a = {
-        .act = ds_gptoss_act(c->target), .n_rows = rows,
-        .vocab = (int)ds_gptoss_config(c->target)->vocab_size, .x = ds_gptoss_logits(c->target),
-        .ids = c->t_argmax_dev, .values = NULL,
+        .act = ds_gptoss_act(c->target),
+        .n_rows = rows,
+        .vocab = (int)ds_gptoss_config(c->target)->vocab_size,
+        .x = ds_gptoss_logits(c->target),
+        .ids = c->t_argmax_dev,
+        .values = NULL,
     };
     enum ds_status s = c->be->argmax(c->be, &a);
     if (s == DS_OK)
@@ -702,17 +784,23 @@ enum ds_status ds_chain_prefill(ds_chain_t *c, int n_seq, const int32_t *const *
     int rows = 0;
     for (int i = 0; i < n_seq; i++) {
         if (lens[i] < 1 || lens[i] > tp->max_rows - rows)
-            return ds_error_set(DS_ERR_RANGE, "chain: prompts of %d+ tokens exceed the %d rows "
-                                "of one step", rows + lens[i], tp->max_rows);
+            return ds_error_set(DS_ERR_RANGE,
+                                "chain: prompts of %d+ tokens exceed the %d rows "
+                                "of one step",
+                                rows + lens[i], tp->max_rows);
         memcpy(c->t_tokens + rows, prompts[i], (size_t)lens[i] * sizeof(int32_t));
-        c->seqs[i] = (struct ds_attn_seq){.row0 = rows, .n_rows = lens[i], .pos0 = 0,
-                                          .slot = seqs[i].slot};
+        c->seqs[i] =
+            (struct ds_attn_seq){.row0 = rows, .n_rows = lens[i], .pos0 = 0, .slot = seqs[i].slot};
         c->v_lrows[i] = rows + lens[i] - 1;
         rows += lens[i];
     }
     struct ds_batch b = {
-        .n_rows = rows, .tokens = c->t_tokens, .n_seq = n_seq, .seqs = c->seqs,
-        .n_logit_rows = n_seq, .logit_rows = c->v_lrows,
+        .n_rows = rows,
+        .tokens = c->t_tokens,
+        .n_seq = n_seq,
+        .seqs = c->seqs,
+        .n_logit_rows = n_seq,
+        .logit_rows = c->v_lrows,
     };
     enum ds_status s = ds_gptoss_forward(c->target, &b);
     if (s == DS_OK) s = target_argmax(c, n_seq);
@@ -740,8 +828,10 @@ enum ds_status ds_chain_round(ds_chain_t *c, int n_seq, struct ds_chain_seq *seq
     for (int i = 0; i < n_seq; i++) {
         const struct ds_chain_seq *q = &seqs[i];
         if (q->committed + K >= tp->max_pos || q->committed + K > d->plan.max_pos)
-            return ds_error_set(DS_ERR_RANGE, "chain: sequence %d at %d tokens: context limit "
-                                "of %d positions", i, q->committed, tp->max_pos);
+            return ds_error_set(DS_ERR_RANGE,
+                                "chain: sequence %d at %d tokens: context limit "
+                                "of %d positions",
+                                i, q->committed, tp->max_pos);
         if (q->n_ext < 1 || q->n_ext > q->committed || q->ext_row0 < 0 ||
             q->ext_row0 + q->n_ext > c->t_rows)
             return ds_error_set(DS_ERR_ARG, "chain: sequence %d has a stale extend state", i);
@@ -756,26 +846,30 @@ enum ds_status ds_chain_round(ds_chain_t *c, int n_seq, struct ds_chain_seq *seq
     int row = 0;
     for (int i = 0; i < n_seq; i++) {
         const struct ds_chain_seq *q = &seqs[i];
-        c->seqs[i] = (struct ds_attn_seq){.row0 = row, .n_rows = q->n_ext,
-                                          .pos0 = q->committed - q->n_ext, .slot = q->slot};
+        c->seqs[i] = (struct ds_attn_seq){
+            .row0 = row, .n_rows = q->n_ext, .pos0 = q->committed - q->n_ext, .slot = q->slot};
         for (int r = 0; r < q->n_ext; r++) {
-            c->x_tokens[row + r] =
-                r + 1 < q->n_ext ? c->t_tokens[q->ext_row0 + r + 1] : q->bonus;
+            c->x_tokens[row + r] = r + 1 < q->n_ext ? c->t_tokens[q->ext_row0 + r + 1] : q->bonus;
             c->x_hrows[row + r] = q->ext_row0 + r;
         }
         row += q->n_ext;
         c->x_lrows[i] = row - 1;
     }
     struct ds_batch xb = {
-        .n_rows = xrows, .tokens = c->x_tokens, .n_seq = n_seq, .seqs = c->seqs,
-        .n_logit_rows = n_seq, .logit_rows = c->x_lrows,
+        .n_rows = xrows,
+        .tokens = c->x_tokens,
+        .n_seq = n_seq,
+        .seqs = c->seqs,
+        .n_logit_rows = n_seq,
+        .logit_rows = c->x_lrows,
     };
-    const void *hidden = d->cfg.use_aux_hidden_state ? ds_gptoss_aux(c->target)
-                                                     : ds_gptoss_final_hidden(c->target);
+    const void *hidden =
+        d->cfg.use_aux_hidden_state ? ds_gptoss_aux(c->target) : ds_gptoss_final_hidden(c->target);
     enum ds_status s = ds_eagle3_extend(d, &xb, hidden, c->t_rows, c->x_hrows);
     if (s == DS_OK) s = ds_eagle3_greedy(d, c->s_out);
     if (s != DS_OK) return s;
-    for (int i = 0; i < n_seq; i++) c->drafted[i * K] = c->s_out[i];
+    for (int i = 0; i < n_seq; i++)
+        c->drafted[i * K] = c->s_out[i];
 
     // 2. K-1 draft steps on the draft's own hidden state, one position further each.
     for (int j = 1; j < K; j++) {
@@ -788,22 +882,29 @@ enum ds_status ds_chain_round(ds_chain_t *c, int n_seq, struct ds_chain_seq *seq
         s = ds_eagle3_step(d, n_seq, c->s_tok, c->s_pos, c->s_slot, c->s_prev);
         if (s == DS_OK) s = ds_eagle3_greedy(d, c->s_out);
         if (s != DS_OK) return s;
-        for (int i = 0; i < n_seq; i++) c->drafted[i * K + j] = c->s_out[i];
+        for (int i = 0; i < n_seq; i++)
+            c->drafted[i * K + j] = c->s_out[i];
     }
 
     // 3. Verify [bonus, d_1..d_K] at positions C..C+K.
     row = 0;
     for (int i = 0; i < n_seq; i++) {
-        c->seqs[i] = (struct ds_attn_seq){.row0 = row, .n_rows = K + 1,
-                                          .pos0 = seqs[i].committed, .slot = seqs[i].slot};
+        c->seqs[i] = (struct ds_attn_seq){
+            .row0 = row, .n_rows = K + 1, .pos0 = seqs[i].committed, .slot = seqs[i].slot};
         c->v_tokens[row] = seqs[i].bonus;
-        for (int j = 0; j < K; j++) c->v_tokens[row + 1 + j] = c->drafted[i * K + j];
-        for (int j = 0; j <= K; j++) c->v_lrows[row + j] = row + j;
+        for (int j = 0; j < K; j++)
+            c->v_tokens[row + 1 + j] = c->drafted[i * K + j];
+        for (int j = 0; j <= K; j++)
+            c->v_lrows[row + j] = row + j;
         row += K + 1;
     }
     struct ds_batch vb = {
-        .n_rows = row, .tokens = c->v_tokens, .n_seq = n_seq, .seqs = c->seqs,
-        .n_logit_rows = row, .logit_rows = c->v_lrows,
+        .n_rows = row,
+        .tokens = c->v_tokens,
+        .n_seq = n_seq,
+        .seqs = c->seqs,
+        .n_logit_rows = row,
+        .logit_rows = c->v_lrows,
     };
     s = ds_gptoss_forward(c->target, &vb);
     if (s == DS_OK) s = target_argmax(c, row);
@@ -817,13 +918,17 @@ enum ds_status ds_chain_round(ds_chain_t *c, int n_seq, struct ds_chain_seq *seq
         const int32_t *t = c->t_argmax + i * (K + 1);
         memset(r, 0, sizeof *r);
         r->n_drafted = K;
-        for (int j = 0; j < K; j++) r->drafted[j] = c->drafted[i * K + j];
-        for (int j = 0; j <= K; j++) r->target_argmax[j] = t[j];
+        for (int j = 0; j < K; j++)
+            r->drafted[j] = c->drafted[i * K + j];
+        for (int j = 0; j <= K; j++)
+            r->target_argmax[j] = t[j];
         int a = 0;
-        while (a < K && r->drafted[a] == t[a]) a++;
+        while (a < K && r->drafted[a] == t[a])
+            a++;
         r->accepted = a;
         r->n_emitted = a + 1;
-        for (int j = 0; j < a; j++) r->emitted[j] = r->drafted[j];
+        for (int j = 0; j < a; j++)
+            r->emitted[j] = r->drafted[j];
         r->emitted[a] = t[a];
         struct ds_chain_seq *q = &seqs[i];
         q->ext_row0 = c->seqs[i].row0;

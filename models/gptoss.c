@@ -1,8 +1,9 @@
 // The gpt-oss target: loading, the memory plan and the forward pass (spec gpt-oss.md §1-§4).
 //
-// Dimension letters (this file): T rows of the step (<= max_rows), R logit rows (<= max_logit_rows),
-// H hidden, NH query heads, NKV KV heads, D head dim, V vocabulary, E experts, KE experts per
-// token, I expert intermediate, L layers, S slots, P positions per slot, A aux boundaries.
+// Dimension letters (this file): T rows of the step (<= max_rows), R logit rows (<=
+// max_logit_rows), H hidden, NH query heads, NKV KV heads, D head dim, V vocabulary, E experts, KE
+// experts per token, I expert intermediate, L layers, S slots, P positions per slot, A aux
+// boundaries.
 //
 // The forward pass reads like the spec: embed, then per layer an attention block and a MoE block,
 // each a residual update of x, then the final norm and the lm_head over the rows that want logits.
@@ -26,11 +27,11 @@ struct layer_weights {
     struct ds_wt sinks;              // (NH)
     struct ds_wt mlp_norm;           // (H) post_attention_layernorm
     struct ds_wt router_w, router_b; // (E, H), (E)
-    const uint8_t *gu_blocks;     // (E, 2I, H/32, 16) u8
-    const uint8_t *gu_scales;     // (E, 2I, H/32) u8
+    const uint8_t *gu_blocks;        // (E, 2I, H/32, 16) u8
+    const uint8_t *gu_scales;        // (E, 2I, H/32) u8
     struct ds_wt gu_bias;            // (E, 2I)
-    const uint8_t *down_blocks;   // (E, H, I/32, 16) u8
-    const uint8_t *down_scales;   // (E, H, I/32) u8
+    const uint8_t *down_blocks;      // (E, H, I/32, 16) u8
+    const uint8_t *down_scales;      // (E, H, I/32) u8
     struct ds_wt down_bias;          // (E, H)
 };
 
@@ -45,12 +46,12 @@ struct ds_gptoss {
     int H, NH, NKV, D, V, E, KE, I, L;
 
     struct ds_wt embed, final_norm, lm_head; // (V, H), (H), (V, H)
-    struct layer_weights *layers;         // (L)
-    void *weight_arena;                   // uploaded weights (NULL on a mapping backend)
+    struct layer_weights *layers;            // (L)
+    void *weight_arena;                      // uploaded weights (NULL on a mapping backend)
 
-    void *kv_arena;  // every layer's caches
-    void **k_cache;  // (L) → (S, P, NKV, D) act
-    void **v_cache;  // (L) → (S, P, NKV, D) act
+    void *kv_arena; // every layer's caches
+    void **k_cache; // (L) → (S, P, NKV, D) act
+    void **v_cache; // (L) → (S, P, NKV, D) act
 
     void *act_arena;
     void *x;             // (T, H) act, the residual stream
@@ -71,7 +72,7 @@ struct ds_gptoss {
     int32_t *d_rows;            // (R)
     struct ds_attn_seq *d_seqs; // (S)
 
-    int32_t *h_pos;       // (T) host scratch
+    int32_t *h_pos;             // (T) host scratch
     unsigned char *h_slot_used; // (S) host scratch
     int last_rows, last_logit_rows;
     struct ds_gptoss_memory mem;
@@ -95,8 +96,8 @@ static enum ds_status bind_u8(struct ds_weight_loader *wl, const uint8_t **p, co
 
 // Binds every tensor (one loader pass). Names: spec gpt-oss.md §2.
 static enum ds_status bind_all(ds_gptoss_t *m, struct ds_weight_loader *wl) {
-    const uint64_t H = (uint64_t)m->H, V = (uint64_t)m->V, E = (uint64_t)m->E,
-                   I = (uint64_t)m->I, QD = (uint64_t)m->NH * m->D, KD = (uint64_t)m->NKV * m->D;
+    const uint64_t H = (uint64_t)m->H, V = (uint64_t)m->V, E = (uint64_t)m->E, I = (uint64_t)m->I,
+                   QD = (uint64_t)m->NH * m->D, KD = (uint64_t)m->NKV * m->D;
     enum ds_status s;
     if ((s = bind(wl, &m->embed, "model.embed_tokens.weight", V * H))) return s;
     if ((s = bind(wl, &m->final_norm, "model.norm.weight", H))) return s;
@@ -124,10 +125,8 @@ static enum ds_status bind_all(ds_gptoss_t *m, struct ds_weight_loader *wl) {
         if ((s = bind_u8(wl, &w->gu_scales, NAME("mlp.experts.gate_up_proj_scales"),
                          E * 2 * I * (H / 32))))
             return s;
-        if ((s = bind(wl, &w->gu_bias, NAME("mlp.experts.gate_up_proj_bias"), E * 2 * I)))
-            return s;
-        if ((s = bind_u8(wl, &w->down_blocks, NAME("mlp.experts.down_proj_blocks"),
-                         E * H * I / 2)))
+        if ((s = bind(wl, &w->gu_bias, NAME("mlp.experts.gate_up_proj_bias"), E * 2 * I))) return s;
+        if ((s = bind_u8(wl, &w->down_blocks, NAME("mlp.experts.down_proj_blocks"), E * H * I / 2)))
             return s;
         if ((s = bind_u8(wl, &w->down_scales, NAME("mlp.experts.down_proj_scales"),
                          E * H * (I / 32))))
@@ -171,14 +170,16 @@ static enum ds_status check_config(const ds_gptoss_t *m) {
     if (!c->mxfp4)
         return ds_error_set(DS_ERR_UNSUPPORTED,
                             "%s: only MXFP4 experts are supported (config has no mxfp4 "
-                            "quantization_config)", m->label);
+                            "quantization_config)",
+                            m->label);
     if (c->head_dim > DS_MAX_HEAD_DIM || c->head_dim % 2)
         return ds_error_set(DS_ERR_UNSUPPORTED, "%s: head_dim %lld (even, <= %d supported)",
                             m->label, (long long)c->head_dim, DS_MAX_HEAD_DIM);
     if (c->hidden_size % 32 || c->intermediate_size % 32)
         return ds_error_set(DS_ERR_UNSUPPORTED,
                             "%s: hidden_size and intermediate_size must be multiples of 32 "
-                            "(MXFP4 blocks)", m->label);
+                            "(MXFP4 blocks)",
+                            m->label);
     if (c->num_experts_per_tok > DS_MAX_TOPK || c->num_experts_per_tok > c->num_local_experts)
         return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %lld experts per token of %lld", m->label,
                             (long long)c->num_experts_per_tok, (long long)c->num_local_experts);
@@ -199,9 +200,9 @@ static void *carve(char *base, size_t *off, size_t bytes) {
 }
 
 static size_t carve_activations(ds_gptoss_t *m, char *base) {
-    const size_t T = (size_t)m->plan.max_rows, R = (size_t)m->plan.max_logit_rows,
-                 e = m->esz, H = (size_t)m->H, QD = (size_t)m->NH * m->D,
-                 KD = (size_t)m->NKV * m->D, KE = (size_t)m->KE;
+    const size_t T = (size_t)m->plan.max_rows, R = (size_t)m->plan.max_logit_rows, e = m->esz,
+                 H = (size_t)m->H, QD = (size_t)m->NH * m->D, KD = (size_t)m->NKV * m->D,
+                 KE = (size_t)m->KE;
     size_t off = 0;
     m->x = carve(base, &off, T * H * e);
     m->xn = carve(base, &off, T * H * e);
@@ -332,9 +333,9 @@ fail:
     return s;
 }
 
-enum ds_status ds_gptoss_create_from(const struct ds_target_config *cfg,
-                                     const ds_safetensors_t *st, const char *label,
-                                     struct ds_backend *be, const struct ds_gptoss_plan *plan,
+enum ds_status ds_gptoss_create_from(const struct ds_target_config *cfg, const ds_safetensors_t *st,
+                                     const char *label, struct ds_backend *be,
+                                     const struct ds_gptoss_plan *plan,
                                      const struct ds_load_progress *progress,
                                      ds_gptoss_t **model_out) {
     if (model_out) *model_out = NULL;
@@ -384,11 +385,14 @@ void ds_gptoss_release(ds_gptoss_t *m) {
 static enum ds_status check_batch(ds_gptoss_t *m, const struct ds_batch *b) {
     if (!b) return ds_error_set(DS_ERR_ARG, "%s: forward with a NULL batch", m->label);
     const struct ds_rows_limits lim = {
-        .max_rows = m->plan.max_rows, .max_slots = m->plan.max_slots,
-        .max_logit_rows = m->plan.max_logit_rows, .max_pos = m->plan.max_pos, .vocab = m->V,
+        .max_rows = m->plan.max_rows,
+        .max_slots = m->plan.max_slots,
+        .max_logit_rows = m->plan.max_logit_rows,
+        .max_pos = m->plan.max_pos,
+        .vocab = m->V,
     };
-    return ds_rows_check(m->label, &lim, b->n_rows, b->tokens, b->n_seq, b->seqs,
-                         b->n_logit_rows, b->logit_rows, m->h_slot_used, m->h_pos);
+    return ds_rows_check(m->label, &lim, b->n_rows, b->tokens, b->n_seq, b->seqs, b->n_logit_rows,
+                         b->logit_rows, m->h_slot_used, m->h_pos);
 }
 
 // Copies the residual stream into aux column block j (the EAGLE-3 concat order is ascending).
@@ -424,18 +428,40 @@ static enum ds_status attention_block(ds_gptoss_t *m, int l, int T, int n_seq) {
     if ((s = matmul(m, T, m->H, KD, m->xn, &w->k_w, &w->k_b, NULL, m->k))) return s;
     if ((s = matmul(m, T, m->H, KD, m->xn, &w->v_w, &w->v_b, NULL, m->v))) return s;
     struct ds_rope_args r = {
-        .act = m->act, .n_rows = T, .head_dim = m->D, .n_q_heads = m->NH, .n_k_heads = m->NKV,
-        .q = m->q, .k = m->k, .positions = m->d_pos, .cos = m->rope_cos, .sin = m->rope_sin,
+        .act = m->act,
+        .n_rows = T,
+        .head_dim = m->D,
+        .n_q_heads = m->NH,
+        .n_k_heads = m->NKV,
+        .q = m->q,
+        .k = m->k,
+        .positions = m->d_pos,
+        .cos = m->rope_cos,
+        .sin = m->rope_sin,
         .table_len = m->plan.max_pos,
     };
     if ((s = be->rope(be, &r))) return s;
     struct ds_attention_args a = {
-        .act = m->act, .cache_dtype = m->act, .sinks_dtype = w->sinks.e, .n_rows = T,
-        .n_heads = m->NH, .n_kv_heads = m->NKV, .head_dim = m->D, .n_seq = n_seq,
-        .seqs = m->d_seqs, .q = m->q, .k = m->k, .v = m->v, .k_cache = m->k_cache[l],
-        .v_cache = m->v_cache[l], .n_slots = m->plan.max_slots, .max_pos = m->plan.max_pos,
+        .act = m->act,
+        .cache_dtype = m->act,
+        .sinks_dtype = w->sinks.e,
+        .n_rows = T,
+        .n_heads = m->NH,
+        .n_kv_heads = m->NKV,
+        .head_dim = m->D,
+        .n_seq = n_seq,
+        .seqs = m->d_seqs,
+        .q = m->q,
+        .k = m->k,
+        .v = m->v,
+        .k_cache = m->k_cache[l],
+        .v_cache = m->v_cache[l],
+        .n_slots = m->plan.max_slots,
+        .max_pos = m->plan.max_pos,
         .window = m->cfg.layer_types[l] == DS_ATTN_SLIDING ? (int)m->cfg.sliding_window : 0,
-        .scale = 1.0f / sqrtf((float)m->D), .sinks = w->sinks.p, .out = m->attn,
+        .scale = 1.0f / sqrtf((float)m->D),
+        .sinks = w->sinks.p,
+        .out = m->attn,
     };
     if ((s = be->attention(be, &a))) return s;
     return matmul(m, T, QD, m->H, m->attn, &w->o_w, &w->o_b, m->x, m->x);
@@ -449,19 +475,42 @@ static enum ds_status moe_block(ds_gptoss_t *m, int l, int T) {
     enum ds_status s;
     if ((s = rmsnorm(m, T, m->x, &w->mlp_norm, m->xn))) return s;
     struct ds_router_args r = {
-        .act = m->act, .w_dtype = w->router_w.e, .bias_dtype = w->router_b.e, .n_rows = T,
-        .dim = m->H, .n_experts = m->E, .top_k = m->KE, .x = m->xn, .w = w->router_w.p,
-        .bias = w->router_b.p, .expert_ids = ids, .expert_weights = m->expert_w,
+        .act = m->act,
+        .w_dtype = w->router_w.e,
+        .bias_dtype = w->router_b.e,
+        .n_rows = T,
+        .dim = m->H,
+        .n_experts = m->E,
+        .top_k = m->KE,
+        .x = m->xn,
+        .w = w->router_w.p,
+        .bias = w->router_b.p,
+        .expert_ids = ids,
+        .expert_weights = m->expert_w,
     };
     if ((s = be->router(be, &r))) return s;
     struct ds_moe_args a = {
-        .act = m->act, .bias_dtype = w->gu_bias.e, .n_rows = T, .dim = m->H, .inter = m->I,
-        .n_experts = m->E, .top_k = m->KE, .swiglu_alpha = (float)m->cfg.swiglu_alpha,
-        .swiglu_limit = (float)m->cfg.swiglu_limit, .x = m->xn, .expert_ids = ids,
-        .expert_weights = m->expert_w, .gate_up_blocks = w->gu_blocks,
-        .gate_up_scales = w->gu_scales, .gate_up_bias = w->gu_bias.p,
-        .down_blocks = w->down_blocks, .down_scales = w->down_scales,
-        .down_bias = w->down_bias.p, .residual = m->x, .out = m->x, .workspace = m->moe_ws,
+        .act = m->act,
+        .bias_dtype = w->gu_bias.e,
+        .n_rows = T,
+        .dim = m->H,
+        .inter = m->I,
+        .n_experts = m->E,
+        .top_k = m->KE,
+        .swiglu_alpha = (float)m->cfg.swiglu_alpha,
+        .swiglu_limit = (float)m->cfg.swiglu_limit,
+        .x = m->xn,
+        .expert_ids = ids,
+        .expert_weights = m->expert_w,
+        .gate_up_blocks = w->gu_blocks,
+        .gate_up_scales = w->gu_scales,
+        .gate_up_bias = w->gu_bias.p,
+        .down_blocks = w->down_blocks,
+        .down_scales = w->down_scales,
+        .down_bias = w->down_bias.p,
+        .residual = m->x,
+        .out = m->x,
+        .workspace = m->moe_ws,
         .workspace_bytes = m->moe_ws_bytes,
     };
     return be->moe(be, &a);
@@ -485,8 +534,14 @@ enum ds_status ds_gptoss_forward(ds_gptoss_t *m, const struct ds_batch *b) {
 
     // x = embed_tokens[token] (no scaling, spec §4.1).
     struct ds_embed_args e = {
-        .act = m->act, .table_dtype = m->embed.e, .n_rows = T, .vocab = m->V, .dim = m->H,
-        .table = m->embed.p, .ids = m->d_tokens, .out = m->x,
+        .act = m->act,
+        .table_dtype = m->embed.e,
+        .n_rows = T,
+        .vocab = m->V,
+        .dim = m->H,
+        .table = m->embed.p,
+        .ids = m->d_tokens,
+        .out = m->x,
     };
     if ((s = be->embed(be, &e))) return s;
     if ((s = capture_aux(m, 0, T))) return s;
@@ -501,8 +556,13 @@ enum ds_status ds_gptoss_forward(ds_gptoss_t *m, const struct ds_batch *b) {
     if ((s = rmsnorm(m, T, m->x, &m->final_norm, m->xn))) return s;
     if (b->n_logit_rows > 0) {
         struct ds_gather_rows_args g = {
-            .act = m->act, .n_rows = b->n_logit_rows, .src_rows = T, .dim = m->H, .x = m->xn,
-            .rows = m->d_rows, .out = m->gathered,
+            .act = m->act,
+            .n_rows = b->n_logit_rows,
+            .src_rows = T,
+            .dim = m->H,
+            .x = m->xn,
+            .rows = m->d_rows,
+            .out = m->gathered,
         };
         if ((s = be->gather_rows(be, &g))) return s;
         if ((s = matmul(m, b->n_logit_rows, m->H, m->V, m->gathered, &m->lm_head, NULL, NULL,
@@ -540,8 +600,8 @@ static enum ds_status download_act(ds_gptoss_t *m, const void *src, size_t n, fl
 
 enum ds_status ds_gptoss_download_logits(ds_gptoss_t *m, int rows, float *host_out) {
     if (rows < 0 || rows > m->last_logit_rows)
-        return ds_error_set(DS_ERR_RANGE, "%s: %d logit rows asked, the last step has %d",
-                            m->label, rows, m->last_logit_rows);
+        return ds_error_set(DS_ERR_RANGE, "%s: %d logit rows asked, the last step has %d", m->label,
+                            rows, m->last_logit_rows);
     return download_act(m, m->logits, (size_t)rows * (size_t)m->V, host_out);
 }
 
@@ -549,8 +609,7 @@ enum ds_status ds_gptoss_download_aux(ds_gptoss_t *m, int rows, float *host_out)
     if (rows < 0 || rows > m->last_rows)
         return ds_error_set(DS_ERR_RANGE, "%s: %d aux rows asked, the last step has %d", m->label,
                             rows, m->last_rows);
-    return download_act(m, m->aux, (size_t)rows * (size_t)m->plan.n_aux * (size_t)m->H,
-                        host_out);
+    return download_act(m, m->aux, (size_t)rows * (size_t)m->plan.n_aux * (size_t)m->H, host_out);
 }
 
 enum ds_status ds_gptoss_download_expert_ids(ds_gptoss_t *m, int32_t *host_out) {
@@ -563,17 +622,39 @@ enum ds_status ds_gptoss_download_expert_ids(ds_gptoss_t *m, int32_t *host_out) 
     return DS_OK;
 }
 
-const void *ds_gptoss_logits(const ds_gptoss_t *m) { return m->logits; }
-const void *ds_gptoss_aux(const ds_gptoss_t *m) { return m->aux; }
-const void *ds_gptoss_final_hidden(const ds_gptoss_t *m) { return m->xn; }
-const int32_t *ds_gptoss_expert_ids(const ds_gptoss_t *m) { return m->expert_ids; }
-const struct ds_target_config *ds_gptoss_config(const ds_gptoss_t *m) { return &m->cfg; }
-const struct ds_gptoss_plan *ds_gptoss_plan_of(const ds_gptoss_t *m) { return &m->plan; }
-void ds_gptoss_memory_plan(const ds_gptoss_t *m, struct ds_gptoss_memory *out) { *out = m->mem; }
-struct ds_backend *ds_gptoss_backend(const ds_gptoss_t *m) { return m->be; }
-enum ds_elem ds_gptoss_act(const ds_gptoss_t *m) { return m->act; }
-int ds_gptoss_last_rows(const ds_gptoss_t *m) { return m->last_rows; }
-int ds_gptoss_last_logit_rows(const ds_gptoss_t *m) { return m->last_logit_rows; }
+const void *ds_gptoss_logits(const ds_gptoss_t *m) {
+    return m->logits;
+}
+const void *ds_gptoss_aux(const ds_gptoss_t *m) {
+    return m->aux;
+}
+const void *ds_gptoss_final_hidden(const ds_gptoss_t *m) {
+    return m->xn;
+}
+const int32_t *ds_gptoss_expert_ids(const ds_gptoss_t *m) {
+    return m->expert_ids;
+}
+const struct ds_target_config *ds_gptoss_config(const ds_gptoss_t *m) {
+    return &m->cfg;
+}
+const struct ds_gptoss_plan *ds_gptoss_plan_of(const ds_gptoss_t *m) {
+    return &m->plan;
+}
+void ds_gptoss_memory_plan(const ds_gptoss_t *m, struct ds_gptoss_memory *out) {
+    *out = m->mem;
+}
+struct ds_backend *ds_gptoss_backend(const ds_gptoss_t *m) {
+    return m->be;
+}
+enum ds_elem ds_gptoss_act(const ds_gptoss_t *m) {
+    return m->act;
+}
+int ds_gptoss_last_rows(const ds_gptoss_t *m) {
+    return m->last_rows;
+}
+int ds_gptoss_last_logit_rows(const ds_gptoss_t *m) {
+    return m->last_logit_rows;
+}
 
 const void *ds_gptoss_embed_table(const ds_gptoss_t *m, enum ds_elem *dtype_out) {
     if (dtype_out) *dtype_out = m->embed.e;

@@ -41,9 +41,12 @@ enum ds_status ds_wl_begin_load(struct ds_weight_loader *wl, void **arena_out) {
 
 enum ds_elem ds_elem_of_dtype(enum ds_dtype t) {
     switch (t) {
-    case DS_DTYPE_BF16: return DS_ELEM_BF16;
-    case DS_DTYPE_F32: return DS_ELEM_F32;
-    default: return DS_ELEM_COUNT;
+    case DS_DTYPE_BF16:
+        return DS_ELEM_BF16;
+    case DS_DTYPE_F32:
+        return DS_ELEM_F32;
+    default:
+        return DS_ELEM_COUNT;
     }
 }
 
@@ -70,8 +73,10 @@ enum ds_status ds_wl_get(struct ds_weight_loader *wl, const char *name, unsigned
     if (!wl->loading) {
         // Placeholder: never dereferenced; the load pass replaces every pointer.
         *ptr_out = t->data;
-        if (!wl->mapped) wl->bytes += ds_align256(bytes);
-        else wl->bytes += bytes;
+        if (!wl->mapped)
+            wl->bytes += ds_align256(bytes);
+        else
+            wl->bytes += bytes;
         return DS_OK;
     }
     if (wl->mapped) {
@@ -131,9 +136,17 @@ enum ds_status ds_op_matmul(struct ds_backend *be, enum ds_elem act, int T, int 
                             const void *x, const struct ds_wt *w, const struct ds_wt *bias,
                             const void *residual, void *y) {
     struct ds_matmul_args a = {
-        .act = act, .w_dtype = w->e, .bias_dtype = bias ? bias->e : DS_ELEM_F32, .n_rows = T,
-        .in_dim = in, .out_dim = out, .x = x, .w = w->p, .bias = bias ? bias->p : NULL,
-        .residual = residual, .out = y,
+        .act = act,
+        .w_dtype = w->e,
+        .bias_dtype = bias ? bias->e : DS_ELEM_F32,
+        .n_rows = T,
+        .in_dim = in,
+        .out_dim = out,
+        .x = x,
+        .w = w->p,
+        .bias = bias ? bias->p : NULL,
+        .residual = residual,
+        .out = y,
     };
     return be->matmul(be, &a);
 }
@@ -141,21 +154,27 @@ enum ds_status ds_op_matmul(struct ds_backend *be, enum ds_elem act, int T, int 
 enum ds_status ds_op_rmsnorm(struct ds_backend *be, enum ds_elem act, int T, int dim, double eps,
                              const void *x, const struct ds_wt *w, void *y) {
     struct ds_rmsnorm_args a = {
-        .act = act, .w_dtype = w->e, .n_rows = T, .dim = dim, .eps = (float)eps, .x = x,
-        .w = w->p, .out = y,
+        .act = act,
+        .w_dtype = w->e,
+        .n_rows = T,
+        .dim = dim,
+        .eps = (float)eps,
+        .x = x,
+        .w = w->p,
+        .out = y,
     };
     return be->rmsnorm(be, &a);
 }
 
 enum ds_status ds_rows_check(const char *label, const struct ds_rows_limits *lim, int n_rows,
                              const int32_t *tokens, int n_seq, const struct ds_attn_seq *seqs,
-                             int n_logit_rows, const int32_t *logit_rows,
-                             unsigned char *slot_used, int32_t *pos_out) {
+                             int n_logit_rows, const int32_t *logit_rows, unsigned char *slot_used,
+                             int32_t *pos_out) {
     if (!tokens || !seqs || (n_logit_rows > 0 && !logit_rows))
         return ds_error_set(DS_ERR_ARG, "%s: batch with a NULL array", label);
     if (n_rows < 1 || n_rows > lim->max_rows)
-        return ds_error_set(DS_ERR_RANGE, "%s: batch of %d rows, plan allows 1..%d", label,
-                            n_rows, lim->max_rows);
+        return ds_error_set(DS_ERR_RANGE, "%s: batch of %d rows, plan allows 1..%d", label, n_rows,
+                            lim->max_rows);
     if (n_seq < 1 || n_seq > lim->max_slots)
         return ds_error_set(DS_ERR_RANGE, "%s: batch of %d sequences, plan allows 1..%d", label,
                             n_seq, lim->max_slots);
@@ -164,8 +183,8 @@ enum ds_status ds_rows_check(const char *label, const struct ds_rows_limits *lim
                             n_logit_rows, lim->max_logit_rows);
     for (int t = 0; t < n_rows; t++) {
         if (tokens[t] < 0 || tokens[t] >= lim->vocab)
-            return ds_error_set(DS_ERR_RANGE, "%s: row %d has token id %d outside 0..%d", label,
-                                t, tokens[t], lim->vocab - 1);
+            return ds_error_set(DS_ERR_RANGE, "%s: row %d has token id %d outside 0..%d", label, t,
+                                tokens[t], lim->vocab - 1);
         pos_out[t] = 0;
     }
     memset(slot_used, 0, (size_t)lim->max_slots);
@@ -175,18 +194,21 @@ enum ds_status ds_rows_check(const char *label, const struct ds_rows_limits *lim
         if (q->n_rows < 1 || q->row0 < next_row || q->row0 > n_rows - q->n_rows)
             return ds_error_set(DS_ERR_ARG,
                                 "%s: sequence %d (rows %d..%d) overlaps another or lies outside "
-                                "the %d rows", label, i, q->row0, q->row0 + q->n_rows - 1, n_rows);
+                                "the %d rows",
+                                label, i, q->row0, q->row0 + q->n_rows - 1, n_rows);
         if (q->slot < 0 || q->slot >= lim->max_slots || slot_used[q->slot])
-            return ds_error_set(DS_ERR_ARG, "%s: sequence %d uses slot %d (%s)", label, i,
-                                q->slot, q->slot >= 0 && q->slot < lim->max_slots
-                                             ? "already used in this batch"
-                                             : "outside the plan");
+            return ds_error_set(DS_ERR_ARG, "%s: sequence %d uses slot %d (%s)", label, i, q->slot,
+                                q->slot >= 0 && q->slot < lim->max_slots
+                                    ? "already used in this batch"
+                                    : "outside the plan");
         if (q->pos0 < 0 || q->pos0 > lim->max_pos - q->n_rows)
             return ds_error_set(DS_ERR_RANGE,
                                 "%s: sequence %d reaches position %d: context limit is %d "
-                                "positions", label, i, q->pos0 + q->n_rows - 1, lim->max_pos);
+                                "positions",
+                                label, i, q->pos0 + q->n_rows - 1, lim->max_pos);
         slot_used[q->slot] = 1;
-        for (int r = 0; r < q->n_rows; r++) pos_out[q->row0 + r] = q->pos0 + r;
+        for (int r = 0; r < q->n_rows; r++)
+            pos_out[q->row0 + r] = q->pos0 + r;
         next_row = q->row0 + q->n_rows;
     }
     for (int i = 0; i < n_logit_rows; i++)

@@ -21,13 +21,13 @@
 struct ds_weight_loader {
     struct ds_backend *be;
     const ds_safetensors_t *st;
-    const char *label;        // the checkpoint directory, for messages
-    bool loading;             // false: measure pass, true: load pass
-    bool mapped;              // the backend maps host memory (no arena, no copies)
-    void *arena;              // (bytes) the upload arena when !mapped, owned by the caller
-    size_t bytes;             // measure: bytes planned so far; load: bytes placed so far
-    size_t total;             // load pass: the arena size (for progress)
-    size_t tensors;           // tensors bound
+    const char *label; // the checkpoint directory, for messages
+    bool loading;      // false: measure pass, true: load pass
+    bool mapped;       // the backend maps host memory (no arena, no copies)
+    void *arena;       // (bytes) the upload arena when !mapped, owned by the caller
+    size_t bytes;      // measure: bytes planned so far; load: bytes placed so far
+    size_t total;      // load pass: the arena size (for progress)
+    size_t tensors;    // tensors bound
     // Upload progress (may be NULL): called after each uploaded tensor.
     void (*progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_total);
     void *progress_user;
@@ -82,13 +82,13 @@ struct ds_rows_limits {
 // max_pos is DS_ERR_RANGE "context limit", bad ids DS_ERR_RANGE, bad tables DS_ERR_ARG.
 enum ds_status ds_rows_check(const char *label, const struct ds_rows_limits *lim, int n_rows,
                              const int32_t *tokens, int n_seq, const struct ds_attn_seq *seqs,
-                             int n_logit_rows, const int32_t *logit_rows,
-                             unsigned char *slot_used, int32_t *pos_out);
+                             int n_logit_rows, const int32_t *logit_rows, unsigned char *slot_used,
+                             int32_t *pos_out);
 
 // RoPE parameters as plain values (mirrors the two RoPE structs of ds/config.h and ds/kernels.h,
 // which share a name and cannot be included together).
 struct ds_rope_spec {
-    bool yarn;               // false: plain rotary
+    bool yarn; // false: plain rotary
     int head_dim;
     double theta, factor, beta_fast, beta_slow, attention_factor;
     int original_max_pos;
@@ -110,6 +110,8 @@ enum ds_status ds_model_d2t_to_map(const int64_t *d2t, int draft_vocab, int targ
 enum ds_elem ds_elem_of_dtype(enum ds_dtype t);
 
 // Rounds a byte count up to the 256-byte alignment every carved buffer keeps.
-static inline size_t ds_align256(size_t n) { return (n + 255) & ~(size_t)255; }
+static inline size_t ds_align256(size_t n) {
+    return (n + 255) & ~(size_t)255;
+}
 
 #endif // DS_MODELS_WEIGHTS_H

@@ -103,8 +103,10 @@ static enum ds_status parse_ids(const char *s, int64_t vocab, struct ds_token_ve
             return ds_error_set(DS_ERR_ARG, "--prompt-ids: not a comma-separated id list at '%s'",
                                 p);
         if (v < 0 || v >= vocab)
-            return ds_error_set(DS_ERR_RANGE, "--prompt-ids: id %lld outside the vocabulary "
-                                "0..%lld", v, (long long)vocab - 1);
+            return ds_error_set(DS_ERR_RANGE,
+                                "--prompt-ids: id %lld outside the vocabulary "
+                                "0..%lld",
+                                v, (long long)vocab - 1);
         enum ds_status st = ds_token_vec_push(out, (int32_t)v);
         if (st != DS_OK) return st;
         p = *end ? end + 1 : end;
@@ -133,8 +135,7 @@ static enum ds_status lf_open(struct logits_file *lf, const char *path, int voca
     hsize_t chunk[2] = {1, (hsize_t)vocab};
     hid_t sp = H5Screate_simple(2, dims, maxd), pl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_chunk(pl, 2, chunk);
-    lf->logits = H5Dcreate2(lf->file, "logits", H5T_NATIVE_FLOAT, sp, H5P_DEFAULT, pl,
-                            H5P_DEFAULT);
+    lf->logits = H5Dcreate2(lf->file, "logits", H5T_NATIVE_FLOAT, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
     H5Sclose(sp);
     H5Pclose(pl);
     hsize_t d1 = 0, m1 = H5S_UNLIMITED, c1 = 256;
@@ -148,8 +149,8 @@ static enum ds_status lf_open(struct logits_file *lf, const char *path, int voca
     sp = H5Screate_simple(1, &np, NULL);
     hid_t pd = H5Dcreate2(lf->file, "prompt_ids", H5T_NATIVE_INT32, sp, H5P_DEFAULT, H5P_DEFAULT,
                           H5P_DEFAULT);
-    herr_t w = pd >= 0 ? H5Dwrite(pd, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, prompt->ids)
-                       : -1;
+    herr_t w =
+        pd >= 0 ? H5Dwrite(pd, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, prompt->ids) : -1;
     if (pd >= 0) H5Dclose(pd);
     H5Sclose(sp);
     hid_t st = H5Tcopy(H5T_C_S1);
@@ -180,8 +181,9 @@ static enum ds_status lf_append(struct logits_file *lf, const float *row, int32_
     e |= H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start[0], NULL, &one, NULL);
     e |= H5Dwrite(lf->ids, H5T_NATIVE_INT32, ms, fs, H5P_DEFAULT, &id);
     H5Sclose(fs), H5Sclose(ms);
-    if (e < 0) return ds_error_set(DS_ERR_IO, "%s: cannot append row %llu", path,
-                                   (unsigned long long)lf->rows);
+    if (e < 0)
+        return ds_error_set(DS_ERR_IO, "%s: cannot append row %llu", path,
+                            (unsigned long long)lf->rows);
     lf->rows = n;
     return DS_OK;
 }
@@ -248,8 +250,10 @@ static enum ds_status load_prompt(struct gen_state *g, const struct gen_opts *o,
                                   const struct ds_target_config *cfg) {
     if (o->prompt_ids) return parse_ids(o->prompt_ids, cfg->vocab_size, &g->prompt);
     if (!g->tok)
-        return ds_error_set(DS_ERR_ARG, "%s: no tokenizer.json: --prompt and --dataset need "
-                            "--tokenizer FILE", o->target);
+        return ds_error_set(DS_ERR_ARG,
+                            "%s: no tokenizer.json: --prompt and --dataset need "
+                            "--tokenizer FILE",
+                            o->target);
     if (o->prompt && o->raw)
         return ds_tokenizer_encode(g->tok, NULL, o->prompt, strlen(o->prompt), &g->prompt);
     if (o->prompt) {
@@ -262,9 +266,10 @@ static enum ds_status load_prompt(struct gen_state *g, const struct gen_opts *o,
     if (s != DS_OK) return s;
     struct ds_dataset_turn turn;
     if (o->index < 0 || (size_t)o->index >= ds_dataset_num_conversations(g->ds))
-        return ds_error_set(DS_ERR_RANGE, "%s: --index %lld, the file has %zu usable "
-                            "conversations", o->dataset, o->index,
-                            ds_dataset_num_conversations(g->ds));
+        return ds_error_set(DS_ERR_RANGE,
+                            "%s: --index %lld, the file has %zu usable "
+                            "conversations",
+                            o->dataset, o->index, ds_dataset_num_conversations(g->ds));
     if ((s = ds_dataset_turn(g->ds, (size_t)o->index, 1, &turn)) != DS_OK) return s;
     return ds_dataset_render(g->ds, g->h, NULL, &turn, 0, &g->prompt);
 }
@@ -288,8 +293,12 @@ static bool file_exists(const char *dir, const char *name, char *buf, size_t cap
 static enum ds_status step(ds_gptoss_t *m, const int32_t *ids, int n, int pos0, bool logits) {
     struct ds_attn_seq q = {.row0 = 0, .n_rows = n, .pos0 = pos0, .slot = 0};
     int32_t last = n - 1;
-    struct ds_batch b = {.n_rows = n, .tokens = ids, .n_seq = 1, .seqs = &q,
-                         .n_logit_rows = logits ? 1 : 0, .logit_rows = &last};
+    struct ds_batch b = {.n_rows = n,
+                         .tokens = ids,
+                         .n_seq = 1,
+                         .seqs = &q,
+                         .n_logit_rows = logits ? 1 : 0,
+                         .logit_rows = &last};
     return ds_gptoss_forward(m, &b);
 }
 
@@ -314,9 +323,10 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
     const int V = (int)cfg.vocab_size;
     for (size_t i = 0; i < g->prompt.n; i++)
         if (g->prompt.ids[i] >= V) {
-            ds_error_set(DS_ERR_MISMATCH, "%s: prompt token %d outside the model's vocabulary "
-                         "of %d (tokenizer and model do not match)", o->target,
-                         g->prompt.ids[i], V);
+            ds_error_set(DS_ERR_MISMATCH,
+                         "%s: prompt token %d outside the model's vocabulary "
+                         "of %d (tokenizer and model do not match)",
+                         o->target, g->prompt.ids[i], V);
             return fail(ds_error_last());
         }
 
@@ -325,8 +335,10 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
     if (o->max_context > 0 && o->max_context < limit) limit = o->max_context;
     const long long np = (long long)g->prompt.n;
     if (np >= limit) {
-        ds_error_set(DS_ERR_RANGE, "%s: prompt of %lld tokens does not fit the context limit of "
-                     "%lld positions", o->dataset ? o->dataset : o->target, np, limit);
+        ds_error_set(DS_ERR_RANGE,
+                     "%s: prompt of %lld tokens does not fit the context limit of "
+                     "%lld positions",
+                     o->dataset ? o->dataset : o->target, np, limit);
         return fail(ds_error_last());
     }
     long long max_pos = np + o->max_new < limit ? np + o->max_new : limit;
@@ -336,8 +348,10 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
     double t_load = now_s();
     struct ds_load_progress prog = {load_progress, &t_load};
     struct ds_gptoss_plan plan = {
-        .max_slots = 1, .max_pos = (int)max_pos,
-        .max_rows = np < PREFILL_CHUNK ? (int)np : PREFILL_CHUNK, .max_logit_rows = 1,
+        .max_slots = 1,
+        .max_pos = (int)max_pos,
+        .max_rows = np < PREFILL_CHUNK ? (int)np : PREFILL_CHUNK,
+        .max_logit_rows = 1,
     };
     if ((s = ds_gptoss_create(o->target, g->be, &plan, o->json ? NULL : &prog, &g->m)) != DS_OK)
         return fail(ds_error_last());
@@ -382,8 +396,14 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
         int32_t id;
         if (o->temperature > 0) {
             struct ds_softmax_args sm = {
-                .act = act, .n_rows = 1, .vocab = V, .temperature = (float)o->temperature,
-                .top_k = 0, .top_p = 1.0f, .logits = ds_gptoss_logits(g->m), .probs = g->probs_dev,
+                .act = act,
+                .n_rows = 1,
+                .vocab = V,
+                .temperature = (float)o->temperature,
+                .top_k = 0,
+                .top_p = 1.0f,
+                .logits = ds_gptoss_logits(g->m),
+                .probs = g->probs_dev,
             };
             if ((s = g->be->softmax(g->be, &sm)) == DS_OK)
                 s = g->be->download(g->be, g->probs_host, g->probs_dev, sizeof(float) * (size_t)V);
@@ -391,7 +411,11 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
             id = sample(g->probs_host, V, o->seed, (int)pos);
         } else {
             struct ds_argmax_args am = {
-                .act = act, .n_rows = 1, .vocab = V, .x = ds_gptoss_logits(g->m), .ids = g->id_dev,
+                .act = act,
+                .n_rows = 1,
+                .vocab = V,
+                .x = ds_gptoss_logits(g->m),
+                .ids = g->id_dev,
             };
             if ((s = g->be->argmax(g->be, &am)) == DS_OK)
                 s = g->be->download(g->be, &id, g->id_dev, sizeof id);
@@ -429,14 +453,16 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
     ds_gptoss_memory_plan(g->m, &mem);
     if (o->json) {
         json_t *r = json_object(), *pi = json_array(), *gi = json_array();
-        for (size_t i = 0; i < g->prompt.n; i++) json_array_append_new(pi, json_integer(g->prompt.ids[i]));
-        for (size_t i = 0; i < g->out.n; i++) json_array_append_new(gi, json_integer(g->out.ids[i]));
+        for (size_t i = 0; i < g->prompt.n; i++)
+            json_array_append_new(pi, json_integer(g->prompt.ids[i]));
+        for (size_t i = 0; i < g->out.n; i++)
+            json_array_append_new(gi, json_integer(g->out.ids[i]));
         json_object_set_new(r, "target", json_string(o->target));
         json_object_set_new(r, "device", json_string(info.name));
         json_object_set_new(r, "prompt_ids", pi);
         json_object_set_new(r, "ids", gi);
-        json_object_set_new(r, "text", g->tok ? json_stringn(text.data ? text.data : "", text.n)
-                                              : json_null());
+        json_object_set_new(
+            r, "text", g->tok ? json_stringn(text.data ? text.data : "", text.n) : json_null());
         json_object_set_new(r, "stop", json_string(stop));
         json_object_set_new(r, "temperature", json_real(o->temperature));
         json_object_set_new(r, "seed", json_integer((json_int_t)o->seed));
@@ -457,9 +483,11 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
                info.name, (double)mem.weights / 1e9, (double)mem.kv / 1e9,
                (double)mem.activations / 1e9);
         printf("prompt (%zu ids):", g->prompt.n);
-        for (size_t i = 0; i < g->prompt.n; i++) printf(" %d", g->prompt.ids[i]);
+        for (size_t i = 0; i < g->prompt.n; i++)
+            printf(" %d", g->prompt.ids[i]);
         printf("\ngenerated (%zu ids):", g->out.n);
-        for (size_t i = 0; i < g->out.n; i++) printf(" %d", g->out.ids[i]);
+        for (size_t i = 0; i < g->out.n; i++)
+            printf(" %d", g->out.ids[i]);
         printf("\n");
         if (g->tok && raw.data) {
             ds_bytes_escape(raw.data, raw.n, &esc);
@@ -477,8 +505,17 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
 }
 
 int ds_cmd_generate(int argc, char **argv) {
-    enum { O_DATASET = 256, O_INDEX, O_RAW, O_TOKENIZER, O_TEMP, O_SEED, O_MAXCTX, O_LOGITS,
-           O_DEVICE };
+    enum {
+        O_DATASET = 256,
+        O_INDEX,
+        O_RAW,
+        O_TOKENIZER,
+        O_TEMP,
+        O_SEED,
+        O_MAXCTX,
+        O_LOGITS,
+        O_DEVICE
+    };
     static const struct option long_opts[] = {
         {"target", required_argument, NULL, 't'},
         {"prompt", required_argument, NULL, 'p'},
@@ -503,16 +540,28 @@ int ds_cmd_generate(int argc, char **argv) {
     opterr = 0;
     for (int c; (c = getopt_long(argc, argv, "t:p:i:n:jh", long_opts, NULL)) != -1;) {
         switch (c) {
-        case 't': o.target = optarg; break;
-        case 'p': o.prompt = optarg; break;
-        case 'i': o.prompt_ids = optarg; break;
-        case O_DATASET: o.dataset = optarg; break;
+        case 't':
+            o.target = optarg;
+            break;
+        case 'p':
+            o.prompt = optarg;
+            break;
+        case 'i':
+            o.prompt_ids = optarg;
+            break;
+        case O_DATASET:
+            o.dataset = optarg;
+            break;
         case O_INDEX:
             if (!parse_ll(optarg, 0, INT32_MAX, &o.index))
                 return usage_error("--index wants an integer >= 0", optarg);
             break;
-        case O_RAW: o.raw = true; break;
-        case O_TOKENIZER: o.tokenizer = optarg; break;
+        case O_RAW:
+            o.raw = true;
+            break;
+        case O_TOKENIZER:
+            o.tokenizer = optarg;
+            break;
         case 'n':
             if (!parse_ll(optarg, 1, INT32_MAX, &o.max_new))
                 return usage_error("--max-new-tokens wants an integer >= 1", optarg);
@@ -533,14 +582,21 @@ int ds_cmd_generate(int argc, char **argv) {
             if (!parse_ll(optarg, 1, INT32_MAX, &o.max_context))
                 return usage_error("--max-context wants an integer >= 1", optarg);
             break;
-        case O_LOGITS: o.logits_out = optarg; break;
-        case 'j': o.json = true; break;
+        case O_LOGITS:
+            o.logits_out = optarg;
+            break;
+        case 'j':
+            o.json = true;
+            break;
         case O_DEVICE:
             if (ds_device_parse(optarg, &o.device) != DS_OK)
                 return usage_error("--device wants auto, cpu or cuda", optarg);
             break;
-        case 'h': usage(stdout); return 0;
-        default: return usage_error("unknown option or missing value", argv[optind - 1]);
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            return usage_error("unknown option or missing value", argv[optind - 1]);
         }
     }
     if (optind < argc) return usage_error("unexpected argument", argv[optind]);

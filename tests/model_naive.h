@@ -29,7 +29,8 @@ static inline double nv_at(const struct ds_tensor_info *t, size_t i) {
     return f;
 }
 
-static inline const struct ds_tensor_info *nv_get(const ds_safetensors_t *st, const char *fmt, int l) {
+static inline const struct ds_tensor_info *nv_get(const ds_safetensors_t *st, const char *fmt,
+                                                  int l) {
     char name[160];
     snprintf(name, sizeof name, fmt, l);
     const struct ds_tensor_info *t = ds_safetensors_find(st, name);
@@ -41,29 +42,33 @@ static inline const struct ds_tensor_info *nv_get(const ds_safetensors_t *st, co
 }
 
 // y[n] = Σ_k W[n][k] x[k] (+ b[n]).
-static inline void nv_linear(const struct ds_tensor_info *w, const struct ds_tensor_info *b, int out,
-                      int in, const double *x, double *y) {
+static inline void nv_linear(const struct ds_tensor_info *w, const struct ds_tensor_info *b,
+                             int out, int in, const double *x, double *y) {
     for (int n = 0; n < out; n++) {
         double s = b ? nv_at(b, (size_t)n) : 0.0;
-        for (int k = 0; k < in; k++) s += nv_at(w, (size_t)n * in + k) * x[k];
+        for (int k = 0; k < in; k++)
+            s += nv_at(w, (size_t)n * in + k) * x[k];
         y[n] = s;
     }
 }
 
 static inline void nv_rmsnorm(const struct ds_tensor_info *w, int dim, double eps, const double *x,
-                       double *y) {
+                              double *y) {
     double ss = 0;
-    for (int i = 0; i < dim; i++) ss += x[i] * x[i];
+    for (int i = 0; i < dim; i++)
+        ss += x[i] * x[i];
     double r = 1.0 / sqrt(ss / dim + eps);
-    for (int i = 0; i < dim; i++) y[i] = nv_at(w, (size_t)i) * x[i] * r;
+    for (int i = 0; i < dim; i++)
+        y[i] = nv_at(w, (size_t)i) * x[i] * r;
 }
 
 // RoPE frequencies (gpt-oss.md §4.4) for a config's rope settings.
 static inline void nv_rope_freqs(const struct ds_rope_config *rc, int D, double *inv_freq,
-                          double *conc) {
+                                 double *conc) {
     const int half = D / 2;
     *conc = 1.0;
-    for (int i = 0; i < half; i++) inv_freq[i] = 1.0 / pow(rc->theta, 2.0 * i / D);
+    for (int i = 0; i < half; i++)
+        inv_freq[i] = 1.0 / pow(rc->theta, 2.0 * i / D);
     if (rc->type != DS_ROPE_YARN) return;
     const double L0 = (double)rc->original_max_position_embeddings, lt = log(rc->theta);
     double low = half * log(L0 / (rc->beta_fast * 2 * M_PI)) / lt;
@@ -81,7 +86,8 @@ static inline void nv_rope_freqs(const struct ds_rope_config *rc, int D, double 
     *conc = rc->attention_factor > 0 ? rc->attention_factor : 0.1 * log(rc->factor) + 1.0;
 }
 
-static inline void nv_rope(double *x, int heads, int D, int pos, const double *inv_freq, double conc) {
+static inline void nv_rope(double *x, int heads, int D, int pos, const double *inv_freq,
+                           double conc) {
     for (int h = 0; h < heads; h++) {
         double *v = x + (size_t)h * D;
         for (int i = 0; i < D / 2; i++) {
@@ -96,8 +102,8 @@ static inline void nv_rope(double *x, int heads, int D, int pos, const double *i
 // Causal attention of n rows (positions 0..n-1): q (n, NH, D), k/v (n, NKV, D) → out (n, NH, D).
 // window > 0 keeps the last `window` keys; sinks (NH) or NULL.
 static inline void nv_attention(int n, int NH, int NKV, int D, const double *q, const double *k,
-                         const double *v, int window, const struct ds_tensor_info *sinks,
-                         double *out) {
+                                const double *v, int window, const struct ds_tensor_info *sinks,
+                                double *out) {
     double *sc = malloc((size_t)n * sizeof *sc);
     for (int i = 0; i < n; i++)
         for (int h = 0; h < NH; h++) {
@@ -112,21 +118,24 @@ static inline void nv_attention(int n, int NH, int NKV, int D, const double *q, 
             }
             double den = sinks ? exp(nv_at(sinks, (size_t)h) - m) : 0.0;
             double *o = out + ((size_t)i * NH + h) * D;
-            for (int d = 0; d < D; d++) o[d] = 0;
+            for (int d = 0; d < D; d++)
+                o[d] = 0;
             for (int j = j0; j <= i; j++) {
                 double e = exp(sc[j] - m);
                 den += e;
-                for (int d = 0; d < D; d++) o[d] += e * v[((size_t)j * NKV + g) * D + d];
+                for (int d = 0; d < D; d++)
+                    o[d] += e * v[((size_t)j * NKV + g) * D + d];
             }
-            for (int d = 0; d < D; d++) o[d] /= den;
+            for (int d = 0; d < D; d++)
+                o[d] /= den;
         }
     free(sc);
 }
 
-static inline double nv_mxfp4(const struct ds_tensor_info *blocks, const struct ds_tensor_info *scales,
-                       size_t row, int K, int k) {
-    static const double lut[16] = {0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4,
-                                   -6};
+static inline double nv_mxfp4(const struct ds_tensor_info *blocks,
+                              const struct ds_tensor_info *scales, size_t row, int K, int k) {
+    static const double lut[16] = {0,    0.5,  1,  1.5,  2,  3,  4,  6,
+                                   -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
     const unsigned char *b = blocks->data, *s = scales->data;
     size_t blk = row * (size_t)(K / 32) + (size_t)(k / 32);
     unsigned char byte = b[blk * 16 + (size_t)(k % 32) / 2];
@@ -136,9 +145,9 @@ static inline double nv_mxfp4(const struct ds_tensor_info *blocks, const struct 
 
 // Runs the target on tokens[0..n) from position 0. Outputs (each may be NULL):
 // logits (n, V); bounds (n, L+1, H): the residual stream at every boundary; experts (L, n, KE).
-static inline void nv_target_run(const ds_safetensors_t *st, const struct ds_target_config *c, int n,
-                          const int32_t *tokens, double *logits, double *bounds,
-                          int32_t *experts) {
+static inline void nv_target_run(const ds_safetensors_t *st, const struct ds_target_config *c,
+                                 int n, const int32_t *tokens, double *logits, double *bounds,
+                                 int32_t *experts) {
     const int H = (int)c->hidden_size, NH = (int)c->num_attention_heads,
               NKV = (int)c->num_key_value_heads, D = (int)c->head_dim, V = (int)c->vocab_size,
               E = (int)c->num_local_experts, KE = (int)c->num_experts_per_tok,
@@ -153,7 +162,8 @@ static inline void nv_target_run(const ds_safetensors_t *st, const struct ds_tar
     double *rl = malloc((size_t)E * 8), *tmp = malloc((size_t)H * 8);
     const struct ds_tensor_info *emb = nv_get(st, "model.embed_tokens.weight", 0);
     for (int t = 0; t < n; t++)
-        for (int i = 0; i < H; i++) x[(size_t)t * H + i] = nv_at(emb, (size_t)tokens[t] * H + i);
+        for (int i = 0; i < H; i++)
+            x[(size_t)t * H + i] = nv_at(emb, (size_t)tokens[t] * H + i);
     for (int l = 0; l <= L; l++) {
         if (bounds)
             for (int t = 0; t < n; t++)
@@ -176,7 +186,8 @@ static inline void nv_target_run(const ds_safetensors_t *st, const struct ds_tar
         for (int t = 0; t < n; t++) {
             nv_linear(T_("self_attn.o_proj.weight"), T_("self_attn.o_proj.bias"), H, NH * D,
                       at + (size_t)t * NH * D, y);
-            for (int i = 0; i < H; i++) x[(size_t)t * H + i] += y[i];
+            for (int i = 0; i < H; i++)
+                x[(size_t)t * H + i] += y[i];
             nv_rmsnorm(T_("post_attention_layernorm.weight"), H, eps, x + (size_t)t * H, xn);
             nv_linear(T_("mlp.router.weight"), T_("mlp.router.bias"), E, H, xn, rl);
             int sel[64];
@@ -185,14 +196,17 @@ static inline void nv_target_run(const ds_safetensors_t *st, const struct ds_tar
                 int best = -1;
                 for (int e = 0; e < E; e++) {
                     int used = 0;
-                    for (int r = 0; r < s; r++) used |= sel[r] == e;
+                    for (int r = 0; r < s; r++)
+                        used |= sel[r] == e;
                     if (!used && (best < 0 || rl[e] > rl[best])) best = e;
                 }
                 sel[s] = best;
                 if (rl[best] > mx) mx = rl[best];
             }
-            for (int s = 0; s < KE; s++) den += sw[s] = exp(rl[sel[s]] - mx);
-            for (int i = 0; i < H; i++) tmp[i] = 0;
+            for (int s = 0; s < KE; s++)
+                den += sw[s] = exp(rl[sel[s]] - mx);
+            for (int i = 0; i < H; i++)
+                tmp[i] = 0;
             for (int s = 0; s < KE; s++) {
                 int e = sel[s];
                 if (experts) experts[((size_t)l * n + t) * KE + s] = e;
@@ -219,7 +233,8 @@ static inline void nv_target_run(const ds_safetensors_t *st, const struct ds_tar
                     tmp[r] += sw[s] / den * a;
                 }
             }
-            for (int i = 0; i < H; i++) x[(size_t)t * H + i] += tmp[i];
+            for (int i = 0; i < H; i++)
+                x[(size_t)t * H + i] += tmp[i];
         }
 #undef T_
     }
@@ -240,9 +255,10 @@ static inline void nv_target_run(const ds_safetensors_t *st, const struct ds_tar
 // [input_norm] fc, or Ht for a no-aux head) when from_prev[r] == 0, else the previous row's fed-
 // back output (h2, or n with norm_output). embed: the (V, H) table. Outputs logits (n, Dv).
 static inline void nv_draft_run(const ds_safetensors_t *st, const struct ds_draft_config *c,
-                         const struct ds_tensor_info *embed, const struct ds_tensor_info *lm_head,
-                         int Ht, int n, const int32_t *tokens, const double *aux,
-                         const int *from_prev, double *logits) {
+                                const struct ds_tensor_info *embed,
+                                const struct ds_tensor_info *lm_head, int Ht, int n,
+                                const int32_t *tokens, const double *aux, const int *from_prev,
+                                double *logits) {
     const int H = (int)c->hidden_size, NH = (int)c->num_attention_heads,
               NKV = (int)c->num_key_value_heads, D = (int)c->head_dim,
               I = (int)c->intermediate_size, Dv = (int)c->draft_vocab_size, W = 3 * Ht;
@@ -273,26 +289,28 @@ static inline void nv_draft_run(const ds_safetensors_t *st, const struct ds_draf
             memcpy(g, aux + (size_t)t * win, (size_t)H * 8);
         }
         nv_rmsnorm(DT("hidden_norm.weight"), H, eps, g, gn);
-        for (int i = 0; i < H; i++) r[i] = nv_at(embed, (size_t)tokens[t] * H + i);
+        for (int i = 0; i < H; i++)
+            r[i] = nv_at(embed, (size_t)tokens[t] * H + i);
         nv_rmsnorm(DT("input_layernorm.weight"), H, eps, r, uu);
         memcpy(uu + H, gn, (size_t)H * 8);
         memcpy(resid + (size_t)t * H, c->norm_before_residual ? gn : g, (size_t)H * 8);
         nv_linear(DT("self_attn.q_proj.weight"), NULL, NH * D, 2 * H, uu, q + (size_t)t * NH * D);
-        nv_linear(DT("self_attn.k_proj.weight"), NULL, NKV * D, 2 * H, uu,
-                  k + (size_t)t * NKV * D);
-        nv_linear(DT("self_attn.v_proj.weight"), NULL, NKV * D, 2 * H, uu,
-                  v + (size_t)t * NKV * D);
+        nv_linear(DT("self_attn.k_proj.weight"), NULL, NKV * D, 2 * H, uu, k + (size_t)t * NKV * D);
+        nv_linear(DT("self_attn.v_proj.weight"), NULL, NKV * D, 2 * H, uu, v + (size_t)t * NKV * D);
         nv_rope(q + (size_t)t * NH * D, NH, D, t, inv_freq, conc);
         nv_rope(k + (size_t)t * NKV * D, NKV, D, t, inv_freq, conc);
         nv_attention(t + 1, NH, NKV, D, q, k, v, 0, NULL, at); // rows 0..t; row t is the last
         nv_linear(DT("self_attn.o_proj.weight"), NULL, H, NH * D, at + (size_t)t * NH * D, o);
-        for (int i = 0; i < H; i++) h1[i] = o[i] + resid[(size_t)t * H + i];
+        for (int i = 0; i < H; i++)
+            h1[i] = o[i] + resid[(size_t)t * H + i];
         nv_rmsnorm(DT("post_attention_layernorm.weight"), H, eps, h1, z);
         nv_linear(DT("mlp.gate_proj.weight"), NULL, I, H, z, gt);
         nv_linear(DT("mlp.up_proj.weight"), NULL, I, H, z, up);
-        for (int j = 0; j < I; j++) gt[j] = gt[j] / (1 + exp(-gt[j])) * up[j];
+        for (int j = 0; j < I; j++)
+            gt[j] = gt[j] / (1 + exp(-gt[j])) * up[j];
         nv_linear(DT("mlp.down_proj.weight"), NULL, H, I, gt, o);
-        for (int i = 0; i < H; i++) o[i] += h1[i]; // h2
+        for (int i = 0; i < H; i++)
+            o[i] += h1[i]; // h2
         nv_rmsnorm(nv_get(st, "norm.weight", 0), H, eps, o, nn);
         memcpy(fb, c->norm_output ? nn : o, (size_t)H * 8);
         nv_linear(lm_head, NULL, Dv, H, nn, logits + (size_t)t * Dv);

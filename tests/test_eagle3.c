@@ -42,8 +42,11 @@ static int open_pair(const char *draft_dir, int slots, int pos, int trows, int d
     struct ds_gptoss_plan tp = {.max_slots = slots, .max_pos = pos, .max_rows = trows};
     ds_gptoss_plan_aux(&tp, &p->aux);
     EXPECT_OK(ds_gptoss_create(CKPT "target", be, &tp, NULL, &p->target));
-    struct ds_eagle3_plan dp = {.max_slots = slots, .max_pos = pos, .max_rows = drows,
-                                .own_embed = own_embed, .full_vocab = true};
+    struct ds_eagle3_plan dp = {.max_slots = slots,
+                                .max_pos = pos,
+                                .max_rows = drows,
+                                .own_embed = own_embed,
+                                .full_vocab = true};
     if (p->target) EXPECT_OK(ds_eagle3_create(draft_dir, p->target, be, &dp, NULL, &p->draft));
     EXPECT_OK(ds_safetensors_open_dir(CKPT "target", &p->tst));
     EXPECT_OK(ds_safetensors_open_dir(draft_dir, &p->dst));
@@ -88,7 +91,8 @@ static double *naive_draft(struct pair *p, const int32_t *seq, int n, int n_targ
     if (!lm) lm = ds_safetensors_find(p->tst, "lm_head.weight");
     double *logits = malloc(sizeof(double) * (size_t)n * Dv);
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)n);
-    for (int t = 0; t < n; t++) toks[t] = seq[t + 1];
+    for (int t = 0; t < n; t++)
+        toks[t] = seq[t + 1];
     nv_draft_run(p->dst, &p->dcfg, nv_get(p->tst, "model.embed_tokens.weight", 0), lm, H, n, toks,
                  aux, from_prev, logits);
     (void)V;
@@ -107,13 +111,18 @@ static void draft_matches_naive(const char *dir, bool own_embed) {
     const int Dv = ds_eagle3_draft_vocab(p.draft);
     int32_t seq[N + STEPS + 1], rows[N];
     nv_tokens(N + STEPS + 1, seq, 3);
-    for (int i = 0; i < N; i++) rows[i] = i;
+    for (int i = 0; i < N; i++)
+        rows[i] = i;
     struct ds_attn_seq q = {.row0 = 0, .n_rows = N, .pos0 = 0, .slot = 0};
     struct ds_batch tb = {.n_rows = N, .tokens = seq, .n_seq = 1, .seqs = &q};
     EXPECT_OK(ds_gptoss_forward(p.target, &tb));
     // Row t carries the target state at t and the token at t+1.
-    struct ds_batch xb = {.n_rows = N, .tokens = seq + 1, .n_seq = 1, .seqs = &q,
-                          .n_logit_rows = N, .logit_rows = rows};
+    struct ds_batch xb = {.n_rows = N,
+                          .tokens = seq + 1,
+                          .n_seq = 1,
+                          .seqs = &q,
+                          .n_logit_rows = N,
+                          .logit_rows = rows};
     const void *hidden = p.aux.n ? ds_gptoss_aux(p.target) : ds_gptoss_final_hidden(p.target);
     EXPECT_OK(ds_eagle3_extend(p.draft, &xb, hidden, N, NULL));
     double *ref = naive_draft(&p, seq, N + STEPS, N);
@@ -155,7 +164,8 @@ static void draft_matches_naive(const char *dir, bool own_embed) {
         const int V = 512;
         const int32_t *map = ds_eagle3_map_host(p.draft);
         int finite = 0;
-        for (int v = 0; v < V; v++) finite += isfinite(((const float *)full)[v]);
+        for (int v = 0; v < V; v++)
+            finite += isfinite(((const float *)full)[v]);
         EXPECT_EQ_INT(finite, Dv);
         EXPECT(((const float *)full)[map[Dv - 1]] == got[Dv - 1]);
     }
@@ -163,13 +173,19 @@ static void draft_matches_naive(const char *dir, bool own_embed) {
     close_pair(&p);
 }
 
-static void lmsys_matches_naive(void) { draft_matches_naive(CKPT "draft-lmsys", false); }
+static void lmsys_matches_naive(void) {
+    draft_matches_naive(CKPT "draft-lmsys", false);
+}
 static void speculators_matches_naive(void) {
     draft_matches_naive(CKPT "draft-speculators", false);
 }
-static void nvidia_v3_matches_naive(void) { draft_matches_naive(CKPT "draft-nvidia-v3", false); }
+static void nvidia_v3_matches_naive(void) {
+    draft_matches_naive(CKPT "draft-nvidia-v3", false);
+}
 // The lmsys fixture ships a copy of the target's embedding: its own table gives the same result.
-static void lmsys_own_embed(void) { draft_matches_naive(CKPT "draft-lmsys", true); }
+static void lmsys_own_embed(void) {
+    draft_matches_naive(CKPT "draft-lmsys", true);
+}
 
 static void bad_input(void) {
     struct pair p;
@@ -187,8 +203,7 @@ static void bad_input(void) {
     EXPECT_ERROR_HAS("context limit");
     q.pos0 = 0;
     int32_t hrows[4] = {0, 1, 2, 8};
-    EXPECT_STATUS(ds_eagle3_extend(p.draft, &xb, ds_gptoss_aux(p.target), 8, hrows),
-                  DS_ERR_RANGE);
+    EXPECT_STATUS(ds_eagle3_extend(p.draft, &xb, ds_gptoss_aux(p.target), 8, hrows), DS_ERR_RANGE);
     EXPECT_ERROR_HAS("hidden row 8");
     struct ds_eagle3_plan dp = {.max_slots = 1, .max_pos = 8, .max_rows = 4, .own_embed = true};
     ds_eagle3_t *d = NULL;
@@ -204,9 +219,9 @@ static void bad_input(void) {
 enum { PROMPT = 12, ROUNDS = 4, K = 3, MAXLEN = PROMPT + 1 + ROUNDS * (K + 1) };
 
 struct chain_run {
-    int len;                  // tokens in seq (prompt + generated)
+    int len; // tokens in seq (prompt + generated)
     int32_t seq[MAXLEN];
-    int committed[ROUNDS];    // C before each round
+    int committed[ROUNDS]; // C before each round
     struct ds_chain_result res[ROUNDS];
 };
 
@@ -231,11 +246,13 @@ static void run_chain(struct pair *p, int n, const uint32_t *seeds, struct chain
     }
     for (int r = 0; r < ROUNDS; r++) {
         struct ds_chain_result res[4];
-        for (int i = 0; i < n; i++) out[i].committed[r] = st[i].committed;
+        for (int i = 0; i < n; i++)
+            out[i].committed[r] = st[i].committed;
         EXPECT_OK(ds_chain_round(c, n, st, res));
         for (int i = 0; i < n; i++) {
             out[i].res[r] = res[i];
-            for (int j = 0; j < res[i].n_emitted; j++) out[i].seq[out[i].len++] = res[i].emitted[j];
+            for (int j = 0; j < res[i].n_emitted; j++)
+                out[i].seq[out[i].len++] = res[i].emitted[j];
             EXPECT_EQ_INT(st[i].committed, out[i].len - 1);
             EXPECT_EQ_INT(st[i].bonus, out[i].seq[out[i].len - 1]);
         }
@@ -247,8 +264,10 @@ static void run_chain(struct pair *p, int n, const uint32_t *seeds, struct chain
 static int argmax_margin(const double *x, int n, double *margin) {
     int best = 0, second = -1;
     for (int i = 1; i < n; i++) {
-        if (x[i] > x[best]) second = best, best = i;
-        else if (second < 0 || x[i] > x[second]) second = i;
+        if (x[i] > x[best])
+            second = best, best = i;
+        else if (second < 0 || x[i] > x[second])
+            second = i;
     }
     *margin = x[best] - x[second];
     return best;
@@ -273,8 +292,10 @@ static void chain_is_greedy_decoding(void) {
     for (int t = PROMPT; t < one.len; t++) {
         double margin;
         int best = argmax_margin(logits + (size_t)(t - 1) * V, V, &margin);
-        if (margin < 1e-4) printf("  near-tie at %d (margin %.3g)\n", t, margin);
-        else EXPECT_EQ_INT(one.seq[t], best);
+        if (margin < 1e-4)
+            printf("  near-tie at %d (margin %.3g)\n", t, margin);
+        else
+            EXPECT_EQ_INT(one.seq[t], best);
     }
     // 2. Each round's drafts are the naive draft's greedy tokens: rows 0..C-1 fed by the target
     //    (row C-1 carries the bonus as its token), then rows C.. fed by the previous row.
@@ -283,13 +304,16 @@ static void chain_is_greedy_decoding(void) {
         const int C = one.committed[r];
         int32_t vs[MAXLEN + K];
         memcpy(vs, one.seq, sizeof(int32_t) * (size_t)(C + 1)); // ..., bonus at C
-        for (int j = 0; j < K; j++) vs[C + 1 + j] = one.res[r].drafted[j];
+        for (int j = 0; j < K; j++)
+            vs[C + 1 + j] = one.res[r].drafted[j];
         double *dl = naive_draft(&p, vs, C + K - 1, C);
         for (int j = 0; j < K; j++) {
             double margin;
             int best = argmax_margin(dl + (size_t)(C - 1 + j) * Dv, Dv, &margin);
-            if (margin < 1e-4) printf("  draft near-tie round %d d%d\n", r, j + 1);
-            else EXPECT_EQ_INT(one.res[r].drafted[j], map[best]);
+            if (margin < 1e-4)
+                printf("  draft near-tie round %d d%d\n", r, j + 1);
+            else
+                EXPECT_EQ_INT(one.res[r].drafted[j], map[best]);
         }
         free(dl);
         EXPECT_EQ_INT(one.res[r].n_emitted, one.res[r].accepted + 1);

@@ -57,9 +57,9 @@ static const char *const PROMPT = "5,17,300,42,7,99,256,3";
 
 // Greedy: 6 tokens, each the naive argmax given everything before it; logits rows match.
 static void greedy_matches_naive(void) {
-    const char *argv[] = {"generate", "--target", TARGET, "--prompt-ids", PROMPT,
-                          "--max-new-tokens", "6", "--device", "cpu", "--json",
-                          "--logits-out", out_h5};
+    const char *argv[] = {"generate",         "--target", TARGET,     "--prompt-ids", PROMPT,
+                          "--max-new-tokens", "6",        "--device", "cpu",          "--json",
+                          "--logits-out",     out_h5};
     EXPECT_EQ_INT(gen(12, argv), 0);
     json_t *r = report();
     if (!r) return;
@@ -69,7 +69,8 @@ static void greedy_matches_naive(void) {
     EXPECT(json_is_null(json_object_get(r, "text"))); // the fixture has no tokenizer
 
     int32_t seq[14] = {5, 17, 300, 42, 7, 99, 256, 3};
-    for (int i = 0; i < 6; i++) seq[8 + i] = (int32_t)json_integer_value(json_array_get(ids, i));
+    for (int i = 0; i < 6; i++)
+        seq[8 + i] = (int32_t)json_integer_value(json_array_get(ids, i));
     struct ds_target_config cfg;
     EXPECT_OK(ds_target_config_load(TARGET, &cfg));
     ds_safetensors_t *st = NULL;
@@ -102,15 +103,17 @@ static void greedy_matches_naive(void) {
 // T = 0.8: the token at position p is the inverse CDF of softmax(naive logits / T) at
 // u = ds_rng_uniform(seed, 0, p, SAMPLE); a second run gives the same ids.
 static void sampling_is_counter_based(void) {
-    const char *argv[] = {"generate", "--target", TARGET, "--prompt-ids", PROMPT,
-                          "--max-new-tokens", "5", "--temperature", "0.8", "--seed", "1234",
-                          "--device", "cpu", "--json"};
+    const char *argv[] = {
+        "generate", "--target",      TARGET, "--prompt-ids", PROMPT, "--max-new-tokens",
+        "5",        "--temperature", "0.8",  "--seed",       "1234", "--device",
+        "cpu",      "--json"};
     EXPECT_EQ_INT(gen(14, argv), 0);
     json_t *r = report();
     if (!r) return;
     json_t *ids = json_object_get(r, "ids");
     int32_t seq[13] = {5, 17, 300, 42, 7, 99, 256, 3};
-    for (int i = 0; i < 5; i++) seq[8 + i] = (int32_t)json_integer_value(json_array_get(ids, i));
+    for (int i = 0; i < 5; i++)
+        seq[8 + i] = (int32_t)json_integer_value(json_array_get(ids, i));
     EXPECT_EQ_INT(gen(14, argv), 0);
     json_t *r2 = report();
     EXPECT(r2 && json_equal(json_object_get(r2, "ids"), ids));
@@ -124,8 +127,10 @@ static void sampling_is_counter_based(void) {
     for (int i = 0; i < 5; i++) {
         const double *row = ref + (size_t)(7 + i) * 512;
         double mx = row[0], z = 0, acc = 0, u = ds_rng_uniform(1234, 0, (uint64_t)(8 + i), 0);
-        for (int v = 1; v < 512; v++) mx = fmax(mx, row[v]);
-        for (int v = 0; v < 512; v++) z += exp((row[v] - mx) / 0.8);
+        for (int v = 1; v < 512; v++)
+            mx = fmax(mx, row[v]);
+        for (int v = 0; v < 512; v++)
+            z += exp((row[v] - mx) / 0.8);
         int want = 511;
         double gap = 1;
         for (int v = 0; v < 512; v++) {
@@ -137,8 +142,10 @@ static void sampling_is_counter_based(void) {
             }
         }
         // u within 1e-5 of a CDF step could flip with fp32 probabilities: say so, don't fail.
-        if (gap < 1e-5) printf("  sample %d: u within %.2g of a CDF step\n", i, gap);
-        else EXPECT_EQ_INT(seq[8 + i], want);
+        if (gap < 1e-5)
+            printf("  sample %d: u within %.2g of a CDF step\n", i, gap);
+        else
+            EXPECT_EQ_INT(seq[8 + i], want);
     }
     free(ref);
     ds_safetensors_close(st);
@@ -160,9 +167,19 @@ static void rng_reference_values(void) {
 // the tiny tokenizer, tests/data/README.md), --prompt is a harmony prompt that starts with
 // <|start|> (300) and ends with <|start|>assistant, and the report carries the decoded text.
 static void tokenizer_prompts(void) {
-    const char *argv[] = {"generate", "--target", TARGET, "--prompt", "hello world", "--raw",
-                          "--tokenizer", DS_SOURCE_DIR "/tests/data/tiny_tokenizer.json",
-                          "--max-new-tokens", "3", "--device", "cpu", "--json"};
+    const char *argv[] = {"generate",
+                          "--target",
+                          TARGET,
+                          "--prompt",
+                          "hello world",
+                          "--raw",
+                          "--tokenizer",
+                          DS_SOURCE_DIR "/tests/data/tiny_tokenizer.json",
+                          "--max-new-tokens",
+                          "3",
+                          "--device",
+                          "cpu",
+                          "--json"};
     EXPECT_EQ_INT(gen(13, argv), 0);
     json_t *r = report();
     if (!r) return;
@@ -188,9 +205,9 @@ static void tokenizer_prompts(void) {
 
 static void context_limit(void) {
     // 8 prompt tokens, limit 11: tokens at positions 8, 9, 10, then the limit.
-    const char *argv[] = {"generate", "--target", TARGET, "--prompt-ids", PROMPT,
-                          "--max-new-tokens", "20", "--max-context", "11", "--device", "cpu",
-                          "--json"};
+    const char *argv[] = {"generate", "--target",         TARGET, "--prompt-ids",
+                          PROMPT,     "--max-new-tokens", "20",   "--max-context",
+                          "11",       "--device",         "cpu",  "--json"};
     EXPECT_EQ_INT(gen(12, argv), 0);
     json_t *r = report();
     if (!r) return;
@@ -206,8 +223,7 @@ static void bad_input(void) {
     const char *a1[] = {"generate", "--target", TARGET, "--prompt", "hello", "--device", "cpu"};
     EXPECT_EQ_INT(gen(7, a1), 1);
     EXPECT_ERROR_HAS("--tokenizer");
-    const char *a2[] = {"generate", "--target", TARGET, "--prompt-ids", "1,512", "--device",
-                        "cpu"};
+    const char *a2[] = {"generate", "--target", TARGET, "--prompt-ids", "1,512", "--device", "cpu"};
     EXPECT_EQ_INT(gen(7, a2), 1);
     EXPECT_ERROR_HAS("id 512");
     const char *a3[] = {"generate", "--target", TARGET, "--prompt-ids", "1,x"};
@@ -215,8 +231,7 @@ static void bad_input(void) {
     EXPECT_ERROR_HAS("--prompt-ids");
     const char *a4[] = {"generate", "--target", TARGET};
     EXPECT_EQ_INT(gen(3, a4), 2);
-    const char *a5[] = {"generate", "--target", TARGET, "--prompt-ids", "1", "--temperature",
-                        "-1"};
+    const char *a5[] = {"generate", "--target", TARGET, "--prompt-ids", "1", "--temperature", "-1"};
     EXPECT_EQ_INT(gen(7, a5), 2);
     const char *a6[] = {"generate", "--target", DS_SOURCE_DIR "/tests/fixtures/none",
                         "--prompt-ids", "1"};

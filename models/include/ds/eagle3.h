@@ -40,14 +40,14 @@ extern "C" {
 typedef struct ds_eagle3 ds_eagle3_t;
 
 struct ds_eagle3_plan {
-    int max_slots;       // KV slots (the same slot numbers as the target's), >= 1
-    int max_pos;         // positions per slot (may exceed the draft's max_position_embeddings:
-                         // acceptance beyond the trained context is something to measure)
-    int max_rows;        // rows per call (an extend over a whole prompt is one call), >= 1
-    int max_logit_rows;  // rows that may ask for logits per call; 0 = max_rows
-    bool own_embed;      // embed with the draft's own embed_tokens (must be present) instead of
-                         // the target's table, which is what the engines do
-    bool full_vocab;     // also plan a (max_logit_rows, V) buffer for ds_eagle3_scatter_logits
+    int max_slots;      // KV slots (the same slot numbers as the target's), >= 1
+    int max_pos;        // positions per slot (may exceed the draft's max_position_embeddings:
+                        // acceptance beyond the trained context is something to measure)
+    int max_rows;       // rows per call (an extend over a whole prompt is one call), >= 1
+    int max_logit_rows; // rows that may ask for logits per call; 0 = max_rows
+    bool own_embed;     // embed with the draft's own embed_tokens (must be present) instead of
+                        // the target's table, which is what the engines do
+    bool full_vocab;    // also plan a (max_logit_rows, V) buffer for ds_eagle3_scatter_logits
 };
 
 // The physical target boundaries a draft reads (its aux plan), from DIR/config.json and the
@@ -76,9 +76,8 @@ void ds_eagle3_release(ds_eagle3_t *draft); // NULL is a no-op
 // wide) for an aux-fed head, the final post-norm hidden (ds_gptoss_final_hidden, Ht wide) for a
 // no-aux head. hidden_rows (host, n_rows entries) picks each row's source row; NULL = row i
 // reads source row i.
-enum ds_status ds_eagle3_extend(ds_eagle3_t *draft, const struct ds_batch *rows,
-                                const void *hidden, int hidden_src_rows,
-                                const int32_t *hidden_rows);
+enum ds_status ds_eagle3_extend(ds_eagle3_t *draft, const struct ds_batch *rows, const void *hidden,
+                                int hidden_src_rows, const int32_t *hidden_rows);
 
 // Step: one row per sequence, fed the draft's own output of the previous call (extend or step):
 // sequence i has input token tokens[i] at position positions[i] in slot slots[i] and takes the
@@ -134,12 +133,12 @@ struct ds_chain_seq {
 
 // What one round did for a sequence.
 struct ds_chain_result {
-    int n_drafted;                          // K
-    int32_t drafted[DS_CHAIN_MAX_K];        // d_1..d_K (target ids)
+    int n_drafted;                             // K
+    int32_t drafted[DS_CHAIN_MAX_K];           // d_1..d_K (target ids)
     int32_t target_argmax[DS_CHAIN_MAX_K + 1]; // t_0..t_K of the verify rows
-    int accepted;                           // a: drafts equal to the target's argmax, in order
-    int n_emitted;                          // a + 1
-    int32_t emitted[DS_CHAIN_MAX_K + 1];    // d_1..d_a then the bonus t_a
+    int accepted;                              // a: drafts equal to the target's argmax, in order
+    int n_emitted;                             // a + 1
+    int32_t emitted[DS_CHAIN_MAX_K + 1];       // d_1..d_a then the bonus t_a
 };
 
 typedef struct ds_chain ds_chain_t;

@@ -50,11 +50,11 @@ struct ds_load_progress {
 
 // What to plan for. Every field is checked at create (DS_ERR_ARG / DS_ERR_RANGE).
 struct ds_gptoss_plan {
-    int max_slots;       // sequences in flight (KV-cache slots), >= 1
-    int max_pos;         // context positions per slot, 1 .. config max_position_embeddings
-    int max_rows;        // rows per forward (all sequences of a step together), >= 1
-    int max_logit_rows;  // rows that may ask for logits per step; 0 = max_rows
-    int n_aux;           // aux boundaries to capture, 0 .. DS_GPTOSS_MAX_AUX
+    int max_slots;      // sequences in flight (KV-cache slots), >= 1
+    int max_pos;        // context positions per slot, 1 .. config max_position_embeddings
+    int max_rows;       // rows per forward (all sequences of a step together), >= 1
+    int max_logit_rows; // rows that may ask for logits per step; 0 = max_rows
+    int n_aux;          // aux boundaries to capture, 0 .. DS_GPTOSS_MAX_AUX
     int aux_boundaries[DS_GPTOSS_MAX_AUX]; // ascending, each in 0 .. num_hidden_layers
 };
 
@@ -88,9 +88,9 @@ enum ds_status ds_gptoss_create(const char *dir, struct ds_backend *be,
 
 // The same over an already opened checkpoint: cfg and st are borrowed and must outlive the model
 // (the weights may be the mmapped pages of st). `label` names the checkpoint in messages.
-enum ds_status ds_gptoss_create_from(const struct ds_target_config *cfg,
-                                     const ds_safetensors_t *st, const char *label,
-                                     struct ds_backend *be, const struct ds_gptoss_plan *plan,
+enum ds_status ds_gptoss_create_from(const struct ds_target_config *cfg, const ds_safetensors_t *st,
+                                     const char *label, struct ds_backend *be,
+                                     const struct ds_gptoss_plan *plan,
                                      const struct ds_load_progress *progress,
                                      ds_gptoss_t **model_out);
 
