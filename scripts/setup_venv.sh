@@ -3,7 +3,7 @@
 # root: the analysis package `draftscope` installed editable, with pytest and what executing the
 # example notebook needs (nbclient, nbformat, ipykernel). Idempotent and quick when nothing changed:
 # a stamp file records the hash of analysis/pyproject.toml and of this script; a matching stamp
-# and a working import skip everything.
+# and every package present skip everything.
 #
 # Usage: scripts/setup_venv.sh            (PYTHON=python3.11 to pick the interpreter)
 set -euo pipefail
@@ -14,7 +14,10 @@ py=${PYTHON:-python3}
 
 want=$(cat "$root/analysis/pyproject.toml" "$0" | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] &&
-   "$venv/bin/python" -c 'import draftscope, pytest, nbclient, ipykernel' 2>/dev/null; then
+   "$venv/bin/python" -c 'import importlib.util as u, sys
+sys.exit(any(u.find_spec(m) is None for m in
+             ("draftscope", "pytest", "nbclient", "ipykernel", "h5py", "pandas", "matplotlib")))' \
+       2>/dev/null; then
     echo "setup_venv: .venv up to date"
     exit 0
 fi
