@@ -332,6 +332,185 @@ static void chain_is_greedy_decoding(void) {
     close_pair(&p);
 }
 
+// ---- transformers / reference goldens (docs/references.md) ----
+
+#define GOLDEN DS_SOURCE_DIR "/tests/fixtures/golden/"
+// docs/references.md: fp32 against fp32, summation order only (each ~6e-6 from fp64 here);
+// 2e-4 on logits, 1e-4 on h2, >= 100x below the smallest bookkeeping mistake (0.028).
+#define GOLDEN_LOGIT_ATOL 2e-4
+#define GOLDEN_HIDDEN_ATOL 1e-4
+
+static int64_t gi64(const struct ds_tensor_info *t, size_t i) {
+    int64_t v;
+    memcpy(&v, (const char *)t->data + 8 * i, 8);
+    return v;
+}
+
+static const struct ds_tensor_info *gget(const ds_safetensors_t *g, const char *fmt, int i) {
+    char name[96];
+    snprintf(name, sizeof name, fmt, i);
+    const struct ds_tensor_info *t = ds_safetensors_find(g, name);
+    if (!t) DS_FAILF("golden tensor %s missing", name);
+    return t;
+}
+
+static const struct ds_tensor_info *round_t(const ds_safetensors_t *g, int r, const char *what) {
+    char name[96];
+    snprintf(name, sizeof name, "chain.round%d.%s", r, what);
+    return ds_safetensors_find(g, name);
+}
+
+static double max_diff(const float *a, const float *b, size_t n) {
+    double e = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= e)) e = d;
+    }
+    return e;
+}
+
+// Draft logits and h2 for the given aux states (one extend per prompt), the aux boundaries the
+// config names, and the 4-round K = 3 chain token for token.
+static void golden_draft(const char *name) {
+    char ddir[512], file[512];
+    snprintf(ddir, sizeof ddir, GOLDEN "%s", name);
+    snprintf(file, sizeof file, GOLDEN "%s.golden.safetensors", name);
+    ds_safetensors_t *g = NULL;
+    if (ds_safetensors_open_file(file, &g) != DS_OK) {
+        printf("  skipped: %s not present\n", file);
+        return;
+    }
+    const char *tdir = GOLDEN "tiny-gptoss-a";
+    struct ds_target_config tc;
+    EXPECT_OK(ds_target_config_load(tdir, &tc));
+    struct ds_aux_plan aux;
+    EXPECT_OK(ds_eagle3_aux_plan(ddir, &tc, NULL, &aux));
+    char bounds[64];
+    snprintf(bounds, sizeof bounds, "%lld,%lld,%lld", (long long)aux.boundaries[0],
+             (long long)aux.boundaries[1], (long long)aux.boundaries[2]);
+    EXPECT_EQ_STR(bounds, ds_safetensors_metadata(g, "aux_boundaries"));
+
+    struct ds_gptoss_plan tp = {.max_slots = 1, .max_pos = 128, .max_rows = 64};
+    ds_gptoss_plan_aux(&tp, &aux);
+    ds_gptoss_t *t = NULL;
+    ds_eagle3_t *d = NULL;
+    EXPECT_OK(ds_gptoss_create(tdir, be, &tp, NULL, &t));
+    struct ds_eagle3_plan dp = {.max_slots = 1, .max_pos = 128, .max_rows = 64};
+    if (t) EXPECT_OK(ds_eagle3_create(ddir, t, be, &dp, NULL, &d));
+    if (!d) {
+        ds_gptoss_release(t);
+        ds_safetensors_close(g);
+        return;
+    }
+    const int H = (int)tc.hidden_size, Dv = ds_eagle3_draft_vocab(d);
+    void *aux_dev = NULL;
+    EXPECT_OK(be->alloc(be, sizeof(float) * 64 * 3 * (size_t)H, &aux_dev));
+    float *got = malloc(sizeof(float) * 64 * (size_t)(Dv > H ? Dv : H));
+    for (int p = 0; p < 3; p++) {
+        const struct ds_tensor_info *ga = gget(g, "prompt%d.aux", p),
+                                    *gids = gget(g, "prompt%d.input_ids", p),
+                                    *gl = gget(g, "prompt%d.logits", p),
+                                    *gh = gget(g, "prompt%d.hidden", p),
+                                    *gam = gget(g, "prompt%d.argmax_target_ids", p);
+        if (!ga || !gids || !gl || !gh || !gam) break;
+        const int n = (int)gids->numel;
+        int32_t toks[64], rows[64], am[64];
+        for (int i = 0; i < n; i++)
+            toks[i] = (int32_t)gi64(gids, (size_t)i), rows[i] = i;
+        EXPECT_OK(be->upload(be, aux_dev, ga->data, ga->nbytes)); // f32 rows: the CPU's act
+        struct ds_attn_seq q = {.row0 = 0, .n_rows = n, .pos0 = 0, .slot = 0};
+        struct ds_batch xb = {.n_rows = n,
+                              .tokens = toks,
+                              .n_seq = 1,
+                              .seqs = &q,
+                              .n_logit_rows = n,
+                              .logit_rows = rows};
+        EXPECT_OK(ds_eagle3_extend(d, &xb, aux_dev, n, NULL));
+        EXPECT_OK(ds_eagle3_download_logits(d, n, got));
+        double err = max_diff(got, gl->data, (size_t)n * Dv);
+        printf("  %s prompt %d: draft logits max |err| %.3g\n", name, p, err);
+        EXPECT(err <= GOLDEN_LOGIT_ATOL);
+        // Argmax through d2t where the golden's own margin is clear of the tolerance.
+        EXPECT_OK(ds_eagle3_greedy(d, am));
+        for (int r = 0; r < n; r++) {
+            const float *row = (const float *)gl->data + (size_t)r * Dv;
+            float b1 = -INFINITY, b2 = -INFINITY;
+            for (int v = 0; v < Dv; v++) {
+                if (row[v] > b1)
+                    b2 = b1, b1 = row[v];
+                else if (row[v] > b2)
+                    b2 = row[v];
+            }
+            if (b1 - b2 > 2 * GOLDEN_LOGIT_ATOL) EXPECT_EQ_INT(am[r], gi64(gam, (size_t)r));
+        }
+        EXPECT_OK(be->download(be, got, ds_eagle3_hidden_out(d), sizeof(float) * (size_t)n * H));
+        EXPECT(max_diff(got, gh->data, (size_t)n * H) <= GOLDEN_HIDDEN_ATOL);
+    }
+    free(got);
+    be->free(be, aux_dev);
+
+    // The chain on the recorded prompt.
+    const struct ds_tensor_info *cp = gget(g, "chain.prompt_ids", 0),
+                                *ce = gget(g, "chain.emitted", 0);
+    ds_chain_t *c = NULL;
+    EXPECT_OK(ds_chain_create(t, d, 3, &c));
+    if (cp && ce && c) {
+        int32_t prompt[64];
+        int n = (int)cp->numel;
+        for (int i = 0; i < n; i++)
+            prompt[i] = (int32_t)gi64(cp, (size_t)i);
+        const int32_t *pp = prompt;
+        struct ds_chain_seq st = {.slot = 0};
+        EXPECT_OK(ds_chain_prefill(c, 1, &pp, &n, &st));
+        int32_t stream[64];
+        int ns = 0;
+        stream[ns++] = st.bonus;
+        char acc[32] = "";
+        for (int r = 0; r < 4; r++) {
+            const struct ds_tensor_info *gc = round_t(g, r, "committed"),
+                                        *gpos = round_t(g, r, "extend_positions"),
+                                        *gd = round_t(g, r, "draft_tokens"),
+                                        *ga = round_t(g, r, "accepted"),
+                                        *gem = round_t(g, r, "emitted");
+            if (!gc || !gpos || !gd || !ga || !gem) {
+                DS_FAILF("golden round %d incomplete", r);
+                break;
+            }
+            EXPECT_EQ_INT(st.committed, gi64(gc, 0));
+            EXPECT_EQ_INT(st.n_ext, gpos->numel);
+            EXPECT_EQ_INT(st.committed - st.n_ext, gi64(gpos, 0));
+            struct ds_chain_result res;
+            EXPECT_OK(ds_chain_round(c, 1, &st, &res));
+            for (int j = 0; j < 3; j++)
+                EXPECT_EQ_INT(res.drafted[j], gi64(gd, (size_t)j));
+            EXPECT_EQ_INT(res.accepted, gi64(ga, 0));
+            EXPECT_EQ_INT(res.n_emitted, gem->numel);
+            for (int j = 0; j < res.n_emitted && j < (int)gem->numel; j++)
+                EXPECT_EQ_INT(res.emitted[j], gi64(gem, (size_t)j));
+            for (int j = 0; j < res.n_emitted; j++)
+                stream[ns++] = res.emitted[j];
+            snprintf(acc + strlen(acc), sizeof acc - strlen(acc), "%s%d", r ? "," : "",
+                     res.accepted);
+        }
+        printf("  %s chain: accepted %s\n", name, acc);
+        EXPECT_EQ_STR(acc, ds_safetensors_metadata(g, "chain_accepted"));
+        EXPECT_EQ_INT(ns, ce->numel);
+        for (int i = 0; i < ns && i < (int)ce->numel; i++)
+            EXPECT_EQ_INT(stream[i], gi64(ce, (size_t)i));
+    }
+    ds_chain_release(c);
+    ds_eagle3_release(d);
+    ds_gptoss_release(t);
+    ds_safetensors_close(g);
+}
+
+static void golden_lmsys(void) {
+    golden_draft("tiny-eagle3-a-lmsys");
+}
+static void golden_speculators(void) {
+    golden_draft("tiny-eagle3-a-speculators");
+}
+
 int main(void) {
     if (ds_backend_ref_create(&be) != DS_OK) {
         fprintf(stderr, "%s\n", ds_error_last());
@@ -343,6 +522,8 @@ int main(void) {
     DS_RUN(lmsys_own_embed);
     DS_RUN(bad_input);
     DS_RUN(chain_is_greedy_decoding);
+    DS_RUN(golden_lmsys);
+    DS_RUN(golden_speculators);
     ds_backend_release(be);
     return ds_test_end();
 }
