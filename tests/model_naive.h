@@ -340,4 +340,20 @@ static inline double nv_max_err(const float *a, const double *b, size_t n, doubl
     return e;
 }
 
+// Element i of an I64 tensor (golden files), and max |a - b| over two float arrays.
+static inline int64_t nv_i64(const struct ds_tensor_info *t, size_t i) {
+    int64_t v;
+    memcpy(&v, (const char *)t->data + 8 * i, 8);
+    return v;
+}
+
+static inline double nv_max_diff_f32(const float *a, const float *b, size_t n) {
+    double e = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= e)) e = d;
+    }
+    return e;
+}
+
 #endif // DS_TEST_MODEL_NAIVE_H

@@ -340,12 +340,6 @@ static void chain_is_greedy_decoding(void) {
 #define GOLDEN_LOGIT_ATOL 2e-4
 #define GOLDEN_HIDDEN_ATOL 1e-4
 
-static int64_t gi64(const struct ds_tensor_info *t, size_t i) {
-    int64_t v;
-    memcpy(&v, (const char *)t->data + 8 * i, 8);
-    return v;
-}
-
 static const struct ds_tensor_info *gget(const ds_safetensors_t *g, const char *fmt, int i) {
     char name[96];
     snprintf(name, sizeof name, fmt, i);
@@ -358,15 +352,6 @@ static const struct ds_tensor_info *round_t(const ds_safetensors_t *g, int r, co
     char name[96];
     snprintf(name, sizeof name, "chain.round%d.%s", r, what);
     return ds_safetensors_find(g, name);
-}
-
-static double max_diff(const float *a, const float *b, size_t n) {
-    double e = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= e)) e = d;
-    }
-    return e;
 }
 
 // Draft logits and h2 for the given aux states (one extend per prompt), the aux boundaries the
@@ -416,7 +401,7 @@ static void golden_draft(const char *name) {
         const int n = (int)gids->numel;
         int32_t toks[64], rows[64], am[64];
         for (int i = 0; i < n; i++)
-            toks[i] = (int32_t)gi64(gids, (size_t)i), rows[i] = i;
+            toks[i] = (int32_t)nv_i64(gids, (size_t)i), rows[i] = i;
         EXPECT_OK(be->upload(be, aux_dev, ga->data, ga->nbytes)); // f32 rows: the CPU's act
         struct ds_attn_seq q = {.row0 = 0, .n_rows = n, .pos0 = 0, .slot = 0};
         struct ds_batch xb = {.n_rows = n,
@@ -427,7 +412,7 @@ static void golden_draft(const char *name) {
                               .logit_rows = rows};
         EXPECT_OK(ds_eagle3_extend(d, &xb, aux_dev, n, NULL));
         EXPECT_OK(ds_eagle3_download_logits(d, n, got));
-        double err = max_diff(got, gl->data, (size_t)n * Dv);
+        double err = nv_max_diff_f32(got, gl->data, (size_t)n * Dv);
         printf("  %s prompt %d: draft logits max |err| %.3g\n", name, p, err);
         EXPECT(err <= GOLDEN_LOGIT_ATOL);
         // Argmax through d2t where the golden's own margin is clear of the tolerance.
@@ -441,10 +426,10 @@ static void golden_draft(const char *name) {
                 else if (row[v] > b2)
                     b2 = row[v];
             }
-            if (b1 - b2 > 2 * GOLDEN_LOGIT_ATOL) EXPECT_EQ_INT(am[r], gi64(gam, (size_t)r));
+            if (b1 - b2 > 2 * GOLDEN_LOGIT_ATOL) EXPECT_EQ_INT(am[r], nv_i64(gam, (size_t)r));
         }
         EXPECT_OK(be->download(be, got, ds_eagle3_hidden_out(d), sizeof(float) * (size_t)n * H));
-        EXPECT(max_diff(got, gh->data, (size_t)n * H) <= GOLDEN_HIDDEN_ATOL);
+        EXPECT(nv_max_diff_f32(got, gh->data, (size_t)n * H) <= GOLDEN_HIDDEN_ATOL);
     }
     free(got);
     be->free(be, aux_dev);
@@ -458,7 +443,7 @@ static void golden_draft(const char *name) {
         int32_t prompt[64];
         int n = (int)cp->numel;
         for (int i = 0; i < n; i++)
-            prompt[i] = (int32_t)gi64(cp, (size_t)i);
+            prompt[i] = (int32_t)nv_i64(cp, (size_t)i);
         const int32_t *pp = prompt;
         struct ds_chain_seq st = {.slot = 0};
         EXPECT_OK(ds_chain_prefill(c, 1, &pp, &n, &st));
@@ -476,17 +461,17 @@ static void golden_draft(const char *name) {
                 DS_FAILF("golden round %d incomplete", r);
                 break;
             }
-            EXPECT_EQ_INT(st.committed, gi64(gc, 0));
+            EXPECT_EQ_INT(st.committed, nv_i64(gc, 0));
             EXPECT_EQ_INT(st.n_ext, gpos->numel);
-            EXPECT_EQ_INT(st.committed - st.n_ext, gi64(gpos, 0));
+            EXPECT_EQ_INT(st.committed - st.n_ext, nv_i64(gpos, 0));
             struct ds_chain_result res;
             EXPECT_OK(ds_chain_round(c, 1, &st, &res));
             for (int j = 0; j < 3; j++)
-                EXPECT_EQ_INT(res.drafted[j], gi64(gd, (size_t)j));
-            EXPECT_EQ_INT(res.accepted, gi64(ga, 0));
+                EXPECT_EQ_INT(res.drafted[j], nv_i64(gd, (size_t)j));
+            EXPECT_EQ_INT(res.accepted, nv_i64(ga, 0));
             EXPECT_EQ_INT(res.n_emitted, gem->numel);
             for (int j = 0; j < res.n_emitted && j < (int)gem->numel; j++)
-                EXPECT_EQ_INT(res.emitted[j], gi64(gem, (size_t)j));
+                EXPECT_EQ_INT(res.emitted[j], nv_i64(gem, (size_t)j));
             for (int j = 0; j < res.n_emitted; j++)
                 stream[ns++] = res.emitted[j];
             snprintf(acc + strlen(acc), sizeof acc - strlen(acc), "%s%d", r ? "," : "",
@@ -496,7 +481,7 @@ static void golden_draft(const char *name) {
         EXPECT_EQ_STR(acc, ds_safetensors_metadata(g, "chain_accepted"));
         EXPECT_EQ_INT(ns, ce->numel);
         for (int i = 0; i < ns && i < (int)ce->numel; i++)
-            EXPECT_EQ_INT(stream[i], gi64(ce, (size_t)i));
+            EXPECT_EQ_INT(stream[i], nv_i64(ce, (size_t)i));
     }
     ds_chain_release(c);
     ds_eagle3_release(d);

@@ -277,27 +277,12 @@ static void bad_input(void) {
 #define GOLDEN_LOGIT_ATOL 2e-4
 #define GOLDEN_HIDDEN_ATOL 1e-4
 
-static int64_t golden_i64(const struct ds_tensor_info *t, size_t i) {
-    int64_t v;
-    memcpy(&v, (const char *)t->data + 8 * i, 8);
-    return v;
-}
-
 static const struct ds_tensor_info *golden_get(const ds_safetensors_t *g, int p, const char *what) {
     char name[96];
     snprintf(name, sizeof name, "prompt%d.%s", p, what);
     const struct ds_tensor_info *t = ds_safetensors_find(g, name);
     if (!t) DS_FAILF("golden tensor %s missing", name);
     return t;
-}
-
-static double max_abs_diff_f32(const float *a, const float *b, size_t n) {
-    double e = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= e)) e = d;
-    }
-    return e;
 }
 
 // Prompt logits at every position, three boundary states, and the 32-token greedy continuation
@@ -333,7 +318,7 @@ static void golden_target(const char *name) {
         const int n = (int)ids_t->numel;
         int32_t ids[64], rows[64];
         for (int i = 0; i < n; i++)
-            ids[i] = (int32_t)golden_i64(ids_t, (size_t)i), rows[i] = i;
+            ids[i] = (int32_t)nv_i64(ids_t, (size_t)i), rows[i] = i;
         struct ds_attn_seq q = {.row0 = 0, .n_rows = n, .pos0 = 0, .slot = 0};
         struct ds_batch b = {.n_rows = n,
                              .tokens = ids,
@@ -343,7 +328,7 @@ static void golden_target(const char *name) {
                              .logit_rows = rows};
         EXPECT_OK(ds_gptoss_forward(m, &b));
         EXPECT_OK(ds_gptoss_download_logits(m, n, got));
-        double err = max_abs_diff_f32(got, lg->data, (size_t)n * V);
+        double err = nv_max_diff_f32(got, lg->data, (size_t)n * V);
         printf("  %s prompt %d: logits max |err| %.3g\n", name, p, err);
         EXPECT(err <= GOLDEN_LOGIT_ATOL);
         memcpy(last, got + (size_t)(n - 1) * V, sizeof(float) * (size_t)V);
@@ -362,7 +347,7 @@ static void golden_target(const char *name) {
         double gerr = 0;
         for (int i = 0; i < (int)gi->numel; i++) {
             if (i > 0) {
-                cur = (int32_t)golden_i64(gi, (size_t)i - 1);
+                cur = (int32_t)nv_i64(gi, (size_t)i - 1);
                 q = (struct ds_attn_seq){.row0 = 0, .n_rows = 1, .pos0 = n - 1 + i, .slot = 0};
                 b = (struct ds_batch){.n_rows = 1,
                                       .tokens = &cur,
@@ -378,9 +363,9 @@ static void golden_target(const char *name) {
             int best = 0;
             for (int v = 1; v < V; v++)
                 if (got[v] > got[best]) best = v;
-            EXPECT_EQ_INT(best, golden_i64(gi, (size_t)i));
+            EXPECT_EQ_INT(best, nv_i64(gi, (size_t)i));
             const float *want = (const float *)gl->data + (size_t)i * V;
-            gerr = fmax(gerr, max_abs_diff_f32(got, want, (size_t)V));
+            gerr = fmax(gerr, nv_max_diff_f32(got, want, (size_t)V));
         }
         EXPECT(gerr <= GOLDEN_LOGIT_ATOL);
     }
