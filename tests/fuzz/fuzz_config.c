@@ -30,10 +30,12 @@ static void check_draft(const struct ds_draft_config *d, int64_t layers) {
     REQUIRE(d->draft_vocab_size >= 1 && d->draft_vocab_size <= d->vocab_size);
     REQUIRE(d->num_aux_ids >= 0 && d->num_aux_ids <= DS_AUX_MAX);
     REQUIRE(d->use_aux_hidden_state || d->num_aux_ids == 0);
-    for (int c = 0; c < DS_AUX_CONVENTION_COUNT; c++) {
+    // c == DS_AUX_CONVENTION_COUNT: the default convention the format implies.
+    for (int c = 0; c <= DS_AUX_CONVENTION_COUNT; c++) {
         enum ds_aux_convention conv = (enum ds_aux_convention)c;
+        const enum ds_aux_convention *want = c < DS_AUX_CONVENTION_COUNT ? &conv : NULL;
         struct ds_aux_plan p;
-        if (ds_aux_plan(d, layers, &conv, "fuzz/config.json", &p) != DS_OK) {
+        if (ds_aux_plan(d, layers, want, "fuzz/config.json", &p) != DS_OK) {
             REQUIRE(p.n == 0);
             continue;
         }
