@@ -13,6 +13,8 @@ struct subcommand {
 static const struct subcommand subcommands[] = {
     {"inspect", ds_cmd_inspect,
      "check a target checkpoint (and a draft) and print what they contain"},
+    {"generate", ds_cmd_generate,
+     "plain target decoding without a draft (ids, text, optional logits file)"},
     {"tokenize", ds_cmd_tokenize, "show the token ids of a text (and decode ids back to text)"},
     {"render", ds_cmd_render,
      "show a dataset conversation rendered in the harmony format, with its ids"},
