@@ -8,7 +8,8 @@ MODEL_DIR holds target/ (with tokenizer.json), sample_conversations.jsonl and
 sample_prompt_ids.jsonl, the ids scripts/tiny/tok.py rendered for every user turn of every sample
 at every reasoning effort (written by make_tiny.py). For each record this runs
 `DRAFTSCOPE render --dataset ... --index I --turn T --reasoning R --tokenizer target --ids` and
-compares the ids it prints (its last line) with the recorded ones. Exit 1 on any difference.
+compares the ids it prints (its last line) with the recorded ones. Exit 1 on any difference,
+77 (skipped) when MODEL_DIR has no sample_prompt_ids.jsonl.
 """
 
 import json
@@ -22,6 +23,9 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     exe, mdir = argv[1], argv[2]
+    if not os.path.exists(os.path.join(mdir, "sample_prompt_ids.jsonl")):
+        print("skipped: %s has no sample_prompt_ids.jsonl (make_tiny.py writes it)" % mdir)
+        return 77
     samples = os.path.join(mdir, "sample_conversations.jsonl")
     tokdir = os.path.join(mdir, "target")
     bad = n = 0
