@@ -4,9 +4,13 @@
 // 64, 128, the real gpt-oss shapes (64 q heads, 8 KV heads, D 64, window 128 / full, positions up
 // to 2900); f32 and bf16 activations and caches. The cache after the call must hold the call's k/v
 // rows exactly, and stale cache entries (NaN here) outside a row's key range must not leak.
+// Every case runs twice on the GPU: with a workspace (the split-key path: one block per split of
+// a row's keys, then a combine kernel) and without (one block walks a row's splits); the outputs
+// must be bitwise equal, since both perform the same operations in the same order.
 // Batch invariance: 64 sequences each alone and inside batches of 8, 32 and 64 (other neighbours,
-// padding rows between them), output rows bitwise equal. Host-side argument errors run without a
-// GPU too.
+// padding rows between them), output rows bitwise equal; alone and in batches of 8 the split path
+// runs, in batches of 32 and 64 (enough rows to fill the GPU) the whole-row path, so this also
+// compares the two paths. Host-side argument errors and the workspace formula run without a GPU.
 //
 // Inputs are multiples of 1/64 (t_fill), exact in bf16; q·k products are multiples of 2^-10 and
 // partial sums stay below 2^14, so the fp32 logits before scaling are exact on both sides.
@@ -70,9 +74,11 @@ static int row_in_a_seq(const struct aprob *p, int t) {
     return 0;
 }
 
-// Runs the CUDA op with the given dtypes; returns out and the caches after the call as floats.
+// Runs the CUDA op with the given dtypes, with a workspace (split path) or without; returns out
+// (as floats and as raw bytes) and the caches after the call as floats.
 static void gpu_run(const struct aprob *p, enum ds_elem act, enum ds_elem cdt, enum ds_elem sdt,
-                    float **out_f, float **kc_f, float **vc_f) {
+                    int with_ws, float **out_f, unsigned char **out_raw, float **kc_f,
+                    float **vc_f) {
     const size_t nq = (size_t)p->T * p->NH * p->D, nkv = (size_t)p->T * p->NKV * p->D;
     struct ds_attention_args a = args_of(p);
     a.act = act, a.cache_dtype = cdt, a.sinks_dtype = sdt;
@@ -83,11 +89,21 @@ static void gpu_run(const struct aprob *p, enum ds_elem act, enum ds_elem cdt, e
     a.v_cache = g_upload_as(p->vc0, cache_elems(p), cdt);
     a.sinks = p->sinks ? g_upload_as(p->sinks, p->NH, sdt) : NULL;
     a.out = g_alloc(nq * esize(act));
+    if (with_ws) {
+        a.workspace_bytes = ds_attention_workspace_bytes(p->T, p->NH, p->D, p->P);
+        a.workspace = g_alloc(a.workspace_bytes);
+        G_CHECK(cudaMemset(a.workspace, 0xff, a.workspace_bytes)); // NaN: every read is written
+    }
     G_CHECK(cudaMemset(a.out, 0xff, nq * esize(act))); // NaN: padding rows must stay so
     EXPECT_OK(ds_attention_cuda(&a, NULL));
     cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) DS_FAILF("%s: %s", p->name, cudaGetErrorString(e));
+    if (e != cudaSuccess)
+        DS_FAILF("%s (%s path): %s", p->name, with_ws ? "split" : "whole-row",
+                 cudaGetErrorString(e));
     *out_f = g_download_f(a.out, nq, act);
+    *out_raw = t_alloc(nq * esize(act));
+    g_download(*out_raw, a.out, nq * esize(act));
+    g_free(a.workspace);
     *kc_f = g_download_f(a.k_cache, cache_elems(p), cdt);
     *vc_f = g_download_f(a.v_cache, cache_elems(p), cdt);
     g_free((void *)a.seqs), g_free((void *)a.q), g_free((void *)a.k), g_free((void *)a.v);
@@ -108,8 +124,16 @@ static void check_case(struct aprob *p) {
     for (int m = 0; m < 2; m++) {
         const enum ds_elem act = modes[m][0], cdt = modes[m][1];
         // Sinks in bf16 whenever the activations are (exact: the sink values are bf16-exact).
-        float *got, *gk, *gv;
-        gpu_run(p, act, cdt, act, &got, &gk, &gv);
+        float *got, *gk, *gv, *got1, *gk1, *gv1;
+        unsigned char *raw, *raw1;
+        gpu_run(p, act, cdt, act, 1, &got, &raw, &gk, &gv);
+        gpu_run(p, act, cdt, act, 0, &got1, &raw1, &gk1, &gv1);
+        {
+            char what[160];
+            snprintf(what, sizeof what, "%s act %s: split path vs whole-row path (element = "
+                     "row * %zu + head * %d + dim)", p->name, dt_name(act), row, p->D);
+            g_same_bytes(what, raw, raw1, nq * esize(act), esize(act));
+        }
         for (int t = 0; t < p->T; t++) {
             char what[160];
             snprintf(what, sizeof what, "%s act %s cache %s, row %d", p->name, dt_name(act),
@@ -123,8 +147,9 @@ static void check_case(struct aprob *p) {
                 continue;
             }
             // f32: the logits are exact before scaling; what differs from the double reference
-            // is the scaling (1 ulp), expf (2 ulp) and fp32 sums over <= 3000 keys grouped in
-            // 32-key chunks, all of order 1e-6 on outputs of magnitude <= 1: 2e-5 absolute.
+            // is the scaling (1 ulp), expf (2 ulp), fp32 sums over <= 9000 keys grouped in
+            // 32-key chunks and <= 33 fp32 merges of split states (each a few ulp), all of order
+            // 1e-6 on outputs of magnitude <= 1: 2e-5 absolute.
             // bf16: the output is rounded once to bf16 (2^-9 relative): rtol 2^-8 on top.
             if (act == DS_ELEM_F32) g_compare(what, got + t * row, want + t * row, row, p->D, 2e-5, 1e-5);
             else g_compare(what, got + t * row, want + t * row, row, p->D, 2e-5, 0x1p-8);
@@ -136,7 +161,7 @@ static void check_case(struct aprob *p) {
         g_same_bytes(what, gk, kc, sizeof(float) * cache_elems(p), sizeof(float));
         snprintf(what, sizeof what, "%s v cache (%s)", p->name, dt_name(cdt));
         g_same_bytes(what, gv, vc, sizeof(float) * cache_elems(p), sizeof(float));
-        free(got), free(gk), free(gv);
+        free(got), free(gk), free(gv), free(got1), free(gk1), free(gv1), free(raw), free(raw1);
     }
     free(want), free(kc), free(vc);
 }
@@ -175,7 +200,8 @@ static void attention_matches_reference_tiny_configs(void) {
 }
 
 // gpt-oss shapes: a decode deep into the context, a verify of K+1 = 4, a 40-row prefill chunk and
-// the very first token of a sequence.
+// the very first token of a sequence; then a long context (up to 9000 keys: 282 chunks, so the
+// splits grow to 12 chunks and a row has 24 of them).
 static void attention_matches_reference_gptoss_shapes(void) {
     for (int w = 0; w < 2; w++) {
         struct aprob p = {.name = w ? "gpt-oss 64/8 D=64 window 128" : "gpt-oss 64/8 D=64 full",
@@ -186,6 +212,17 @@ static void attention_matches_reference_gptoss_shapes(void) {
         p.seqs[2] = (struct ds_attn_seq){.row0 = 5, .n_rows = 40, .pos0 = 200, .slot = 2};
         p.seqs[3] = (struct ds_attn_seq){.row0 = 45, .n_rows = 1, .pos0 = 0, .slot = 3};
         aprob_fill(&p, 500 + w, 1);
+        check_case(&p);
+        aprob_free(&p);
+    }
+    for (int w = 0; w < 2; w++) {
+        struct aprob p = {.name = w ? "gpt-oss long context, window 128" : "gpt-oss long context",
+                          .T = 10, .NH = 64, .NKV = 8, .D = 64, .S = 3, .P = 9000,
+                          .window = w ? 128 : 0, .n_seq = 3};
+        p.seqs[0] = (struct ds_attn_seq){.row0 = 0, .n_rows = 1, .pos0 = 8999, .slot = 0};
+        p.seqs[1] = (struct ds_attn_seq){.row0 = 1, .n_rows = 4, .pos0 = 6141, .slot = 2};
+        p.seqs[2] = (struct ds_attn_seq){.row0 = 5, .n_rows = 5, .pos0 = 4094, .slot = 1};
+        aprob_fill(&p, 510 + w, 1);
         check_case(&p);
         aprob_free(&p);
     }
@@ -240,7 +277,9 @@ static void bi_run(const struct bi_data *b, const int *members, int n, enum ds_e
         memcpy(k + r * kvrow, b->k + b->off[m] * kvrow, sizeof(float) * nr * kvrow);
         memcpy(v + r * kvrow, b->v + b->off[m] * kvrow, sizeof(float) * nr * kvrow);
     }
+    const size_t ws_bytes = ds_attention_workspace_bytes(T, BI_NH, BI_D, BI_P);
     struct ds_attention_args a = {
+        .workspace = g_alloc(ws_bytes), .workspace_bytes = ws_bytes,
         .act = act, .cache_dtype = act, .sinks_dtype = DS_ELEM_BF16, .n_rows = T,
         .n_heads = BI_NH, .n_kv_heads = BI_NKV, .head_dim = BI_D, .n_seq = n,
         .seqs = g_upload(seqs, sizeof(struct ds_attn_seq) * n), .q = g_upload_as(q, T * qrow, act),
@@ -256,7 +295,7 @@ static void bi_run(const struct bi_data *b, const int *members, int n, enum ds_e
                b->n_rows[m] * qrow * es);
     }
     g_free((void *)a.seqs), g_free((void *)a.q), g_free((void *)a.k), g_free((void *)a.v);
-    g_free(a.out);
+    g_free(a.out), g_free(a.workspace);
     free(q), free(k), free(v), free(out);
 }
 
@@ -312,6 +351,21 @@ static void attention_is_batch_invariant(void) {
 // ---------------------------------------------------------------------------------------------
 // Timing (printed, not asserted): decode at batch 1 deep in the context and a 64-sequence verify.
 
+static double time_one(const struct ds_attention_args *a) {
+    EXPECT_OK(ds_attention_cuda(a, NULL));
+    cudaEvent_t e0, e1;
+    G_CHECK(cudaEventCreate(&e0));
+    G_CHECK(cudaEventCreate(&e1));
+    G_CHECK(cudaEventRecord(e0, NULL));
+    for (int it = 0; it < 20; it++) ds_attention_cuda(a, NULL);
+    G_CHECK(cudaEventRecord(e1, NULL));
+    G_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    G_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    return ms * 1000.0 / 20;
+}
+
 static void time_case(const char *name, int n_seq, int n_rows, int pos0, int window) {
     const int NH = 64, NKV = 8, D = 64, P = pos0 + n_rows, T = n_seq * n_rows;
     const size_t cache_n = (size_t)n_seq * P * NKV * D, qrow = (size_t)NH * D;
@@ -332,30 +386,27 @@ static void time_case(const char *name, int n_seq, int n_rows, int pos0, int win
     EXPECT_OK(ds_cuda_fill_uniform(a.k_cache, DS_ELEM_BF16, cache_n, 4, -1, 1, NULL));
     EXPECT_OK(ds_cuda_fill_uniform(a.v_cache, DS_ELEM_BF16, cache_n, 5, -1, 1, NULL));
     EXPECT_OK(ds_cuda_fill_uniform((void *)a.sinks, DS_ELEM_BF16, NH, 6, -1, 1, NULL));
-    EXPECT_OK(ds_attention_cuda(&a, NULL));
-    cudaEvent_t e0, e1;
-    G_CHECK(cudaEventCreate(&e0));
-    G_CHECK(cudaEventCreate(&e1));
-    G_CHECK(cudaEventRecord(e0, NULL));
-    for (int it = 0; it < 20; it++) ds_attention_cuda(&a, NULL);
-    G_CHECK(cudaEventRecord(e1, NULL));
-    G_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    G_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    const double us = ms * 1000.0 / 20;
+    const double us_whole = time_one(&a);
+    a.workspace_bytes = ds_attention_workspace_bytes(T, NH, D, P);
+    a.workspace = g_alloc(a.workspace_bytes);
+    const double us = time_one(&a);
     const int keys = window > 0 && window < P ? window : P;
     const double bytes = (double)n_seq * keys * NKV * D * 2 * 2; // K and V, bf16, once per sequence
-    printf("  attention %s: %.1f us/call, %.0f GB/s of KV cache (H200 copy ~4300 GB/s)\n", name,
-           us, bytes / (us * 1e3));
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    printf("  attention %s: %.1f us/call with a workspace, %.1f without; %.0f GB/s of KV cache "
+           "(H200 copy ~4300 GB/s)\n",
+           name, us, us_whole, bytes / (us * 1e3));
     g_free((void *)a.seqs), g_free((void *)a.q), g_free((void *)a.k), g_free((void *)a.v);
     g_free(a.k_cache), g_free(a.v_cache), g_free((void *)a.sinks), g_free(a.out);
+    g_free(a.workspace);
     free(seqs);
 }
 
 static void attention_timing(void) {
     time_case("decode B=1 at 4096, full", 1, 1, 4095, 0);
+    time_case("decode B=1 at 4096, window 128", 1, 1, 4095, 128);
     time_case("decode B=1 at 32768, full", 1, 1, 32767, 0);
+    time_case("verify B=8 x 4 rows at 4096, full", 8, 4, 4092, 0);
+    time_case("verify B=64 x 4 rows at 4096, full", 64, 4, 4092, 0);
     time_case("verify B=64 x 4 rows at 2000, full", 64, 4, 2000, 0);
     time_case("verify B=64 x 4 rows at 2000, window 128", 64, 4, 2000, 128);
 }
@@ -394,8 +445,23 @@ static void attention_rejects_bad_arguments(void) {
     EXPECT_OK(ds_attention_cuda(&a, NULL));
 }
 
+// The workspace formula, by hand: P = 4096 keys are 128 chunks of 32; splits hold >= 4 chunks, so
+// a row spans at most 32 splits, 33 when its range starts mid-split; each split state is NH·(D+2)
+// floats. P = 80: 3 chunks, at most ceil(3/4) + 1 = 2 splits. P = 100000: 3125 chunks > 128, the
+// cap of 33.
+static void attention_workspace_formula(void) {
+    EXPECT(ds_attention_workspace_bytes(1, 64, 64, 4096) == (size_t)33 * 64 * 66 * 4);
+    EXPECT(ds_attention_workspace_bytes(256, 64, 64, 4096) == (size_t)256 * 33 * 64 * 66 * 4);
+    EXPECT(ds_attention_workspace_bytes(3, 4, 32, 80) == (size_t)3 * 2 * 4 * 34 * 4);
+    EXPECT(ds_attention_workspace_bytes(1, 64, 64, 100000) == (size_t)33 * 64 * 66 * 4);
+    EXPECT(ds_attention_workspace_bytes(1, 64, 64, 128) == (size_t)2 * 64 * 66 * 4);
+    EXPECT(ds_attention_workspace_bytes(0, 64, 64, 4096) == 0);
+    EXPECT(ds_attention_workspace_bytes(1, 64, 64, 0) == 0);
+}
+
 int main(void) {
     DS_RUN(attention_rejects_bad_arguments);
+    DS_RUN(attention_workspace_formula);
     if (ds_cuda_device_count() == 0) {
         if (ds_test_end()) return 1; // a host-side failure counts even without a GPU
         DS_SKIP("no CUDA device (host-side argument checks passed)");

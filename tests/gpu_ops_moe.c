@@ -14,11 +14,6 @@
 #include "ds/mxfp4.h"
 #include "gpu_ops_common.h"
 
-// In kernels/cuda/moe.cu; to move into ds/kernels_cuda.h.
-size_t ds_moe_cuda_workspace_bytes(int n_rows, int dim, int inter, int n_experts, int top_k);
-enum ds_status ds_mxfp4_dequant_cuda(const uint8_t *blocks, const uint8_t *scales, int n_rows,
-                                     int k_dim, float *out, void *stream);
-
 static const char *dt_name(enum ds_elem e) { return e == DS_ELEM_BF16 ? "bf16" : "f32"; }
 
 // Reports an execution error of the queued work (an illegal address shows up here).
@@ -121,12 +116,50 @@ static void router_matches_reference(void) {
          DS_ELEM_BF16, 1, 0},
         {"120b: C=2880 E=128 k=4, 9 rows", 9, 2880, 128, 4, DS_ELEM_F32, DS_ELEM_BF16,
          DS_ELEM_BF16, 1, 0},
-        {"E=200 (two expert passes) k=8", 7, 64, 200, 8, DS_ELEM_BF16, DS_ELEM_F32, DS_ELEM_F32, 1,
-         0},
+        {"E=200 (two experts per cluster warp) k=8", 7, 64, 200, 8, DS_ELEM_BF16, DS_ELEM_F32,
+         DS_ELEM_F32, 1, 0},
+        {"E=1024 (the maximum: 8 experts per cluster warp) k=4", 5, 64, 1024, 4, DS_ELEM_F32,
+         DS_ELEM_BF16, DS_ELEM_BF16, 1, 0},
         {"exact ties everywhere, k=4", 11, 64, 16, 4, DS_ELEM_F32, DS_ELEM_F32, DS_ELEM_F32, 1, 1},
         {"exact ties, k = E", 3, 32, 6, 6, DS_ELEM_BF16, DS_ELEM_BF16, DS_ELEM_BF16, 1, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) router_case(&cases[i], 100 + i);
+}
+
+// Timing (printed, not asserted): the 120b router at T = 1 and 256 (a 128 × 2880 bf16 matrix is
+// 737 KB: a few µs at the H200's bandwidth).
+static void router_timing(void) {
+    enum { C = 2880, E = 128, K = 4 };
+    static const int rows[] = {1, 256};
+    for (int ri = 0; ri < 2; ri++) {
+        const int T = rows[ri];
+        struct ds_router_args a = {.act = DS_ELEM_BF16, .w_dtype = DS_ELEM_BF16,
+                                   .bias_dtype = DS_ELEM_BF16, .n_rows = T, .dim = C,
+                                   .n_experts = E, .top_k = K, .x = g_alloc(2 * (size_t)T * C),
+                                   .w = g_alloc(2 * (size_t)E * C), .bias = g_alloc(2 * E),
+                                   .expert_ids = g_alloc(sizeof(int32_t) * T * K),
+                                   .expert_weights = g_alloc(sizeof(float) * T * K)};
+        EXPECT_OK(ds_cuda_fill_uniform((void *)a.x, DS_ELEM_BF16, (size_t)T * C, 1, -1, 1, NULL));
+        EXPECT_OK(ds_cuda_fill_uniform((void *)a.w, DS_ELEM_BF16, (size_t)E * C, 2, -0.1f, 0.1f,
+                                       NULL));
+        EXPECT_OK(ds_cuda_fill_uniform((void *)a.bias, DS_ELEM_BF16, E, 3, -0.1f, 0.1f, NULL));
+        EXPECT_OK(ds_router_cuda(&a, NULL));
+        cudaEvent_t e0, e1;
+        G_CHECK(cudaEventCreate(&e0));
+        G_CHECK(cudaEventCreate(&e1));
+        G_CHECK(cudaEventRecord(e0, NULL));
+        for (int it = 0; it < 20; it++) ds_router_cuda(&a, NULL);
+        G_CHECK(cudaEventRecord(e1, NULL));
+        G_CHECK(cudaEventSynchronize(e1));
+        float ms = 0;
+        G_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        const double us = ms * 1000.0 / 20;
+        printf("  router T=%d E=%d C=%d bf16: %.1f us/call, %.0f GB/s of router weights\n", T, E,
+               C, us, 2.0 * E * C / (us * 1e3));
+        cudaEventDestroy(e0), cudaEventDestroy(e1);
+        g_free((void *)a.x), g_free((void *)a.w), g_free((void *)a.bias);
+        g_free(a.expert_ids), g_free(a.expert_weights);
+    }
 }
 
 // Rows alone, then in batches of 8, 32 and 64 whose members come in another order (so each row
@@ -255,7 +288,7 @@ static struct moe_dev moe_upload(const struct moe_prob *p, enum ds_elem bias_dt,
     d.dn_b = g_upload(p->dn_b, dn_rows * p->I / 2), d.dn_s = g_upload(p->dn_s, dn_rows * p->I / 32);
     d.gu_bias = g_upload_as(p->gu_bias, gu_rows, bias_dt);
     d.dn_bias = g_upload_as(p->dn_bias, dn_rows, bias_dt);
-    d.ws_bytes = ds_moe_cuda_workspace_bytes(max_rows, p->C, p->I, p->E, p->K);
+    d.ws_bytes = ds_moe_workspace_bytes_v2(max_rows, p->C, p->I, p->E, p->K);
     d.ws = g_alloc(d.ws_bytes);
     return d;
 }
@@ -367,14 +400,20 @@ static void moe_case(const char *name, int T, int C, int I, int E, int K, uint64
     moe_free(&p);
 }
 
+// The GEMV kernels come in a decode variant (token tiles of 2 and 1) and a wide one (8, 4, 2, 1),
+// picked by the host when T·k >= 3·E; the names say which runs.
 static void moe_matches_reference_over_a_shape_matrix(void) {
-    moe_case("T=1 C=32 I=32 E=1 k=1", 1, 32, 32, 1, 1, 1, 0);
-    moe_case("T=3 C=64 I=96 E=5 k=2", 3, 64, 96, 5, 2, 2, 0);
-    moe_case("T=6 C=96 I=64 E=7 k=4", 6, 96, 64, 7, 4, 3, 0);
-    moe_case("T=13 E=4 k=4 (tiles 4+2+1)", 13, 64, 64, 4, 4, 4, 0);
+    moe_case("T=1 C=32 I=32 E=1 k=1 (decode variant)", 1, 32, 32, 1, 1, 1, 0);
+    moe_case("T=3 C=64 I=96 E=5 k=2 (decode variant, tiles 2+1)", 3, 64, 96, 5, 2, 2, 0);
+    moe_case("T=6 C=96 I=64 E=7 k=4 (wide variant)", 6, 96, 64, 7, 4, 3, 0);
+    moe_case("T=15 E=4 k=4 (wide: tiles 8+4+2+1)", 15, 64, 64, 4, 4, 4, 0);
     moe_case("T=150 E=2 k=2 (150 tokens per expert: 3 chunks)", 150, 32, 32, 2, 2, 5, 0);
+    moe_case("20b T=1 C=I=2880 E=32 k=4", 1, 2880, 2880, 32, 4, 8, 1);
     moe_case("20b T=4 C=I=2880 E=32 k=4", 4, 2880, 2880, 32, 4, 6, 1);
+    moe_case("120b T=1 C=I=2880 E=128 k=4", 1, 2880, 2880, 128, 4, 9, 1);
     moe_case("120b T=8 C=I=2880 E=128 k=4", 8, 2880, 2880, 128, 4, 7, 1);
+    moe_case("20b T=64 C=I=2880 E=32 k=4 (wide: ~8 tokens per expert)", 64, 2880, 2880, 32, 4, 10,
+             1);
 }
 
 // One row of problem p run alone through ds_moe_cuda; returns the out row as bytes.
@@ -401,8 +440,9 @@ static void moe_rows_run(const struct moe_prob *p, const struct moe_dev *d, enum
     free(x), free(res), free(wts), free(ids);
 }
 
-// Each row alone (every expert sees 1 token: the 1-token tile) and in batches of 8, 32, 64 built
-// from other rows in other orders (experts see up to ~32 tokens: 4-token tiles): same bits.
+// Each row alone (every expert sees 1 token: the 1-token tile of the decode variant) and in
+// batches of 8, 32, 64 built from other rows in other orders (experts see up to ~32 tokens: 8-,
+// 4-, 2-token tiles, mostly of the wide variant): same bits.
 static void moe_batch_invariance_case(int C, int I, int E, uint64_t seed) {
     enum { T = 64, K = 4 };
     struct moe_prob p = moe_random(T, C, I, E, K, seed);
@@ -502,6 +542,11 @@ static void router_and_moe_reject_bad_arguments(void) {
     EXPECT_STATUS(ds_moe_cuda(&m, NULL), DS_ERR_ARG);
     EXPECT_ERROR_HAS("workspace of 16 bytes");
     EXPECT(ds_moe_cuda_workspace_bytes(2, 64, 64, 4, 2) > ds_moe_workspace_bytes(2, 64, 2));
+    // v2 covers both backends: here the CUDA plan, h (2·2·64 f32 = 1 KB), y (1 KB), the grouping
+    // (2·4 + 2 int32) and the pairs (4 int32), each rounded up to 256 bytes: 2560 bytes.
+    EXPECT(ds_moe_workspace_bytes_v2(2, 64, 64, 4, 2) == 2560);
+    EXPECT(ds_moe_workspace_bytes_v2(2, 64, 64, 4, 2) >= ds_moe_workspace_bytes(2, 64, 2));
+    EXPECT(ds_moe_workspace_bytes_v2(0, 64, 64, 4, 2) == 0);
     m.dim = 48;
     EXPECT_STATUS(ds_moe_cuda(&m, NULL), DS_ERR_ARG);
     EXPECT_ERROR_HAS("multiples of 32");
@@ -528,6 +573,7 @@ int main(void) {
     DS_RUN(mxfp4_decode_is_bit_exact);
     DS_RUN(router_matches_reference);
     DS_RUN(router_is_batch_invariant);
+    DS_RUN(router_timing);
     DS_RUN(moe_matches_reference_over_a_shape_matrix);
     DS_RUN(moe_is_batch_invariant);
     DS_RUN(moe_skips_an_out_of_range_expert);

@@ -6,38 +6,63 @@
 // (S, P, NKV, D) in `cache_dtype` (f32 or bf16); sinks (NH) f32 or bf16; out (T, NH, D) act.
 // All math in fp32. Kernel names: `act_` = f32 or bf16 activations picked at run time.
 //
+// The split of a row's keys (a function of the row's own position and the window only):
+//   chunk c   = keys 32c .. 32c+31 (absolute positions); the row's chunks are c_first .. c_last;
+//   split s   = chunks s·cps .. s·cps+cps−1, cps = 4·ceil(n/128) for a row of n chunks, so a row
+//               has at most 32 splits (33 when its range starts mid-split) of >= 128 keys;
+//   in a split, chunk c belongs to warp c mod 4, which folds its chunks in increasing order into
+//   an online softmax (m, l, acc per head; lane j scores key 32c+j; lanes own D/32 output dims);
+//   the split's state = the 4 warp states merged in warp order;
+//   the row's state  = the sink (m = S_h, l = 1) merged with the split states in split order
+//                      (att_merge); out = acc / l.
+//
 // Kernels:
-//   act_kv_cache_append       one block per row: its new k and v go to (slot, pos) of its sequence,
-//                             converted to the cache dtype. Runs first, so a prefill row sees the
-//                             rows before it in the same call.
-//   act_sdpa_sink_gqa_d<D>    one block per (row, KV head, group of up to 8 query heads), D in
-//                             {16, 32, 64, 128}. The block's 8 warps split the row's keys into
-//                             32-key chunks aligned to absolute positions (chunk c = keys 32c ..
-//                             32c+31); chunk c belongs to warp c mod 8, which folds its chunks in
-//                             increasing order into an online softmax (m, l, acc per head; lane j
-//                             scores key 32c+j, lanes own D/32 output dims). The 8 warp states are
-//                             then merged in warp order, starting from the sink (m = S_h, l = 1).
+//   act_kv_cache_append        one block per row: its new k and v go to (slot, pos) of its
+//                              sequence, converted to the cache dtype. Runs first, so a prefill
+//                              row sees the rows before it in the same call.
+//   act_sdpa_sink_gqa_d<D>     one block (4 warps) per (row, KV head, group of up to 8 query heads
+//                              [, split]), D in {16, 32, 64, 128}. Two modes, same arithmetic:
+//                              - split (flash-decoding): grid z = split; the block computes one
+//                                split state and writes it to the workspace;
+//                              - whole row (workspace NULL or too small, or enough rows to fill
+//                                the GPU): the block walks the splits itself and merges them as
+//                                it goes, with the very same att_merge calls.
+//   act_sdpa_combine           split mode only: one thread per (row, head, dim) merges the row's
+//                              split states from the workspace, sink first, in split order.
 //
-// Batch invariance. A row's chunks, their owner warps and every summation order depend only on the
-// row's own key range [max(0, p − W + 1), p] and on compile-time constants, never on T, n_seq or the
-// other rows; each block reads only its own row's q, its slot of the cache and its position. So a
-// row's output is bitwise the same alone, in a verify batch or inside a prefill chunk.
+// Batch invariance. The split boundaries, the owner warp of every chunk and every summation order
+// depend only on the row's own key range [max(0, p − W + 1), p] and compile-time constants, never
+// on T, n_seq, the other rows or the mode; each block reads only its own row's q, its slot of the
+// cache and its position. Both modes perform the same operations in the same order (explicit
+// _rn intrinsics, no contraction), so a row's output is bitwise the same alone, in a verify batch,
+// inside a prefill chunk, with or without a workspace.
 //
-// Decode and verify are memory-bound over the cache: the GQA group's 8 query heads share every key
-// and value load. Keys of a chunk outside the row's range are masked (their values are never read,
-// so stale NaN/Inf entries of the cache are harmless). No workspace: the split of a row's keys
-// stays inside one block (8 warps, i.e. 8-way parallel over the keys).
+// Memory. Every key and value load serves the 8 query heads of a GQA group. For D <= 64 the
+// values of a chunk are copied to shared memory with cp.async (16 B per lane, coalesced) while the
+// keys are scored, so the value sum never waits on global memory key by key. Keys of a chunk
+// outside the row's range are masked and their values are neither copied nor read, so stale
+// NaN/Inf entries of the cache are harmless.
+//
+// Workspace (split mode): per row, ds_attention_workspace_bytes(1, NH, D, P) / (NH·(D+2)·4)
+// records of NH·D f32 accumulators followed by NH (m, l) pairs.
+#include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
 
 #include "common.cuh"
+#include "ds/kernels.h"
 #include "ds/kernels_cuda.h"
 
-#define ATT_WARPS 8
+#define ATT_WARPS 4
 #define ATT_THREADS (ATT_WARPS * DS_WARP)
-#define ATT_CHUNK 32 // keys per chunk = lanes of a warp
-#define ATT_HB 8     // query heads per block (one GQA group of gpt-oss)
+#define ATT_CHUNK 32                            // keys per chunk = lanes of a warp
+#define ATT_HB 8                                // query heads per block (one GQA group of gpt-oss)
+#define ATT_BASE_CHUNKS ATT_WARPS               // chunks of the shortest split (128 keys)
+#define ATT_MAX_SPLITS 32                       // splits of a range that starts on a split
+#define ATT_SLOTS (ATT_MAX_SPLITS + 1)          // ... and of one that starts mid-split
+#define ATT_SPLIT_MAX_BLOCKS 1024               // whole-row blocks that already fill the GPU
+#define ATT_COMBINE_THREADS 256
 
 // N consecutive elements at element index i of a buffer of run-time dtype, vectorised: the address
 // must be aligned to N elements (N a power of two up to 32).
@@ -83,6 +108,26 @@ static __device__ __forceinline__ void ldn(const void *base, enum ds_elem dt, si
     }
 }
 
+// N consecutive elements from shared memory holding cache-dtype values (N = 1 or 2, aligned).
+template <int N>
+static __device__ __forceinline__ void lds_n(const unsigned char *p, enum ds_elem dt, float *o) {
+    if (dt == DS_ELEM_BF16) {
+        if constexpr (N == 2) {
+            const uint32_t u = *(const uint32_t *)p;
+            o[0] = __uint_as_float(u << 16), o[1] = __uint_as_float(u & 0xffff0000u);
+        } else {
+            o[0] = __uint_as_float((uint32_t)(*(const uint16_t *)p) << 16);
+        }
+    } else {
+        if constexpr (N == 2) {
+            const float2 v = *(const float2 *)p;
+            o[0] = v.x, o[1] = v.y;
+        } else {
+            o[0] = *(const float *)p;
+        }
+    }
+}
+
 // The sequence owning packed row t (sequences sorted by row0), or -1 for a padding row.
 static __device__ int seq_of_row(const struct ds_attn_seq *seqs, int n_seq, int t) {
     int lo = 0, hi = n_seq - 1;
@@ -105,6 +150,44 @@ static __device__ bool row_place(const struct ds_attention_args &a, int t, int *
     return s.slot >= 0 && s.slot < a.n_slots && *pos >= 0 && *pos < a.max_pos;
 }
 
+// The key range of a row and its split (see the header comment).
+struct att_geom {
+    int slot, p, first;     // cache slot, position, first key
+    int c_first, c_last;    // chunks of the range
+    int cps;                // chunks per split
+    int s_first, s_last;    // splits of the range
+};
+
+static __device__ bool att_geom_of(const struct ds_attention_args &a, int t, struct att_geom *g) {
+    if (!row_place(a, t, &g->slot, &g->p)) return false;
+    g->first = a.window > 0 ? max(0, g->p - a.window + 1) : 0;
+    g->c_first = g->first / ATT_CHUNK, g->c_last = g->p / ATT_CHUNK;
+    const int n = g->c_last - g->c_first + 1, per = ATT_BASE_CHUNKS * ATT_MAX_SPLITS;
+    g->cps = ATT_BASE_CHUNKS * ((n + per - 1) / per);
+    g->s_first = g->c_first / g->cps, g->s_last = g->c_last / g->cps;
+    return true;
+}
+
+// The state a row starts from: the sink as a logit with weight 1, or nothing.
+static __device__ __forceinline__ void att_init(const struct ds_attention_args &a, int h, float *m,
+                                                float *l, float *acc) {
+    if (a.sinks) *m = ld_elem(a.sinks, a.sinks_dtype, (size_t)h), *l = 1.0f;
+    else *m = -INFINITY, *l = 0.0f;
+    *acc = 0.0f;
+}
+
+// Merges the split state (ms, ls, as) into the running state (m, l, acc) of one output element.
+// Both modes call exactly this, in the same split order.
+static __device__ __forceinline__ void att_merge(float *m, float *l, float *acc, float ms, float ls,
+                                                 float as) {
+    const float mn = fmaxf(*m, ms);
+    const float cr = *m == mn ? 1.0f : expf(*m - mn); // == also covers −∞ vs −∞
+    const float cs = ms == mn ? 1.0f : expf(ms - mn);
+    *l = __fmaf_rn(ls, cs, __fmul_rn(*l, cr));
+    *acc = __fmaf_rn(as, cs, __fmul_rn(*acc, cr));
+    *m = mn;
+}
+
 __global__ void act_kv_cache_append(const struct ds_attention_args a) {
     const int t = blockIdx.x;
     int slot, pos;
@@ -117,12 +200,20 @@ __global__ void act_kv_cache_append(const struct ds_attention_args a) {
     }
 }
 
+// ws == NULL: whole-row mode (grid z = 1). Otherwise split mode: blockIdx.z is the split's index
+// within the row's range, and the split state goes to record blockIdx.z of the row (nspl records
+// per row).
 template <int D>
-__global__ void __launch_bounds__(ATT_THREADS) act_sdpa_sink_gqa_d(const struct ds_attention_args a) {
+__global__ void __launch_bounds__(ATT_THREADS)
+act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl) {
     constexpr int DPL = D >= DS_WARP ? D / DS_WARP : 1; // output dims per lane
     constexpr int KP = D < DS_WARP ? D : DS_WARP;        // key elements loaded at once
+    constexpr bool STAGE = D <= 64;                      // values through shared memory
+    constexpr int VBYTES = STAGE ? ATT_CHUNK * D * 4 : 16; // one chunk of values, f32 worst case
+    constexpr int EPT = ATT_HB * D / ATT_THREADS;         // merged elements per thread (D >= 16)
     __shared__ __align__(16) float qs[ATT_HB][D];
-    __shared__ __align__(16) float ps[ATT_WARPS][ATT_HB][ATT_CHUNK];
+    __shared__ __align__(16) unsigned char vs[ATT_WARPS][VBYTES];
+    __shared__ __align__(16) float ps[ATT_WARPS][ATT_CHUNK][ATT_HB];
     __shared__ float pm[ATT_WARPS][ATT_HB], pl[ATT_WARPS][ATT_HB];
     __shared__ __align__(16) float pacc[ATT_WARPS][ATT_HB][D];
 
@@ -131,113 +222,199 @@ __global__ void __launch_bounds__(ATT_THREADS) act_sdpa_sink_gqa_d(const struct 
     const int n_sub = (G + ATT_HB - 1) / ATT_HB;
     const int g = blockIdx.y / n_sub, sub = blockIdx.y % n_sub;
     const int h0 = g * G + sub * ATT_HB, nh = min(ATT_HB, G - sub * ATT_HB);
-    int slot, p;
-    if (!row_place(a, t, &slot, &p)) return; // the whole block leaves: padding row
-    const int first = a.window > 0 ? max(0, p - a.window + 1) : 0;
+    struct att_geom geo;
+    if (!att_geom_of(a, t, &geo)) return; // the whole block leaves: padding row
+    int s_beg = geo.s_first, s_end = geo.s_last;
+    if (ws) {
+        s_beg += blockIdx.z;
+        if (s_beg > s_end) return; // the row has fewer splits
+        s_end = s_beg;
+    }
 
     for (int i = threadIdx.x; i < ATT_HB * D; i += ATT_THREADS) {
         const int h = i / D, d = i % D;
         qs[h][d] = h < nh ? ld_elem(a.q, a.act, ((size_t)t * NH + h0 + h) * D + d) : 0.0f;
     }
+    // Whole-row mode: the running state of this thread's EPT output elements.
+    float rm[EPT], rl[EPT], racc[EPT];
+#pragma unroll
+    for (int k = 0; k < EPT; k++) {
+        const int h = (threadIdx.x + k * ATT_THREADS) / D;
+        att_init(a, h0 + min(h, nh - 1), &rm[k], &rl[k], &racc[k]);
+    }
     __syncthreads();
 
     const size_t pos_stride = (size_t)NKV * D;
-    const size_t base = (size_t)slot * a.max_pos * pos_stride + (size_t)g * D;
-    float m[ATT_HB], l[ATT_HB], acc[ATT_HB][DPL];
-#pragma unroll
-    for (int h = 0; h < ATT_HB; h++) {
-        m[h] = -INFINITY, l[h] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < DPL; i++) acc[h][i] = 0.0f;
-    }
+    const size_t base = (size_t)geo.slot * a.max_pos * pos_stride + (size_t)g * D;
     const bool owns_dims = lane * DPL < D;
-    const int c_first = first / ATT_CHUNK, c_last = p / ATT_CHUNK;
-    int c = c_first + (warp - c_first % ATT_WARPS + ATT_WARPS) % ATT_WARPS; // first c ≡ warp
-    for (; c <= c_last; c += ATT_WARPS) {
-        const int j = c * ATT_CHUNK + lane;
-        const bool valid = j >= first && j <= p;
-        // Scores of key j for the 8 heads: Σ_d q[h][d]·k[d] in increasing d.
-        float s[ATT_HB];
+    const int es = a.cache_dtype == DS_ELEM_BF16 ? 2 : 4, row_bytes = D * es;
+    unsigned char *vw = vs[warp];
+
+    for (int s = s_beg; s <= s_end; s++) {
+        float m[ATT_HB], l[ATT_HB], acc[ATT_HB][DPL];
 #pragma unroll
-        for (int h = 0; h < ATT_HB; h++) s[h] = 0.0f;
-        if (valid) {
+        for (int h = 0; h < ATT_HB; h++) {
+            m[h] = -INFINITY, l[h] = 0.0f;
 #pragma unroll
-            for (int d0 = 0; d0 < D; d0 += KP) {
-                float kr[KP];
-                ldn<KP>(a.k_cache, a.cache_dtype, base + (size_t)j * pos_stride + d0, kr);
+            for (int i = 0; i < DPL; i++) acc[h][i] = 0.0f;
+        }
+        const int c_lo = max(s * geo.cps, geo.c_first);
+        const int c_hi = min(s * geo.cps + geo.cps - 1, geo.c_last);
+        int c = c_lo + (warp - c_lo % ATT_WARPS + ATT_WARPS) % ATT_WARPS; // first c ≡ warp
+        for (; c <= c_hi; c += ATT_WARPS) {
+            const int j = c * ATT_CHUNK + lane;
+            const bool valid = j >= geo.first && j <= geo.p;
+            const int k_lo = max(geo.first - c * ATT_CHUNK, 0);           // valid keys of the
+            const int k_hi = min(geo.p - c * ATT_CHUNK, ATT_CHUNK - 1);   // chunk: k_lo .. k_hi
+            if constexpr (STAGE) {
+                // The chunk's values to shared memory, 16 B per lane per step, coalesced; they
+                // land while the keys are scored.
+                const int pieces = row_bytes / 16;
+                for (int q = lane; q < ATT_CHUNK * pieces; q += DS_WARP) {
+                    const int key = q / pieces, part = q % pieces;
+                    if (key < k_lo || key > k_hi) continue;
+                    const unsigned char *src =
+                        (const unsigned char *)a.v_cache +
+                        (base + (size_t)(c * ATT_CHUNK + key) * pos_stride) * es + part * 16;
+                    __pipeline_memcpy_async(vw + key * row_bytes + part * 16, src, 16);
+                }
+                __pipeline_commit();
+            }
+            // Scores of key j for the 8 heads: Σ_d q[h][d]·k[d] in increasing d.
+            float sc[ATT_HB];
+#pragma unroll
+            for (int h = 0; h < ATT_HB; h++) sc[h] = 0.0f;
+            if (valid) {
+#pragma unroll
+                for (int d0 = 0; d0 < D; d0 += KP) {
+                    float kr[KP];
+                    ldn<KP>(a.k_cache, a.cache_dtype, base + (size_t)j * pos_stride + d0, kr);
+#pragma unroll
+                    for (int h = 0; h < ATT_HB; h++)
+#pragma unroll
+                        for (int d = 0; d < KP; d += 4) {
+                            const float4 qv = *(const float4 *)&qs[h][d0 + d];
+                            sc[h] = __fmaf_rn(qv.x, kr[d], sc[h]);
+                            sc[h] = __fmaf_rn(qv.y, kr[d + 1], sc[h]);
+                            sc[h] = __fmaf_rn(qv.z, kr[d + 2], sc[h]);
+                            sc[h] = __fmaf_rn(qv.w, kr[d + 3], sc[h]);
+                        }
+                }
+            }
+            // Online softmax per head over this chunk.
+            float pv[ATT_HB];
+#pragma unroll
+            for (int h = 0; h < ATT_HB; h++) {
+                const float x = valid ? __fmul_rn(sc[h], a.scale) : -INFINITY;
+                const float mn = fmaxf(m[h], warp_max_f(x));
+                const float corr = mn == -INFINITY ? 1.0f : expf(m[h] - mn);
+                pv[h] = valid ? expf(x - mn) : 0.0f;
+                l[h] = __fmaf_rn(l[h], corr, warp_sum_f(pv[h]));
+#pragma unroll
+                for (int i = 0; i < DPL; i++) acc[h][i] = __fmul_rn(acc[h][i], corr);
+                m[h] = mn;
+            }
+            *(float4 *)&ps[warp][lane][0] = make_float4(pv[0], pv[1], pv[2], pv[3]);
+            *(float4 *)&ps[warp][lane][4] = make_float4(pv[4], pv[5], pv[6], pv[7]);
+            if constexpr (STAGE) __pipeline_wait_prior(0);
+            __syncwarp();
+            // acc[h][d] += Σ_j p_j[h]·v_j[d] in increasing j; invalid keys are skipped, not read.
+#pragma unroll 4
+            for (int jj = k_lo; jj <= k_hi; jj++) {
+                float vv[DPL];
+                if (owns_dims) {
+                    if constexpr (STAGE)
+                        lds_n<DPL>(vw + jj * row_bytes + lane * DPL * es, a.cache_dtype, vv);
+                    else
+                        ldn<DPL>(a.v_cache, a.cache_dtype,
+                                 base + (size_t)(c * ATT_CHUNK + jj) * pos_stride + lane * DPL,
+                                 vv);
+                } else {
+#pragma unroll
+                    for (int i = 0; i < DPL; i++) vv[i] = 0.0f;
+                }
+                const float4 p0 = *(const float4 *)&ps[warp][jj][0];
+                const float4 p1 = *(const float4 *)&ps[warp][jj][4];
+                const float pj[ATT_HB] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
 #pragma unroll
                 for (int h = 0; h < ATT_HB; h++)
 #pragma unroll
-                    for (int d = 0; d < KP; d += 4) {
-                        const float4 qv = *(const float4 *)&qs[h][d0 + d];
-                        s[h] = __fmaf_rn(qv.x, kr[d], s[h]);
-                        s[h] = __fmaf_rn(qv.y, kr[d + 1], s[h]);
-                        s[h] = __fmaf_rn(qv.z, kr[d + 2], s[h]);
-                        s[h] = __fmaf_rn(qv.w, kr[d + 3], s[h]);
-                    }
+                    for (int i = 0; i < DPL; i++) acc[h][i] = __fmaf_rn(pj[h], vv[i], acc[h][i]);
             }
+            __syncwarp(); // vs and ps are rewritten by the next chunk
         }
-        // Online softmax per head over this chunk.
+
+        // The split state: the warp states merged in warp order.
 #pragma unroll
         for (int h = 0; h < ATT_HB; h++) {
-            const float sc = valid ? __fmul_rn(s[h], a.scale) : -INFINITY;
-            const float mn = fmaxf(m[h], warp_max_f(sc));
-            const float corr = mn == -INFINITY ? 1.0f : expf(m[h] - mn);
-            const float pv = valid ? expf(sc - mn) : 0.0f;
-            l[h] = __fmaf_rn(l[h], corr, warp_sum_f(pv));
+            if (lane == 0) pm[warp][h] = m[h], pl[warp][h] = l[h];
+            if (owns_dims)
 #pragma unroll
-            for (int i = 0; i < DPL; i++) acc[h][i] = __fmul_rn(acc[h][i], corr);
-            m[h] = mn;
-            ps[warp][h][lane] = pv;
+                for (int i = 0; i < DPL; i++) pacc[warp][h][lane * DPL + i] = acc[h][i];
         }
-        __syncwarp();
-        // acc[h][d] += Σ_j p_j[h]·v_j[d] in increasing j; invalid keys are skipped, not read.
-#pragma unroll 4
-        for (int jj = 0; jj < ATT_CHUNK; jj++) {
-            const int jk = c * ATT_CHUNK + jj;
-            if (jk < first || jk > p) continue; // uniform over the warp
-            float vv[DPL];
-            if (owns_dims) {
-                ldn<DPL>(a.v_cache, a.cache_dtype, base + (size_t)jk * pos_stride + lane * DPL,
-                         vv);
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < EPT; k++) {
+            const int i = threadIdx.x + k * ATT_THREADS, h = i / D, d = i % D;
+            float ms = -INFINITY;
+            for (int w = 0; w < ATT_WARPS; w++)
+                if (pl[w][h] > 0.0f) ms = fmaxf(ms, pm[w][h]);
+            float ls = 0.0f, as = 0.0f;
+            for (int w = 0; w < ATT_WARPS; w++) {
+                if (!(pl[w][h] > 0.0f)) continue; // a warp that owned no chunk of this split
+                const float f = expf(pm[w][h] - ms);
+                ls = __fmaf_rn(pl[w][h], f, ls);
+                as = __fmaf_rn(pacc[w][h][d], f, as);
+            }
+            if (ws) {
+                if (h < nh) {
+                    float *rec = ws + ((size_t)t * nspl + blockIdx.z) * NH * (D + 2);
+                    rec[(size_t)(h0 + h) * D + d] = as;
+                    if (d == 0) {
+                        rec[(size_t)NH * D + 2 * (h0 + h)] = ms;
+                        rec[(size_t)NH * D + 2 * (h0 + h) + 1] = ls;
+                    }
+                }
             } else {
-#pragma unroll
-                for (int i = 0; i < DPL; i++) vv[i] = 0.0f;
-            }
-#pragma unroll
-            for (int h = 0; h < ATT_HB; h++) {
-                const float pj = ps[warp][h][jj];
-#pragma unroll
-                for (int i = 0; i < DPL; i++) acc[h][i] = __fmaf_rn(pj, vv[i], acc[h][i]);
+                att_merge(&rm[k], &rl[k], &racc[k], ms, ls, as);
             }
         }
-        __syncwarp();
+        __syncthreads(); // pm, pl, pacc are rewritten by the next split
     }
+    if (ws) return;
+#pragma unroll
+    for (int k = 0; k < EPT; k++) {
+        const int i = threadIdx.x + k * ATT_THREADS, h = i / D, d = i % D;
+        if (h < nh)
+            st_elem(a.out, a.act, ((size_t)t * NH + h0 + h) * D + d, __fdiv_rn(racc[k], rl[k]));
+    }
+}
 
-    // Merge the warp states in warp order, the sink first.
-#pragma unroll
-    for (int h = 0; h < ATT_HB; h++) {
-        if (lane == 0) pm[warp][h] = m[h], pl[warp][h] = l[h];
-        if (owns_dims)
-#pragma unroll
-            for (int i = 0; i < DPL; i++) pacc[warp][h][lane * DPL + i] = acc[h][i];
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < nh * D; i += ATT_THREADS) {
-        const int h = i / D, d = i % D;
-        const float sink = a.sinks ? ld_elem(a.sinks, a.sinks_dtype, (size_t)(h0 + h)) : -INFINITY;
-        float M = sink;
-        for (int w = 0; w < ATT_WARPS; w++)
-            if (pl[w][h] > 0.0f) M = fmaxf(M, pm[w][h]);
-        float L = a.sinks ? expf(sink - M) : 0.0f, A = 0.0f;
-        for (int w = 0; w < ATT_WARPS; w++) {
-            if (!(pl[w][h] > 0.0f)) continue; // a warp that owned no chunk
-            const float f = expf(pm[w][h] - M);
-            L = __fmaf_rn(pl[w][h], f, L);
-            A = __fmaf_rn(pacc[w][h][d], f, A);
-        }
-        st_elem(a.out, a.act, ((size_t)t * NH + h0 + h) * D + d, A / L);
-    }
+// Split mode, second pass: element i = (h, d) of row blockIdx.x merges the row's split states.
+__global__ void __launch_bounds__(ATT_COMBINE_THREADS)
+act_sdpa_combine(const struct ds_attention_args a, const float *ws, int nspl) {
+    const int t = blockIdx.x, NH = a.n_heads, D = a.head_dim;
+    const int i = blockIdx.y * ATT_COMBINE_THREADS + threadIdx.x;
+    struct att_geom geo;
+    if (i >= NH * D || !att_geom_of(a, t, &geo)) return;
+    const int h = i / D;
+    const size_t rec = (size_t)NH * (D + 2);
+    const float *r = ws + (size_t)t * nspl * rec;
+    float m, l, acc;
+    att_init(a, h, &m, &l, &acc);
+    const int n = geo.s_last - geo.s_first + 1;
+#pragma unroll 4
+    for (int s = 0; s < n; s++, r += rec)
+        att_merge(&m, &l, &acc, r[(size_t)NH * D + 2 * h], r[(size_t)NH * D + 2 * h + 1], r[i]);
+    st_elem(a.out, a.act, (size_t)t * NH * D + i, __fdiv_rn(acc, l));
+}
+
+// Upper bound of the splits any row of a call can span (grid z of split mode).
+static int att_slots_needed(int max_pos, int window) {
+    int n = (max_pos + ATT_CHUNK - 1) / ATT_CHUNK; // chunks of the longest possible range
+    if (window > 0) n = min(n, (window + ATT_CHUNK - 1) / ATT_CHUNK + 1);
+    if (n > ATT_BASE_CHUNKS * ATT_MAX_SPLITS) return ATT_SLOTS;
+    return min(ATT_SLOTS, (n + ATT_BASE_CHUNKS - 1) / ATT_BASE_CHUNKS + 1);
 }
 
 extern "C" enum ds_status ds_attention_cuda(const struct ds_attention_args *a, void *stream) {
@@ -279,15 +456,36 @@ extern "C" enum ds_status ds_attention_cuda(const struct ds_attention_args *a, v
                             a->n_heads, a->n_kv_heads);
     cudaStream_t st = DS_STREAM(stream);
 
+    // Split mode when the row blocks alone would leave SMs idle and the workspace holds every
+    // row's split states; both modes give the same bits, so this choice is free.
+    const long long row_blocks = (long long)a->n_rows * a->n_kv_heads * n_sub;
+    const int slots = att_slots_needed(a->max_pos, a->window);
+    float *ws = NULL;
+    int nspl = 0;
+    if (a->workspace && slots > 1 && row_blocks < ATT_SPLIT_MAX_BLOCKS &&
+        (uintptr_t)a->workspace % 16 == 0) {
+        const size_t rec = (size_t)a->n_heads * (D + 2) * sizeof(float);
+        const size_t per_row = ds_attention_workspace_bytes(1, a->n_heads, D, a->max_pos);
+        nspl = (int)(per_row / rec);
+        if (nspl >= slots && a->workspace_bytes / per_row >= (size_t)a->n_rows)
+            ws = (float *)a->workspace;
+    }
+
     act_kv_cache_append<<<(unsigned)a->n_rows, 128, 0, st>>>(*a);
     DS_KERNEL_CHECK();
-    const dim3 grid((unsigned)a->n_rows, (unsigned)(a->n_kv_heads * n_sub));
+    const dim3 grid((unsigned)a->n_rows, (unsigned)(a->n_kv_heads * n_sub), ws ? slots : 1);
     switch (D) {
-    case 16: act_sdpa_sink_gqa_d<16><<<grid, ATT_THREADS, 0, st>>>(*a); break;
-    case 32: act_sdpa_sink_gqa_d<32><<<grid, ATT_THREADS, 0, st>>>(*a); break;
-    case 64: act_sdpa_sink_gqa_d<64><<<grid, ATT_THREADS, 0, st>>>(*a); break;
-    default: act_sdpa_sink_gqa_d<128><<<grid, ATT_THREADS, 0, st>>>(*a); break;
+    case 16: act_sdpa_sink_gqa_d<16><<<grid, ATT_THREADS, 0, st>>>(*a, ws, nspl); break;
+    case 32: act_sdpa_sink_gqa_d<32><<<grid, ATT_THREADS, 0, st>>>(*a, ws, nspl); break;
+    case 64: act_sdpa_sink_gqa_d<64><<<grid, ATT_THREADS, 0, st>>>(*a, ws, nspl); break;
+    default: act_sdpa_sink_gqa_d<128><<<grid, ATT_THREADS, 0, st>>>(*a, ws, nspl); break;
     }
     DS_KERNEL_CHECK();
+    if (ws) {
+        const dim3 cg((unsigned)a->n_rows,
+                      cu_blocks((size_t)a->n_heads * D, ATT_COMBINE_THREADS));
+        act_sdpa_combine<<<cg, ATT_COMBINE_THREADS, 0, st>>>(*a, ws, nspl);
+        DS_KERNEL_CHECK();
+    }
     return DS_OK;
 }

@@ -7,67 +7,84 @@
 // activations, fp32 math".
 //
 // Kernels, in launch order:
-//   act_anyw_router_topk_softmax  one block per tile of 4 rows, 16 warps. Each warp owns the
-//                                  experts e ≡ warp (mod 16); each lane owns 8 consecutive inputs
-//                                  per 256-input step. logit = bias + butterfly(Σ lane partials).
-//                                  Top-k by repeated warp argmax (ties → lower index), softmax over
-//                                  the k logits in fp32, summed best first.
-//   moe_group_by_expert            one block: counts per expert, exclusive offsets, and the pairs
-//                                  (row, slot) of each expert in increasing pair index (a stable
-//                                  counting sort by warp ballots). Invalid ids are dropped here.
-//   act_mxfp4w_moe_gate_up_swiglu  grid (64-row tiles of W1, expert, 64-token chunk). Each warp
-//                                  owns 8 consecutive rows of W1 (4 gate/linear pairs) and streams
-//                                  them once for every token of its chunk, 4/2/1 tokens at a time.
-//                                  Writes h[pair][unit] (f32) with the bias and clamped SwiGLU fused.
+//   act_anyw_router_topk_softmax  a thread-block cluster of 8 blocks (16 warps each) per tile of 4
+//                                  rows: cluster warp w owns the experts e ≡ w (mod 128), each lane
+//                                  8 consecutive inputs per 256-input step; logit = bias +
+//                                  butterfly(Σ lane partials), kept in the owner block's shared
+//                                  memory. Block 0 gathers the logits over distributed shared
+//                                  memory and selects: top-k by repeated warp argmax (ties → lower
+//                                  index), softmax over the k logits in fp32, summed best first.
+//   moe_group_by_expert            one block: counts per expert, exclusive offsets, the list of
+//                                  experts in use (increasing id) and the pairs (row, slot) of each
+//                                  expert in increasing pair index (a stable counting sort by warp
+//                                  ballots). Invalid ids are dropped here.
+//   act_mxfp4w_moe_gate_up_swiglu  grid (64-row tiles of W1, expert in use, 64-token chunk). Each
+//                                  warp owns 8 consecutive rows of W1 (4 gate/linear pairs) and
+//                                  streams them once for every token tile of its chunk (8/4/2/1
+//                                  tokens at a time, or 2/1 in the decode variant). Writes h[pair][unit] (f32) with the bias and
+//                                  clamped SwiGLU fused.
 //   f32_mxfp4w_moe_down            the same GEMV core over W2 with h as input: y[pair][c] (f32),
 //                                  down bias added.
 //   act_moe_combine                out[t] = residual[t] + Σ_s w_s·y[t·KE+s] (fp32, best first).
 //   mxfp4_dequant_f32              test/inspection decode (ds_mxfp4_dequant_cuda).
 //
-// MXFP4 decode. A 16-entry E2M1 table in shared memory gives the code values; a 4-byte word holds
-// the 8 codes of 8 consecutive elements, element i in bits 4i..4i+3 (low nibble = even element).
-// For each (row, token) the lane sums x·e2m1 over its 8 elements (one 32-element MXFP4 block never
-// straddles a lane's 8), then applies the block scale with mxfp4_apply_scale, which is ds/mxfp4.h's
-// ds_mxfp4_scale: exact, since a power of two times a float is exact unless it leaves the normal
-// range. ds_mxfp4_dequant_cuda uses the very same two functions, and the GPU test compares it with
-// ds_mxfp4_dequant_ref bit for bit.
+// GEMV core. Lane l of a warp takes MXFP4 blocks l, l+32, ... of each of its 8 rows: one 16-byte
+// load per row and block (32 codes) plus the block's scale byte, so a warp step streams 8 × 512
+// contiguous bytes. Blocks only touched experts are launched (grid y = experts in use, bounded by
+// min(E, T·KE) on the host), so a one-token step runs 90 × 4 gate_up blocks, not 90 × E.
+//
+// MXFP4 decode. A 16-entry E2M1 table in shared memory gives the code values (16 distinct words:
+// conflict-free). A 4-byte word holds the 8 codes of 8 consecutive elements, element i in bits
+// 4i..4i+3 (low nibble = even element); two shift-and-masks turn it into byte offsets into the
+// table (4·code per byte) and a byte permute picks each, so a code costs about one permute and one
+// shared load. The lane sums x·e2m1 over 8 elements, then adds that sum times the block scale with
+// one fma (exact: 2^(s−127) is a power of two; s = 255, i.e. 2^128, is applied as 2^64 on the
+// codes and 2^64 on the sum). ds_mxfp4_dequant_cuda decodes with the very same table walk and
+// mxfp4_apply_scale (= ds_mxfp4_scale), and the GPU test compares it with ds_mxfp4_dequant_ref
+// bit for bit.
 //
 // Determinism and batch invariance. Every dot product (router logit, gate/up/down feature) is
-// accumulated per (row, output) in one fixed order: per lane over its input steps, 8 elements at a
-// time with explicit fmaf, then the xor butterfly. Token tiles of 4, 2 or 1 run the same sequence
-// of operations per token, so the result of a row does not depend on how many rows share its
-// expert, nor on the position of the row in the batch. The combine sums a row's k experts in the
-// router's order. No atomics anywhere.
+// accumulated per (row, output) in one fixed order: per lane over its blocks in increasing k, 8
+// elements at a time with explicit fmaf, then the xor butterfly. Token tiles of 8, 4, 2 or 1 (and
+// both instantiations of the GEMV kernels) run the same sequence of operations per token, so the
+// result of a row does not depend on how many rows share its expert, on which kernel variant the
+// host picked, nor on the position of the row in the batch. The combine sums a row's k experts in
+// the router's order. No atomics anywhere.
 //
 // Workspace (device, from the caller; ds_moe_cuda_workspace_bytes): h (T·KE·I f32), y (T·KE·C
-// f32), offsets (E+1 int32) and the grouped pair list (T·KE int32), each 256-byte aligned.
+// f32), the grouping (E+1 offsets, E experts in use, their count: int32) and the grouped pair list
+// (T·KE int32), each 256-byte aligned.
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
 
 #include "common.cuh"
+#include "ds/kernels.h"
 #include "ds/kernels_cuda.h"
 #include "ds/mxfp4.h"
 
-// Bytes of workspace ds_moe_cuda needs (declared here until ds/kernels_cuda.h carries it).
-extern "C" size_t ds_moe_cuda_workspace_bytes(int n_rows, int dim, int inter, int n_experts,
-                                              int top_k);
-// Decodes MXFP4 rows on the device, bit-exact with ds_mxfp4_dequant_ref (tests, inspection).
-extern "C" enum ds_status ds_mxfp4_dequant_cuda(const uint8_t *blocks, const uint8_t *scales,
-                                                int n_rows, int k_dim, float *out, void *stream);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "kernels/cuda/moe.cu: the router uses thread-block clusters (sm_90 or later)"
+#endif
+
+namespace cg = cooperative_groups;
 
 #define MOE_THREADS 256
 #define MOE_WARPS (MOE_THREADS / DS_WARP)
 #define MOE_ROWS_PER_WARP 8                                // weight rows streamed together
 #define MOE_ROWS_PER_BLOCK (MOE_WARPS * MOE_ROWS_PER_WARP) // 64
 #define MOE_TOKEN_CHUNK 64                                 // tokens of one expert per block
-#define MOE_STEP 256                                       // inputs per warp step (32 lanes × 8)
+#define MOE_TT_WIDE_AVG 3 // average tokens per expert from which the wide tiles pay off
 
-#define RT_ROWS 4        // router rows per block
-#define RT_THREADS 512   // router warps = 16
+#define RT_ROWS 4        // router rows per cluster
+#define RT_THREADS 512   // warps per block = 16
 #define RT_WARPS (RT_THREADS / DS_WARP)
-#define RT_EPW 8         // experts per warp per pass (a pass covers RT_WARPS·RT_EPW = 128)
+#define RT_CLUSTER 8     // blocks per cluster (the portable maximum)
+#define RT_CW (RT_CLUSTER * RT_WARPS) // warps per cluster = 128
 #define RT_MAX_EXPERTS 1024
+#define RT_EPW (RT_MAX_EXPERTS / RT_CW) // experts per warp at most = 8
+#define RT_STEP 256                     // inputs per warp step (32 lanes × 8)
 
 // ---------------------------------------------------------------------------------------------
 // Small device helpers
@@ -96,13 +113,20 @@ static __device__ __forceinline__ float mxfp4_apply_scale(float v, uint8_t s) {
     return __fmul_rn(v, ds_e8m0_to_f32(s));
 }
 
-// The E2M1 value of code i of a packed word (bits 4i..4i+3) from the shared table.
-static __device__ __forceinline__ float e2m1_of(const float *lut, uint32_t word, int i) {
-    return lut[(word >> (4 * i)) & 15u];
-}
-
 static __device__ __forceinline__ void lut_init(float *lut) {
     if (threadIdx.x < 16) lut[threadIdx.x] = ds_e2m1_to_f32(threadIdx.x);
+}
+
+// The E2M1 values of the 8 codes of a packed word (element i = bits 4i..4i+3) from the table.
+static __device__ __forceinline__ void e2m1_decode8(const float *lut, uint32_t word, float *w) {
+    const uint32_t lo = (word << 2) & 0x3c3c3c3cu; // byte j: 4 · code of element 2j
+    const uint32_t hi = (word >> 2) & 0x3c3c3c3cu; // byte j: 4 · code of element 2j + 1
+    const char *base = (const char *)lut;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        w[2 * j] = *(const float *)(base + __byte_perm(lo, 0u, 0x4440u + j));
+        w[2 * j + 1] = *(const float *)(base + __byte_perm(hi, 0u, 0x4440u + j));
+    }
 }
 
 // gpt-oss SwiGLU: gate clamped from above only (NaN stays NaN), linear to ±limit, the +1.
@@ -126,62 +150,73 @@ static __device__ __forceinline__ bool beats(float v, int e, float bv, int be) {
     return v > bv || (v == bv && e < be);
 }
 
+// Launched in clusters of RT_CLUSTER blocks along x; cluster i serves rows 4i .. 4i+3.
 __global__ void __launch_bounds__(RT_THREADS)
 act_anyw_router_topk_softmax(const struct ds_router_args a) {
     __shared__ float logits[RT_ROWS][RT_MAX_EXPERTS];
     __shared__ unsigned char taken[RT_ROWS][RT_MAX_EXPERTS];
+    cg::cluster_group cluster = cg::this_cluster();
+    const unsigned rank = cluster.block_rank();
     const int lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
-    const int t0 = blockIdx.x * RT_ROWS, C = a.dim, E = a.n_experts, KE = a.top_k;
+    const int cw = (int)rank * RT_WARPS + warp; // warp index within the cluster
+    const int t0 = (int)(blockIdx.x / RT_CLUSTER) * RT_ROWS, C = a.dim, E = a.n_experts;
+    const int KE = a.top_k, nr = min(RT_ROWS, a.n_rows - t0);
 
-    for (int pass = 0; pass * RT_WARPS * RT_EPW < E; pass++) {
-        const int e_base = pass * RT_WARPS * RT_EPW + warp;
-        float acc[RT_EPW][RT_ROWS];
+    float acc[RT_EPW][RT_ROWS];
 #pragma unroll
-        for (int i = 0; i < RT_EPW; i++)
+    for (int i = 0; i < RT_EPW; i++)
 #pragma unroll
-            for (int r = 0; r < RT_ROWS; r++) acc[i][r] = 0.0f;
-        for (int k0 = 8 * lane; k0 < C; k0 += MOE_STEP) {
-            float xv[RT_ROWS][8];
+        for (int r = 0; r < RT_ROWS; r++) acc[i][r] = 0.0f;
+#pragma unroll 4
+    for (int k0 = 8 * lane; k0 < C; k0 += RT_STEP) {
+        float xv[RT_ROWS][8];
 #pragma unroll
-            for (int r = 0; r < RT_ROWS; r++) {
-                if (t0 + r < a.n_rows) {
-                    ld8(a.x, a.act, (size_t)(t0 + r) * C + k0, xv[r]);
-                } else {
+        for (int r = 0; r < RT_ROWS; r++) {
+            if (r < nr) {
+                ld8(a.x, a.act, (size_t)(t0 + r) * C + k0, xv[r]);
+            } else {
 #pragma unroll
-                    for (int j = 0; j < 8; j++) xv[r][j] = 0.0f;
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < RT_EPW; i++) {
-                const int e = e_base + i * RT_WARPS;
-                if (e >= E) break;
-                float wv[8];
-                ld8(a.w, a.w_dtype, (size_t)e * C + k0, wv);
-#pragma unroll
-                for (int r = 0; r < RT_ROWS; r++)
-#pragma unroll
-                    for (int j = 0; j < 8; j++) acc[i][r] = __fmaf_rn(xv[r][j], wv[j], acc[i][r]);
+                for (int j = 0; j < 8; j++) xv[r][j] = 0.0f;
             }
         }
 #pragma unroll
         for (int i = 0; i < RT_EPW; i++) {
-            const int e = e_base + i * RT_WARPS;
+            const int e = cw + i * RT_CW;
             if (e >= E) break;
-            const float b = a.bias ? ld_elem(a.bias, a.bias_dtype, (size_t)e) : 0.0f;
+            float wv[8];
+            ld8(a.w, a.w_dtype, (size_t)e * C + k0, wv);
 #pragma unroll
-            for (int r = 0; r < RT_ROWS; r++) {
-                float s = warp_sum_f(acc[i][r]);
-                if (lane == 0) logits[r][e] = __fadd_rn(s, b);
-            }
+            for (int r = 0; r < RT_ROWS; r++)
+#pragma unroll
+                for (int j = 0; j < 8; j++) acc[i][r] = __fmaf_rn(xv[r][j], wv[j], acc[i][r]);
         }
     }
-    for (int i = threadIdx.x; i < RT_ROWS * RT_MAX_EXPERTS; i += RT_THREADS)
-        taken[i / RT_MAX_EXPERTS][i % RT_MAX_EXPERTS] = 0;
-    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < RT_EPW; i++) {
+        const int e = cw + i * RT_CW;
+        if (e >= E) break;
+        const float b = a.bias ? ld_elem(a.bias, a.bias_dtype, (size_t)e) : 0.0f;
+#pragma unroll
+        for (int r = 0; r < RT_ROWS; r++) {
+            float s = warp_sum_f(acc[i][r]);
+            if (lane == 0) logits[r][e] = __fadd_rn(s, b);
+        }
+    }
+    cluster.sync(); // every block's logits are written
+    if (rank == 0) {
+        for (int i = threadIdx.x; i < RT_ROWS * E; i += RT_THREADS) {
+            const int r = i / E, e = i % E, owner = (e % RT_CW) / RT_WARPS;
+            if (owner != 0 && r < nr) logits[r][e] = *cluster.map_shared_rank(&logits[r][e], owner);
+        }
+        for (int i = threadIdx.x; i < RT_ROWS * RT_MAX_EXPERTS; i += RT_THREADS)
+            taken[i / RT_MAX_EXPERTS][i % RT_MAX_EXPERTS] = 0;
+    }
+    cluster.sync(); // the gather is done (no block may leave while its memory is read)
+    if (rank != 0) return;
 
     // Warp r selects for row r: k rounds of argmax over the experts not yet taken.
     const int r = warp, t = t0 + warp;
-    if (r >= RT_ROWS || t >= a.n_rows) return;
+    if (r >= nr) return;
     float best0 = 0.0f, sum = 0.0f;
     for (int s = 0; s < KE; s++) {
         float bv = -INFINITY;
@@ -238,22 +273,45 @@ extern "C" enum ds_status ds_router_cuda(const struct ds_router_args *a, void *s
     CU_TRY(cu_check_ptr(op, "expert_weights", a->expert_weights));
     if (((uintptr_t)a->x | (uintptr_t)a->w) % 16)
         return ds_error_set(DS_ERR_ARG, "%s: x and weight must be 16-byte aligned", op);
-    act_anyw_router_topk_softmax<<<cu_blocks((size_t)a->n_rows, RT_ROWS), RT_THREADS, 0,
-                                   DS_STREAM(stream)>>>(*a);
-    DS_KERNEL_CHECK();
+    if (cu_blocks((size_t)a->n_rows, RT_ROWS) > INT32_MAX / RT_CLUSTER)
+        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %d rows: too many", op, a->n_rows);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(cu_blocks((size_t)a->n_rows, RT_ROWS) * RT_CLUSTER);
+    cfg.blockDim = dim3(RT_THREADS);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = DS_STREAM(stream);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = RT_CLUSTER;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, act_anyw_router_topk_softmax, *a));
     return DS_OK;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Grouping the (row, slot) pairs by expert
 
+// The grouping area of the workspace: offsets[E + 1], used[E] (the experts with at least one
+// pair, increasing), n_used[1].
+struct moe_groups {
+    const int32_t *offsets, *used, *n_used;
+};
+
+static __device__ __forceinline__ struct moe_groups groups_of(const int32_t *g, int E) {
+    return {g, g + E + 1, g + 2 * E + 1};
+}
+
 // One block of 1024 threads. Warp w handles experts w, w+32, ...; it scans the pairs 32 at a time
 // and counts (pass 1) or places (pass 2) the pairs of its expert in increasing pair order.
 __global__ void __launch_bounds__(1024)
-moe_group_by_expert(const int32_t *ids, int n_pairs, int n_experts, int32_t *offsets,
+moe_group_by_expert(const int32_t *ids, int n_pairs, int n_experts, int32_t *groups,
                     int32_t *pairs) {
     __shared__ unsigned count[RT_MAX_EXPERTS];
     __shared__ unsigned scan_scratch[33];
+    int32_t *offsets = groups, *used = groups + n_experts + 1, *n_used = groups + 2 * n_experts + 1;
     const int lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
     const int n_warps = blockDim.x / DS_WARP;
     for (int e = warp; e < n_experts; e += n_warps) {
@@ -267,21 +325,24 @@ moe_group_by_expert(const int32_t *ids, int n_pairs, int n_experts, int32_t *off
         if (lane == 0) count[e] = n;
     }
     __syncthreads();
-    // Exclusive offsets: thread i sums a contiguous run of experts, then a block scan.
+    // Exclusive offsets and the used list: thread i takes a contiguous run of experts, then block
+    // scans (integer sums: exact in any order).
     const int per = (n_experts + blockDim.x - 1) / blockDim.x;
     const int e0 = threadIdx.x * per;
-    unsigned run = 0;
-    for (int e = e0; e < e0 + per && e < n_experts; e++) run += count[e];
-    unsigned total;
+    unsigned run = 0, run_used = 0;
+    for (int e = e0; e < e0 + per && e < n_experts; e++) run += count[e], run_used += count[e] > 0;
+    unsigned total, total_used;
     unsigned base = block_excl_scan_u(run, scan_scratch, &total);
+    unsigned ubase = block_excl_scan_u(run_used, scan_scratch, &total_used);
     __syncthreads(); // every count[] read before it is overwritten with offsets
     for (int e = e0; e < e0 + per && e < n_experts; e++) {
         unsigned c = count[e];
         count[e] = base;
         offsets[e] = (int32_t)base;
+        if (c) used[ubase++] = e;
         base += c;
     }
-    if (threadIdx.x == 0) offsets[n_experts] = (int32_t)total;
+    if (threadIdx.x == 0) offsets[n_experts] = (int32_t)total, *n_used = (int32_t)total_used;
     __syncthreads();
     for (int e = warp; e < n_experts; e += n_warps) {
         unsigned at = count[e];
@@ -299,45 +360,60 @@ moe_group_by_expert(const int32_t *ids, int n_pairs, int n_experts, int32_t *off
 // MXFP4 GEMV core
 
 // One warp, MOE_ROWS_PER_WARP consecutive rows [r0, r0+8) of one expert's MXFP4 matrix (K inputs),
-// TT input rows (xrows[t] of x, row stride K). acc[r][t] gets the lane's partial dot products;
-// the caller reduces them over the warp. Per (r, t) the order is fixed: steps in increasing k,
-// inside a step Σ_i x·e2m1 for i = 0..7 from 0, then scaled and added to acc.
+// TT input rows (xrows[t] of x, row stride K). acc[r][t] gets the warp-reduced dot products.
+// Per (r, t) the order is fixed: lane blocks in increasing k; inside a block, 4 groups of 8
+// elements, each Σ_i x·e2m1 for i = 0..7 from a product, then acc = fma(sum, scale, acc); finally
+// the xor butterfly over the lanes.
 template <int TT>
 static __device__ __forceinline__ void mxfp4_rows_dot(const uint8_t *blocks, const uint8_t *scales,
                                                       int K, int r0, const void *x,
                                                       enum ds_elem xdt, const int *xrows,
                                                       const float *lut,
                                                       float acc[MOE_ROWS_PER_WARP][TT]) {
-    const int lane = threadIdx.x % DS_WARP;
-    const size_t row_b = (size_t)K / 2, row_s = (size_t)K / DS_MXFP4_BLOCK;
+    const int lane = threadIdx.x % DS_WARP, nb = K / DS_MXFP4_BLOCK;
+    const size_t row_b = (size_t)K / 2, row_s = (size_t)nb;
 #pragma unroll
     for (int r = 0; r < MOE_ROWS_PER_WARP; r++)
 #pragma unroll
         for (int t = 0; t < TT; t++) acc[r][t] = 0.0f;
 #pragma unroll 1
-    for (int k0 = 8 * lane; k0 < K; k0 += MOE_STEP) {
-        float xv[TT][8];
-#pragma unroll
-        for (int t = 0; t < TT; t++) ld8(x, xdt, (size_t)xrows[t] * K + k0, xv[t]);
-        uint32_t wq[MOE_ROWS_PER_WARP];
+    for (int b = lane; b < nb; b += DS_WARP) {
+        uint4 wq[MOE_ROWS_PER_WARP];
         uint8_t sc[MOE_ROWS_PER_WARP];
 #pragma unroll
         for (int r = 0; r < MOE_ROWS_PER_WARP; r++) {
             const size_t row = (size_t)(r0 + r);
-            wq[r] = __ldg((const uint32_t *)(blocks + row * row_b + (size_t)k0 / 2));
-            sc[r] = __ldg(scales + row * row_s + (size_t)k0 / DS_MXFP4_BLOCK);
+            wq[r] = ld_stream_u4(blocks + row * row_b + (size_t)b * DS_MXFP4_BLOCK_BYTES);
+            sc[r] = __ldg(scales + row * row_s + b);
         }
+        // Not unrolled: the loads of the next group are not hoisted, which keeps the registers
+        // at 8 words + acc + one group of x; the packed words rotate so word 0 is always next.
+#pragma unroll 1
+        for (int q = 0; q < 4; q++) {
+            const size_t k = (size_t)b * DS_MXFP4_BLOCK + 8 * q;
+            float xv[TT][8];
 #pragma unroll
-        for (int r = 0; r < MOE_ROWS_PER_WARP; r++) {
-            float w[8];
+            for (int t = 0; t < TT; t++) ld8(x, xdt, (size_t)xrows[t] * K + k, xv[t]);
 #pragma unroll
-            for (int i = 0; i < 8; i++) w[i] = e2m1_of(lut, wq[r], i);
+            for (int r = 0; r < MOE_ROWS_PER_WARP; r++) {
+                float w[8];
+                e2m1_decode8(lut, wq[r].x, w);
+                wq[r].x = wq[r].y, wq[r].y = wq[r].z, wq[r].z = wq[r].w;
+                float sf;
+                if (sc[r] == 255) { // 2^128 is not a float: 2^64 on the codes, 2^64 on the sum
 #pragma unroll
-            for (int t = 0; t < TT; t++) {
-                float part = __fmul_rn(xv[t][0], w[0]);
+                    for (int i = 0; i < 8; i++) w[i] = __fmul_rn(w[i], 0x1p64f);
+                    sf = 0x1p64f;
+                } else {
+                    sf = ds_e8m0_to_f32(sc[r]);
+                }
 #pragma unroll
-                for (int i = 1; i < 8; i++) part = __fmaf_rn(xv[t][i], w[i], part);
-                acc[r][t] = __fadd_rn(acc[r][t], mxfp4_apply_scale(part, sc[r]));
+                for (int t = 0; t < TT; t++) {
+                    float part = __fmul_rn(xv[t][0], w[0]);
+#pragma unroll
+                    for (int i = 1; i < 8; i++) part = __fmaf_rn(xv[t][i], w[i], part);
+                    acc[r][t] = __fmaf_rn(part, sf, acc[r][t]);
+                }
             }
         }
     }
@@ -400,12 +476,16 @@ static __device__ __forceinline__ void down_tile(const struct ds_moe_args &a, in
     }
 }
 
-// Block set-up of both GEMV kernels: the pairs [beg, end) of expert blockIdx.y in token chunk
-// blockIdx.z, the E2M1 table, and the warp's first weight row r0 of n_w_rows. False when the
-// block (before the barrier: all of it) or the warp (after) has nothing to do.
-static __device__ __forceinline__ bool block_begin(const int32_t *offsets, int n_w_rows,
-                                                   float *lut, int *beg, int *end, int *r0) {
-    const int e = blockIdx.y, lo = offsets[e], hi = offsets[e + 1];
+// Block set-up of both GEMV kernels: the expert in use number blockIdx.y, its pairs [beg, end) in
+// token chunk blockIdx.z, the E2M1 table, and the warp's first weight row r0 of n_w_rows. False
+// when the block (before the barrier: all of it) or the warp (after) has nothing to do.
+static __device__ __forceinline__ bool block_begin(const int32_t *groups, int E, int n_w_rows,
+                                                   float *lut, int *e, int *beg, int *end,
+                                                   int *r0) {
+    const struct moe_groups gr = groups_of(groups, E);
+    if ((int)blockIdx.y >= *gr.n_used) return false;
+    *e = gr.used[blockIdx.y];
+    const int lo = gr.offsets[*e], hi = gr.offsets[*e + 1];
     *beg = lo + (int)blockIdx.z * MOE_TOKEN_CHUNK;
     *end = min(hi, *beg + MOE_TOKEN_CHUNK);
     if (*beg >= *end) return false;
@@ -415,27 +495,36 @@ static __device__ __forceinline__ bool block_begin(const int32_t *offsets, int n
     return *r0 < n_w_rows;
 }
 
-__global__ void __launch_bounds__(MOE_THREADS, 2)
-act_mxfp4w_moe_gate_up_swiglu(const struct ds_moe_args a, const int32_t *offsets,
+// WIDE: tiles of 8, 4, 2, 1 tokens (more registers, one block per SM); otherwise tiles of 2 and 1
+// and two blocks per SM (decode: an expert rarely sees more than a token or two). Per token both
+// run the same operations.
+template <bool WIDE>
+__global__ void __launch_bounds__(MOE_THREADS, WIDE ? 1 : 2)
+act_mxfp4w_moe_gate_up_swiglu(const struct ds_moe_args a, const int32_t *groups,
                               const int32_t *pairs, float *h) {
     __shared__ float lut[16];
-    const int e = blockIdx.y;
-    int i, end, r0;
-    if (!block_begin(offsets, 2 * a.inter, lut, &i, &end, &r0)) return;
-    for (; end - i >= 4; i += 4) gate_up_tile<4>(a, e, r0, pairs + i, lut, h);
-    if (end - i >= 2) gate_up_tile<2>(a, e, r0, pairs + i, lut, h), i += 2;
+    int e, i, end, r0;
+    if (!block_begin(groups, a.n_experts, 2 * a.inter, lut, &e, &i, &end, &r0)) return;
+    if constexpr (WIDE) {
+        for (; end - i >= 8; i += 8) gate_up_tile<8>(a, e, r0, pairs + i, lut, h);
+        if (end - i >= 4) gate_up_tile<4>(a, e, r0, pairs + i, lut, h), i += 4;
+    }
+    for (; end - i >= 2; i += 2) gate_up_tile<2>(a, e, r0, pairs + i, lut, h);
     if (end - i >= 1) gate_up_tile<1>(a, e, r0, pairs + i, lut, h);
 }
 
-__global__ void __launch_bounds__(MOE_THREADS, 2)
-f32_mxfp4w_moe_down(const struct ds_moe_args a, const int32_t *offsets, const int32_t *pairs,
+template <bool WIDE>
+__global__ void __launch_bounds__(MOE_THREADS, WIDE ? 1 : 2)
+f32_mxfp4w_moe_down(const struct ds_moe_args a, const int32_t *groups, const int32_t *pairs,
                     const float *h, float *y) {
     __shared__ float lut[16];
-    const int e = blockIdx.y;
-    int i, end, r0;
-    if (!block_begin(offsets, a.dim, lut, &i, &end, &r0)) return;
-    for (; end - i >= 4; i += 4) down_tile<4>(a, e, r0, pairs + i, lut, h, y);
-    if (end - i >= 2) down_tile<2>(a, e, r0, pairs + i, lut, h, y), i += 2;
+    int e, i, end, r0;
+    if (!block_begin(groups, a.n_experts, a.dim, lut, &e, &i, &end, &r0)) return;
+    if constexpr (WIDE) {
+        for (; end - i >= 8; i += 8) down_tile<8>(a, e, r0, pairs + i, lut, h, y);
+        if (end - i >= 4) down_tile<4>(a, e, r0, pairs + i, lut, h, y), i += 4;
+    }
+    for (; end - i >= 2; i += 2) down_tile<2>(a, e, r0, pairs + i, lut, h, y);
     if (end - i >= 1) down_tile<1>(a, e, r0, pairs + i, lut, h, y);
 }
 
@@ -464,7 +553,7 @@ static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 struct moe_ws {
     float *h;
     float *y;
-    int32_t *offsets;
+    int32_t *groups;
     int32_t *pairs;
     size_t bytes;
 };
@@ -473,13 +562,13 @@ struct moe_ws {
 static struct moe_ws moe_ws_plan(void *base, int T, int C, int I, int E, int KE) {
     const size_t np = (size_t)T * KE;
     const size_t o_h = 0, o_y = o_h + align256(np * I * sizeof(float));
-    const size_t o_off = o_y + align256(np * C * sizeof(float));
-    const size_t o_pairs = o_off + align256(((size_t)E + 1) * sizeof(int32_t));
+    const size_t o_grp = o_y + align256(np * C * sizeof(float));
+    const size_t o_pairs = o_grp + align256((2 * (size_t)E + 2) * sizeof(int32_t));
     struct moe_ws w = {NULL, NULL, NULL, NULL, o_pairs + align256(np * sizeof(int32_t))};
     if (base) {
         char *b = (char *)base;
         w.h = (float *)(b + o_h), w.y = (float *)(b + o_y);
-        w.offsets = (int32_t *)(b + o_off), w.pairs = (int32_t *)(b + o_pairs);
+        w.groups = (int32_t *)(b + o_grp), w.pairs = (int32_t *)(b + o_pairs);
     }
     return w;
 }
@@ -488,6 +577,14 @@ extern "C" size_t ds_moe_cuda_workspace_bytes(int n_rows, int dim, int inter, in
                                               int top_k) {
     if (n_rows <= 0 || dim <= 0 || inter <= 0 || n_experts <= 0 || top_k <= 0) return 0;
     return moe_ws_plan(NULL, n_rows, dim, inter, n_experts, top_k).bytes;
+}
+
+// Declared in ds/kernels.h: one size for both backends.
+extern "C" size_t ds_moe_workspace_bytes_v2(int n_rows, int dim, int inter, int n_experts,
+                                            int top_k) {
+    const size_t ref = ds_moe_workspace_bytes(n_rows, inter, top_k);
+    const size_t cuda = ds_moe_cuda_workspace_bytes(n_rows, dim, inter, n_experts, top_k);
+    return ref > cuda ? ref : cuda;
 }
 
 extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream) {
@@ -533,22 +630,33 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
     if (a->workspace_bytes < need_ws)
         return ds_error_set(DS_ERR_ARG,
                             "%s: workspace of %zu bytes, %zu needed for %d rows "
-                            "(ds_moe_cuda_workspace_bytes)",
+                            "(ds_moe_workspace_bytes_v2)",
                             op, a->workspace_bytes, need_ws, T);
     const struct moe_ws w = moe_ws_plan(a->workspace, T, C, I, E, KE);
     cudaStream_t st = DS_STREAM(stream);
 
-    moe_group_by_expert<<<1, 1024, 0, st>>>(a->expert_ids, T * KE, E, w.offsets, w.pairs);
+    moe_group_by_expert<<<1, 1024, 0, st>>>(a->expert_ids, T * KE, E, w.groups, w.pairs);
     DS_KERNEL_CHECK();
-    // An expert holds at most T pairs (a row selects it once), so T/64 chunks cover any count;
-    // empty (expert, chunk) blocks exit at once.
+    // Grid y: experts in use, at most min(E, T·KE); blocks past the device-side count exit at
+    // once. An expert holds at most T pairs (a row selects it once), so T/64 chunks cover any
+    // count. Wide tiles when an expert in use sees >= 3 tokens on average.
+    const unsigned n_used_max = (unsigned)((long long)T * KE < E ? (long long)T * KE : E);
     const unsigned chunks = cu_blocks((size_t)T, MOE_TOKEN_CHUNK);
-    dim3 g1(cu_blocks((size_t)2 * I, MOE_ROWS_PER_BLOCK), (unsigned)E, chunks);
-    act_mxfp4w_moe_gate_up_swiglu<<<g1, MOE_THREADS, 0, st>>>(*a, w.offsets, w.pairs, w.h);
-    DS_KERNEL_CHECK();
-    dim3 g2(cu_blocks((size_t)C, MOE_ROWS_PER_BLOCK), (unsigned)E, chunks);
-    f32_mxfp4w_moe_down<<<g2, MOE_THREADS, 0, st>>>(*a, w.offsets, w.pairs, w.h, w.y);
-    DS_KERNEL_CHECK();
+    const bool wide = (long long)T * KE >= (long long)MOE_TT_WIDE_AVG * E;
+    dim3 g1(cu_blocks((size_t)2 * I, MOE_ROWS_PER_BLOCK), n_used_max, chunks);
+    dim3 g2(cu_blocks((size_t)C, MOE_ROWS_PER_BLOCK), n_used_max, chunks);
+    if (wide) {
+        act_mxfp4w_moe_gate_up_swiglu<true><<<g1, MOE_THREADS, 0, st>>>(*a, w.groups, w.pairs, w.h);
+        DS_KERNEL_CHECK();
+        f32_mxfp4w_moe_down<true><<<g2, MOE_THREADS, 0, st>>>(*a, w.groups, w.pairs, w.h, w.y);
+        DS_KERNEL_CHECK();
+    } else {
+        act_mxfp4w_moe_gate_up_swiglu<false><<<g1, MOE_THREADS, 0, st>>>(*a, w.groups, w.pairs,
+                                                                          w.h);
+        DS_KERNEL_CHECK();
+        f32_mxfp4w_moe_down<false><<<g2, MOE_THREADS, 0, st>>>(*a, w.groups, w.pairs, w.h, w.y);
+        DS_KERNEL_CHECK();
+    }
     dim3 g3((unsigned)T, cu_blocks((size_t)C, 256));
     act_moe_combine<<<g3, 256, 0, st>>>(*a, w.y);
     DS_KERNEL_CHECK();
@@ -563,13 +671,16 @@ __global__ void mxfp4_dequant_f32(const uint8_t *blocks, const uint8_t *scales, 
     __shared__ float lut[16];
     lut_init(lut);
     __syncthreads();
-    // One thread per 4-byte word = 8 elements; a word never straddles a 32-element block.
+    // One thread per 4-byte word = 8 elements; a word never straddles a 32-element block. The
+    // table walk is the GEMV core's (e2m1_decode8).
     for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n_words;
          q += (size_t)gridDim.x * blockDim.x) {
         const uint32_t word = ((const uint32_t *)blocks)[q];
         const uint8_t s = scales[q / 4];
+        float w[8];
+        e2m1_decode8(lut, word, w);
 #pragma unroll
-        for (int i = 0; i < 8; i++) out[q * 8 + i] = mxfp4_apply_scale(e2m1_of(lut, word, i), s);
+        for (int i = 0; i < 8; i++) out[q * 8 + i] = mxfp4_apply_scale(w[i], s);
     }
 }
 

@@ -204,6 +204,12 @@ struct ds_attention_args {
     float scale;              // logit scale, normally 1/sqrt(D)
     const void *sinks;        // (NH) sinks_dtype raw logits, or NULL
     void *out;                // (T, NH, D) act
+    // Scratch of the CUDA split-key path: at least ds_attention_workspace_bytes(T, NH, D, P)
+    // bytes of device memory, 16-byte aligned, or NULL. With NULL (or too few bytes) the CUDA op
+    // runs every row in one block, bitwise identical but slower for a few long rows. The CPU
+    // reference ignores both fields.
+    void *workspace;
+    size_t workspace_bytes;
 };
 
 // ---------------------------------------------------------------------------------------------

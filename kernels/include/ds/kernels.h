@@ -46,9 +46,20 @@ enum ds_status ds_entropy_ref(const struct ds_entropy_args *a);
 enum ds_status ds_overlap_ref(const struct ds_overlap_args *a);
 enum ds_status ds_vocab_scatter_ref(const struct ds_vocab_scatter_args *a);
 
-// Bytes of workspace ds_moe_args needs for n_rows rows (the same formula on every backend; plan
-// it once for the largest step).
+// Bytes of workspace the CPU reference ds_moe_ref needs for n_rows rows. CPU only: the CUDA op
+// needs more; size a workspace for any backend with ds_moe_workspace_bytes_v2.
 size_t ds_moe_workspace_bytes(int n_rows, int inter, int top_k);
+
+// Bytes of workspace ds_moe_args needs for n_rows rows on every backend (the larger of the CPU
+// reference's and ds_moe_cuda_workspace_bytes); plan it once for the largest step. 0 for a
+// non-positive argument.
+size_t ds_moe_workspace_bytes_v2(int n_rows, int dim, int inter, int n_experts, int top_k);
+
+// Bytes of ds_attention_args.workspace that let the CUDA op split the keys of up to n_rows rows
+// over several blocks (flash-decoding) when every position is below max_pos (the cache's P): per
+// row, up to 33 split states of n_heads·(head_dim + 2) floats. A plain formula, no device needed;
+// 0 for a non-positive argument. The CPU reference needs no workspace.
+size_t ds_attention_workspace_bytes(int n_rows, int n_heads, int head_dim, int max_pos);
 
 // Decodes n_rows MXFP4 rows of k_dim elements (k_dim a multiple of 32) to float, bit-exact:
 // out[n][k] = e2m1(code) · 2^(scale − 127). blocks: (n_rows, k_dim/32, 16), scales:
