@@ -20,18 +20,16 @@ Two drafts are written, both in the exact on-disk layouts engines load:
                              no embed_tokens (the target's table is used)
 """
 
-import argparse
 import collections
 import math
 import os
 import shutil
 import sys
-import tempfile
 
 try:
     import safetensors  # noqa: F401
     import torch
-    import transformers  # noqa: F401
+    import transformers
 except ImportError:
     if "--skip-without-torch" in sys.argv:  # ctest: exit code 77 = skipped
         print("skipped: torch, transformers and safetensors are needed")
@@ -390,7 +388,6 @@ def _replay(draft, rounds, step_shift=0, skip_overwrite=False):
 
 
 def build(outdir, name, cfg, model, tw, tgold, vocab_tokens, log):
-    import transformers
     tcfg = gr.CONFIGS[TARGET]
     d2t, t2d = build_vocab(vocab_tokens, tcfg["vocab"], SHAPE["draft_vocab"])
     w = make_draft_weights(cfg, tw, d2t, t2d)
@@ -505,7 +502,7 @@ def vocab_token_lists(model, tgold):
     return lists
 
 
-def generate(outdir, log=print):
+def generate(outdir, log):
     torch.set_num_threads(1)
     ckdir = os.path.join(outdir, TARGET)
     gpath = os.path.join(outdir, f"{TARGET}.golden.safetensors")
@@ -518,34 +515,16 @@ def generate(outdir, log=print):
         build(outdir, name, cfg, model, tw, tgold, vocab_tokens, log)
 
 
+def copy_target(tmp, outdir):
+    """--check rebuilds the drafts on the committed target checkpoint and goldens."""
+    shutil.copytree(os.path.join(outdir, TARGET), os.path.join(tmp, TARGET))
+    shutil.copy(os.path.join(outdir, f"{TARGET}.golden.safetensors"), tmp)
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("outdir", help="golden directory holding tiny-gptoss-a (tests/fixtures/golden)")
-    ap.add_argument("--check", action="store_true",
-                    help="regenerate into a temporary directory and compare with OUTDIR")
-    ap.add_argument("--skip-without-torch", action="store_true",
-                    help="exit 77 (skipped) when torch/transformers are not installed")
-    args = ap.parse_args()
-    if not args.check:
-        generate(args.outdir)
-        return 0
-    tmp = tempfile.mkdtemp(prefix="eagle3-ref-")
-    try:
-        # The drafts are rebuilt on the committed target checkpoint and goldens.
-        shutil.copytree(os.path.join(args.outdir, TARGET), os.path.join(tmp, TARGET))
-        shutil.copy(os.path.join(args.outdir, f"{TARGET}.golden.safetensors"), tmp)
-        generate(tmp, log=lambda s: None)
-        problems = []
-        for name in DRAFTS:
-            problems += ru.compare_paths(tmp, args.outdir,
-                                         [name, f"{name}.golden.safetensors"], 1e-4)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    for p in problems:
-        print("MISMATCH", p)
-    print(f"check: {'OK' if not problems else f'{len(problems)} problem(s)'} (largest golden "
-          f"float difference {ru.CHECK_STATS['max_float_diff']:.3g}, tolerance 1e-4)")
-    return 1 if problems else 0
+    names = [x for name in DRAFTS for x in (name, f"{name}.golden.safetensors")]
+    return ru.main(__doc__, generate, names,
+                   "golden directory holding tiny-gptoss-a (tests/fixtures/golden)", copy_target)
 
 
 if __name__ == "__main__":

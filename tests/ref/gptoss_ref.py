@@ -19,17 +19,14 @@ For each tiny configuration this script
 The golden tensors and their meaning are described in docs/references.md.
 """
 
-import argparse
 import math
 import os
-import shutil
 import sys
-import tempfile
 
 try:
     import safetensors  # noqa: F401
     import torch
-    import transformers  # noqa: F401
+    import transformers
 except ImportError:
     if "--skip-without-torch" in sys.argv:  # ctest: exit code 77 = skipped
         print("skipped: torch, transformers and safetensors are needed")
@@ -132,7 +129,8 @@ def make_weights(c):
         w[p + "self_attn.k_proj.bias"] = bf(rng.normal((nkv * d,), 0.2))
         w[p + "self_attn.v_proj.weight"] = bf(rng.normal((nkv * d, H), 1.0 / math.sqrt(H)))
         w[p + "self_attn.v_proj.bias"] = bf(rng.normal((nkv * d,), 0.2))
-        w[p + "self_attn.o_proj.weight"] = bf(rng.normal((H, nh * d), c["o_std"] / math.sqrt(nh * d)))
+        o_std = c["o_std"] / math.sqrt(nh * d)
+        w[p + "self_attn.o_proj.weight"] = bf(rng.normal((H, nh * d), o_std))
         w[p + "self_attn.o_proj.bias"] = bf(rng.normal((H,), 0.1))
         # Sinks of the size of typical attention logits, so they take a real share.
         w[p + "self_attn.sinks"] = bf(rng.normal((nh,), 1.0, mean=0.5))
@@ -231,7 +229,7 @@ def spec_forward(c, w, ids, dtype=torch.float64, sinks=True, sliding=True, yarn=
                  clamp=True, stats=None):
     """Returns logits [n, V] and the residual stream at every boundary [L+1, n, H].
     The keyword switches turn one feature off, to prove the fixtures exercise it."""
-    H, nh, nkv, d = c["hidden"], c["heads"], c["kv_heads"], c["head_dim"]
+    nh, nkv, d = c["heads"], c["kv_heads"], c["head_dim"]
     lim, k_top = c["swiglu_limit"], c["top_k"]
     n = ids.shape[0]
     g = lambda name: w[name].to(dtype)  # noqa: E731
@@ -272,7 +270,8 @@ def spec_forward(c, w, ids, dtype=torch.float64, sinks=True, sliding=True, yarn=
             else:
                 pr = torch.softmax(lg, dim=1)
             outs.append(pr @ v[:, kv, :])
-        o = torch.cat(outs, dim=1) @ g(p + "self_attn.o_proj.weight").T + g(p + "self_attn.o_proj.bias")
+        o = (torch.cat(outs, dim=1) @ g(p + "self_attn.o_proj.weight").T
+             + g(p + "self_attn.o_proj.bias"))
         x = x + o
         t2 = rmsnorm(x, g(p + "post_attention_layernorm.weight"))
         rl = t2 @ g(p + "mlp.router.weight").T + g(p + "mlp.router.bias")
@@ -408,7 +407,6 @@ def try_hf_dequant(ckdir, model):
 
 
 def build(outdir, name, c, log):
-    import transformers
     ckdir = os.path.join(outdir, name)
     w = make_weights(c)
     write_checkpoint(ckdir, c, w)
@@ -505,7 +503,7 @@ def build(outdir, name, c, log):
     return model, w, prompts, golden
 
 
-def generate(outdir, log=print):
+def generate(outdir, log):
     # One thread: tiny tensors gain nothing from more, and shared CPUs make them wait.
     torch.set_num_threads(1)
     check_spec_vector()
@@ -515,29 +513,9 @@ def generate(outdir, log=print):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("outdir", help="where checkpoints and goldens go (tests/fixtures/golden)")
-    ap.add_argument("--check", action="store_true",
-                    help="regenerate into a temporary directory and compare with OUTDIR")
-    ap.add_argument("--skip-without-torch", action="store_true",
-                    help="exit 77 (skipped) when torch/transformers are not installed")
-    args = ap.parse_args()
-    if not args.check:
-        generate(args.outdir)
-        return 0
-    tmp = tempfile.mkdtemp(prefix="gptoss-ref-")
-    try:
-        generate(tmp, log=lambda s: None)
-        # Logits of fp32 runs on different torch builds differ by summation order only.
-        subs = [x for name in CONFIGS for x in (name, f"{name}.golden.safetensors")]
-        problems = ru.compare_paths(tmp, args.outdir, subs, 1e-4)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    for p in problems:
-        print("MISMATCH", p)
-    print(f"check: {'OK' if not problems else f'{len(problems)} problem(s)'} (largest golden "
-          f"float difference {ru.CHECK_STATS['max_float_diff']:.3g}, tolerance 1e-4)")
-    return 1 if problems else 0
+    names = [x for name in CONFIGS for x in (name, f"{name}.golden.safetensors")]
+    return ru.main(__doc__, generate, names,
+                   "where checkpoints and goldens go (tests/fixtures/golden)")
 
 
 if __name__ == "__main__":

@@ -5,14 +5,16 @@ safetensors) and deliberately avoids the model libraries, so that the numbers th
 tested against do not depend on one library's own conversion code.
 """
 
+import argparse
 import json
 import math
 import os
 import random
+import shutil
+import tempfile
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
 # E2M1 code -> value; bit 3 is the sign, code 1 is the subnormal 0.5.
 FP4_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
@@ -89,10 +91,36 @@ def write_json(path, obj):
         f.write("\n")
 
 
+ST_DTYPES = {torch.bfloat16: "BF16", torch.float32: "F32", torch.float64: "F64",
+             torch.uint8: "U8", torch.int64: "I64", torch.int32: "I32", torch.bool: "BOOL"}
+
+
 def write_safetensors(path, tensors, metadata=None):
-    """tensors: name -> torch tensor; metadata: name -> str (goes to __metadata__)."""
-    clean = {k: v.contiguous().clone() for k, v in tensors.items()}
-    save_file(clean, path, metadata={k: str(v) for k, v in (metadata or {}).items()})
+    """tensors: name -> torch tensor; metadata: name -> str (goes to __metadata__).
+
+    Written here rather than by the safetensors package so the bytes are reproducible (sorted
+    header keys, data in name order); read_safetensors (the package) reads every file back."""
+    header, chunks, off = {}, [], 0
+    for name in sorted(tensors):
+        t = tensors[name].contiguous()
+        raw = bytes(t.view(torch.uint8).flatten().tolist()) if t.numel() else b""
+        header[name] = {"dtype": ST_DTYPES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [off, off + len(raw)]}
+        chunks.append(raw)
+        off += len(raw)
+    if metadata:
+        header["__metadata__"] = {k: str(v) for k, v in sorted(metadata.items())}
+    text = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
+    text += b" " * (-len(text) % 8)  # data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little"))
+        f.write(text)
+        for raw in chunks:
+            f.write(raw)
+    back, meta = read_safetensors(path)
+    assert set(back) == set(tensors) and meta == (header.get("__metadata__") or {})
+    for name, t in tensors.items():
+        assert torch.equal(back[name], t), f"{path}: {name} did not read back"
 
 
 def read_safetensors(path):
@@ -217,3 +245,35 @@ def _compare_st(rel, f_path, c_path, float_tol):
         elif not torch.equal(x, y):
             problems.append(f"{rel}:{k}: values differ")
     return problems
+
+
+def main(doc, generate, names, outdir_help, prepare=None):
+    """Command line shared by the reference scripts: OUTDIR [--check] [--skip-without-torch].
+
+    generate(outdir, log) writes `names` (directories and/or .golden.safetensors files) into
+    outdir; --check does that in a temporary directory (after prepare(tmp, outdir), which copies
+    inputs the generator needs) and compares with the committed files."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("outdir", help=outdir_help)
+    ap.add_argument("--check", action="store_true",
+                    help="regenerate into a temporary directory and compare with OUTDIR")
+    ap.add_argument("--skip-without-torch", action="store_true",
+                    help="exit 77 (skipped) when torch/transformers are not installed")
+    args = ap.parse_args()
+    if not args.check:
+        generate(args.outdir, print)
+        return 0
+    tmp = tempfile.mkdtemp(prefix="ds-ref-")
+    try:
+        if prepare:
+            prepare(tmp, args.outdir)
+        generate(tmp, lambda s: None)
+        # fp32 runs on different torch builds differ by summation order only.
+        problems = compare_paths(tmp, args.outdir, names, 1e-4)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for p in problems:
+        print("MISMATCH", p)
+    print(f"check: {'OK' if not problems else f'{len(problems)} problem(s)'} (largest golden "
+          f"float difference {CHECK_STATS['max_float_diff']:.3g}, tolerance 1e-4)")
+    return 1 if problems else 0
