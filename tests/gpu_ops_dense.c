@@ -124,8 +124,9 @@ struct mm_case {
     const char *why;
 };
 
-// The shape matrix. Tile sizes: 16/32/128 features per block (N < 4096 / < 16384 / larger),
-// 32-wide K chunks with 16-byte loads when K % 8 == 0, 64 tokens per block.
+// The shape matrix. Tensor-core tiles (features × tokens × K per stage) by T: T <= 8: 16 × 8 × 256,
+// T <= 64: 32 × 64 × 128, larger: 64 × 128 × 64; cp.async 16-byte copies when K % 8 == 0 (element
+// loads otherwise); k16 steps past K skipped, a partial last step zero-filled.
 static const struct mm_case mm_cases[] = {
     {1, 64, 64, 0, 0, "one row, tiny config"},
     {1, 37, 13, 1, 1, "K not a multiple of 8 (scalar loads), partial feature tile"},
@@ -143,6 +144,10 @@ static const struct mm_case mm_cases[] = {
     {3, 2880, 17280, 0, 0, "EAGLE-3 MLP gate/up"},
     {3, 17280, 2880, 0, 1, "EAGLE-3 MLP down"},
     {2, 2880, 32000, 0, 0, "EAGLE-3 draft lm_head"},
+    {9, 4096, 2880, 1, 1, "9 rows: 32 x 64 tiles, o_proj with fused residual"},
+    {96, 2880, 5120, 1, 0, "96 rows: 64 x 128 tiles, gpt-oss qkv"},
+    {129, 200, 70, 0, 1, "two 128-token tiles, partial features, K % 16 = 8"},
+    {40, 37, 50, 1, 1, "K not a multiple of 8 in the 32 x 64 tiles"},
 };
 
 static void run_matmul_case(const struct mm_case *c) {
@@ -232,8 +237,9 @@ static void matmul_bf16_continuous_values_loose(void) {
 }
 
 // A row's output bits must not depend on the batch: row r computed alone, then inside batches of
-// B rows at different positions with different neighbours. Covers the three tile shapes, both
-// kernels (tensor-core bf16 and CUDA-core f32), several token blocks (B = 256, 300).
+// B rows at different positions with different neighbours. Covers the three tensor-core tile
+// shapes (a row alone and B = 8: 16 × 8; B = 32, 64: 32 × 64; B = 256, 300: 64 × 128, several token
+// tiles), which must all follow the same reduction order, and the CUDA-core f32 kernel.
 static void matmul_is_batch_invariant(void) {
     const int shapes[][2] = {{2880, 2880}, {2880, 5120}, {2880, 32000}, {130, 40}};
     const int batches[] = {8, 32, 64, 256, 300};
@@ -433,7 +439,7 @@ static void rope_matches_reference(void) {
     }
 }
 
-// RMSNorm rows alone vs in a batch (one warp per row: trivially invariant, checked anyway).
+// RMSNorm rows alone vs in a batch (one block per row: trivially invariant, checked anyway).
 static void rmsnorm_is_batch_invariant(void) {
     enum { C = 2880, B = 64 };
     float *x = t_alloc((size_t)B * C * 4), *g = t_alloc(C * 4);

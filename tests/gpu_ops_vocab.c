@@ -1,7 +1,9 @@
 // CUDA vocabulary-row ops against the CPU reference on identical seeded inputs: softmax with
 // temperature / top-k / top-p, argmax, top-k lists, entropy, Σ min(p, q), vocab scatter; vocab
-// sizes 7, 1000, 32000 (draft) and 201,088 (gpt-oss); and batch invariance (rows alone vs inside
-// batches of 8, 32 and 64).
+// sizes 7, 1000, 1001, 32000 (draft) and 201,088 (gpt-oss); and batch invariance (rows alone vs
+// inside batches of 8, 32 and 64). Each row runs on a cluster of 8 blocks that split it into 8
+// chunks of ceil(V / 8) rounded up to 8 entries: V = 7 leaves seven blocks empty, V = 1001 ends in
+// a partial 8-entry group, and V = 7 or 1001 in f32 misaligns rows for the vector loads.
 //
 // Two kinds of logits: multiples of 1/8 in [-8, 8] (only 129 distinct values, so a 201,088-entry
 // row has ~1,500-entry tie groups: every tie rule — lowest id first — is exercised at every cut)
@@ -14,8 +16,8 @@
 static const enum ds_elem dt[2] = {DS_ELEM_F32, DS_ELEM_BF16};
 static const char *dt_name(enum ds_elem e) { return e == DS_ELEM_BF16 ? "bf16" : "f32"; }
 
-static const int vocabs[] = {7, 1000, 32000, 201088};
-enum { N_VOCABS = 4, ROWS = 3 };
+static const int vocabs[] = {7, 1000, 1001, 32000, 201088};
+enum { N_VOCABS = 5, ROWS = 3 };
 
 // ROWS rows of logits: kind 0 = ties (k/8), kind 1 = continuous (bf16-rounded).
 static float *make_logits(int V, int kind, uint64_t seed) {
@@ -288,6 +290,60 @@ static void vocab_ops_are_batch_invariant(void) {
     g_free(d_pool), g_free(d_x), g_free(d_p), g_free(d_v), g_free(d_id);
 }
 
+// More rows than the grid's 65,535 clusters: the kernels loop over rows. Every op against the
+// reference on 70,000 rows of 9 logits (ties included), with the tolerances of the tests above.
+static void vocab_ops_loop_over_rows_beyond_grid(void) {
+    enum { R = 70000, V = 9, K = 2 };
+    const size_t n = (size_t)R * V;
+    float *x = t_alloc(n * 4), *want = t_alloc(n * 4);
+    t_fill(x, n, 71, 8.0f);
+    void *d_x = g_upload_as(x, n, DS_ELEM_F32);
+    float *d_p = g_alloc(n * 4), *d_v = g_alloc((size_t)R * K * 4);
+    int32_t *d_id = g_alloc((size_t)R * K * 4);
+    struct ds_softmax_args sr = {.act = DS_ELEM_F32, .n_rows = R, .vocab = V, .temperature = 0.9f,
+                                 .top_k = 5, .top_p = 0.8f, .logits = x, .probs = want};
+    EXPECT_OK(ds_softmax_ref(&sr));
+    struct ds_softmax_args sg = sr;
+    sg.logits = d_x, sg.probs = d_p;
+    EXPECT_OK(ds_softmax_cuda(&sg, NULL));
+    float *got = g_download_f(d_p, n, DS_ELEM_F32);
+    expect_same_support("softmax 70000 rows", got, want, n, V);
+    g_compare("softmax 70000 rows", got, want, n, V, 1e-37, 2.4e-7); // as softmax_matches_reference
+    free(got);
+
+    int32_t *wid = t_alloc((size_t)R * K * 4), *gid = t_alloc((size_t)R * K * 4);
+    float *wv = t_alloc((size_t)R * K * 4), *gv = t_alloc((size_t)R * K * 4);
+    struct ds_topk_args tr = {.act = DS_ELEM_F32, .n_rows = R, .vocab = V, .k = K, .x = x,
+                              .ids = wid, .values = wv};
+    EXPECT_OK(ds_topk_ref(&tr));
+    struct ds_topk_args tg = tr;
+    tg.x = d_x, tg.ids = d_id, tg.values = d_v;
+    EXPECT_OK(ds_topk_cuda(&tg, NULL));
+    g_download(gid, d_id, (size_t)R * K * 4);
+    g_download(gv, d_v, (size_t)R * K * 4);
+    g_same_bytes("topk 70000 rows: ids", gid, wid, (size_t)R * K * 4, 4); // a selection: exact
+    g_same_bytes("topk 70000 rows: values", gv, wv, (size_t)R * K * 4, 4);
+
+    struct ds_argmax_args ar = {.act = DS_ELEM_F32, .n_rows = R, .vocab = V, .x = x, .ids = wid,
+                                .values = wv};
+    EXPECT_OK(ds_argmax_ref(&ar));
+    struct ds_argmax_args ag = ar;
+    ag.x = d_x, ag.ids = d_id, ag.values = d_v;
+    EXPECT_OK(ds_argmax_cuda(&ag, NULL));
+    g_download(gid, d_id, (size_t)R * 4);
+    g_same_bytes("argmax 70000 rows", gid, wid, (size_t)R * 4, 4);
+
+    struct ds_entropy_args er = {.n_rows = R, .vocab = V, .probs = want, .out = wv};
+    EXPECT_OK(ds_entropy_ref(&er));
+    float *d_want = g_upload(want, n * 4);
+    struct ds_entropy_args eg = {.n_rows = R, .vocab = V, .probs = d_want, .out = d_v};
+    EXPECT_OK(ds_entropy_cuda(&eg, NULL));
+    g_download(gv, d_v, (size_t)R * 4);
+    g_compare("entropy 70000 rows", gv, wv, R, 0, 0.0, 2.4e-7); // double sums, order differs
+    free(wid), free(gid), free(wv), free(gv), free(x), free(want);
+    g_free(d_x), g_free(d_p), g_free(d_v), g_free(d_id), g_free(d_want);
+}
+
 static void vocab_ops_reject_bad_arguments(void) {
     struct ds_softmax_args s = {.act = DS_ELEM_F32, .n_rows = 1, .vocab = 10,
                                 .temperature = 0.0f, .top_p = 1.0f, .logits = (void *)16,
@@ -310,5 +366,6 @@ int main(void) {
     DS_RUN(argmax_and_topk_match_reference);
     DS_RUN(entropy_overlap_scatter_match_reference);
     DS_RUN(vocab_ops_are_batch_invariant);
+    DS_RUN(vocab_ops_loop_over_rows_beyond_grid);
     return ds_test_end();
 }

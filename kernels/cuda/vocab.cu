@@ -135,6 +135,42 @@ static __device__ __forceinline__ int vid(const struct vchunk &c, int gi, int j)
     return c.lo + gi * VG + j;
 }
 
+// Calls f(id, value) on this thread's entries of the chunk in increasing id, VU groups in flight.
+template <typename TV, typename F>
+static __device__ __forceinline__ void for_each_entry(const TV *row, const struct vchunk &c,
+                                                      bool vec, F f) {
+    for (int w0 = 0; w0 < c.nw; w0 += VU) {
+        float v[VU][VG];
+        int n[VU];
+#pragma unroll
+        for (int u = 0; u < VU; u++) n[u] = vload(row, c, (w0 + u) * VT + threadIdx.x, vec, v[u]);
+#pragma unroll
+        for (int u = 0; u < VU; u++)
+#pragma unroll
+            for (int j = 0; j < VG; j++)
+                if (j < n[u]) f(vid(c, (w0 + u) * VT + threadIdx.x, j), v[u][j]);
+    }
+}
+
+// Rewrites this thread's entries of a float row in place: f(id, &value), in increasing id.
+template <typename F>
+static __device__ __forceinline__ void update_entries(float *row, const struct vchunk &c,
+                                                      bool vec, F f) {
+    for (int w0 = 0; w0 < c.nw; w0 += VU) {
+        float v[VU][VG];
+        int n[VU];
+#pragma unroll
+        for (int u = 0; u < VU; u++) n[u] = vload(row, c, (w0 + u) * VT + threadIdx.x, vec, v[u]);
+#pragma unroll
+        for (int u = 0; u < VU; u++) {
+#pragma unroll
+            for (int j = 0; j < VG; j++)
+                if (j < n[u]) f(vid(c, (w0 + u) * VT + threadIdx.x, j), &v[u][j]);
+            vstore(row, c, (w0 + u) * VT + threadIdx.x, vec, v[u], n[u]);
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Cluster reductions. Each ends with a cluster barrier after its remote reads, so a block never
 // leaves (or rewrites its slot) while another still reads it. Every thread must call them.
@@ -367,23 +403,12 @@ static __device__ __noinline__ void cut_row(float *p, const struct vchunk &c, bo
     }
 }
 
-// The same cut when every tie is kept: a plain pass, VU groups in flight.
+// The same cut when every tie is kept: a plain pass.
 static __device__ void cut_below(float *p, const struct vchunk &c, bool vec, uint32_t t,
                                  float cut) {
-    for (int w0 = 0; w0 < c.nw; w0 += VU) {
-        float v[VU][VG];
-        int n[VU];
-#pragma unroll
-        for (int u = 0; u < VU; u++) n[u] = vload(p, c, (w0 + u) * VT + threadIdx.x, vec, v[u]);
-#pragma unroll
-        for (int u = 0; u < VU; u++) {
-            bool changed = false;
-#pragma unroll
-            for (int j = 0; j < VG; j++)
-                if (j < n[u] && order_key(v[u][j]) < t) v[u][j] = cut, changed = true;
-            if (changed) vstore(p, c, (w0 + u) * VT + threadIdx.x, vec, v[u], n[u]);
-        }
-    }
+    update_entries(p, c, vec, [&](int, float *z) {
+        if (order_key(*z) < t) *z = cut;
+    });
 }
 
 // The double-precision passes of the softmax: bound by the FP64 units, not by loads, so one
@@ -416,17 +441,7 @@ static __device__ void exp_write(float *p, const struct vchunk &c, float m, doub
 
 static __device__ double row_sum(const float *p, const struct vchunk &c, bool vec) {
     double total = 0.0;
-    for (int w0 = 0; w0 < c.nw; w0 += VU) {
-        float v[VU][VG];
-        int n[VU];
-#pragma unroll
-        for (int u = 0; u < VU; u++) n[u] = vload(p, c, (w0 + u) * VT + threadIdx.x, vec, v[u]);
-#pragma unroll
-        for (int u = 0; u < VU; u++)
-#pragma unroll
-            for (int j = 0; j < VG; j++)
-                if (j < n[u]) total += v[u][j];
-    }
+    for_each_entry(p, c, vec, [&](int, float v) { total += v; });
     return total;
 }
 
@@ -440,8 +455,8 @@ static __device__ void row_scale(float *p, const struct vchunk &c, double total)
 
 // Stages z = x / temperature in this thread's own entries of p; returns the thread's max z.
 template <typename TA>
-static __device__ float stage_z(const TA *x, float *p, const struct vchunk &c,
-                                             bool xv, bool pv, float temperature) {
+static __device__ float stage_z(const TA *x, float *p, const struct vchunk &c, bool xv, bool pv,
+                                float temperature) {
     float m = -INFINITY;
     for (int w0 = 0; w0 < c.nw; w0 += VU) {
         float v[VU][VG];
@@ -566,20 +581,9 @@ static __device__ void argmax_row(const struct ds_argmax_args &a, int r, struct 
     const struct vchunk c = vchunk_of(V);
     const bool xv = aligned16(x);
     struct best b = {0.0f, -1};
-    for (int w0 = 0; w0 < c.nw; w0 += VU) {
-        float v[VU][VG];
-        int n[VU];
-#pragma unroll
-        for (int u = 0; u < VU; u++) n[u] = vload(x, c, (w0 + u) * VT + threadIdx.x, xv, v[u]);
-#pragma unroll
-        for (int u = 0; u < VU; u++)
-#pragma unroll
-            for (int j = 0; j < VG; j++) { // ascending id: a strict > keeps the lowest id
-                const float f = v[u][j];
-                if (j < n[u] && !isnan(f) && (b.id < 0 || f > b.v))
-                    b.v = f, b.id = vid(c, (w0 + u) * VT + threadIdx.x, j);
-            }
-    }
+    for_each_entry(x, c, xv, [&](int id, float f) { // ascending id: a strict > keeps the lowest
+        if (!isnan(f) && (b.id < 0 || f > b.v)) b.v = f, b.id = id;
+    });
     b = warp_best(b);
     __syncthreads(); // wbest of the previous row is no longer read
     if (lane == 0) wbest[warp] = b;
@@ -656,21 +660,9 @@ static __device__ void topk_row(const struct ds_topk_args &a, int r, struct vsel
     const bool all = sh->none;
     const unsigned long long need = all ? 0ull : (unsigned long long)K - sh->above;
     if (all || sh->eq == need) {
-        for (int w0 = 0; w0 < c.nw; w0 += VU) {
-            float v[VU][VG];
-            int n[VU];
-#pragma unroll
-            for (int u = 0; u < VU; u++)
-                n[u] = vload(x, c, (w0 + u) * VT + threadIdx.x, xv, v[u]);
-#pragma unroll
-            for (int u = 0; u < VU; u++)
-#pragma unroll
-                for (int j = 0; j < VG; j++) {
-                    const float f = v[u][j];
-                    if (j < n[u] && !isnan(f) && (all || order_key(f) >= t))
-                        topk_keep(tk, f, vid(c, (w0 + u) * VT + threadIdx.x, j));
-                }
-        }
+        for_each_entry(x, c, xv, [&](int id, float f) {
+            if (!isnan(f) && (all || order_key(f) >= t)) topk_keep(tk, f, id);
+        });
     } else { // more ties than places: the lowest ids among them (tie count, then ordered scan)
         unsigned long long mine = 0;
         for (int w = 0; w < c.nw; w++) {
@@ -779,17 +771,9 @@ __global__ void __cluster_dims__(VCL, 1, 1) __launch_bounds__(VT)
         const float *p = a.probs + (size_t)r * a.vocab;
         const bool pv = aligned16(p);
         double h = 0.0;
-        for (int w0 = 0; w0 < c.nw; w0 += VU) {
-            float v[VU][VG];
-            int n[VU];
-#pragma unroll
-            for (int u = 0; u < VU; u++) n[u] = vload(p, c, (w0 + u) * VT + threadIdx.x, pv, v[u]);
-#pragma unroll
-            for (int u = 0; u < VU; u++)
-#pragma unroll
-                for (int j = 0; j < VG; j++)
-                    if (j < n[u] && v[u][j] > 0.0f) h -= (double)v[u][j] * log((double)v[u][j]);
-        }
+        for_each_entry(p, c, pv, [&](int, float v) {
+            if (v > 0.0f) h -= (double)v * log((double)v);
+        });
         h = cl_sum_d(h, sh.scratch, &sh.slot);
         if (vrank() == 0 && threadIdx.x == 0) a.out[r] = (float)h;
     }
@@ -818,23 +802,12 @@ __global__ void __cluster_dims__(VCL, 1, 1) __launch_bounds__(VT)
         const float *q = a.q + (size_t)r * a.vocab_q;
         const bool qv = aligned16(q);
         double s = 0.0;
-        for (int w0 = 0; w0 < c.nw; w0 += VU) {
-            float v[VU][VG];
-            int n[VU];
-#pragma unroll
-            for (int u = 0; u < VU; u++) n[u] = vload(q, c, (w0 + u) * VT + threadIdx.x, qv, v[u]);
-#pragma unroll
-            for (int u = 0; u < VU; u++)
-#pragma unroll
-                for (int j = 0; j < VG; j++) {
-                    if (j >= n[u]) continue;
-                    const int i = vid(c, (w0 + u) * VT + threadIdx.x, j);
-                    const int pj = a.q_to_p ? a.q_to_p[i] : i;
-                    if (pj < 0 || pj >= a.vocab_p) continue;
-                    const float pv = p[pj];
-                    s += pv < v[u][j] ? pv : v[u][j];
-                }
-        }
+        for_each_entry(q, c, qv, [&](int i, float qi) {
+            const int j = a.q_to_p ? a.q_to_p[i] : i;
+            if (j < 0 || j >= a.vocab_p) return;
+            const float pj = p[j];
+            s += pj < qi ? pj : qi;
+        });
         s = cl_sum_d(s, sh.scratch, &sh.slot);
         if (vrank() == 0 && threadIdx.x == 0) a.out[r] = (float)s;
     }
