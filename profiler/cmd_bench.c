@@ -294,6 +294,9 @@ static int setup_case(struct bench_case *c, int idx, int T, const struct bench_m
         NEED(a->v_cache = buf_fill(c, B, cache, -1.0f, 1.0f, s));
         NEED(a->sinks = buf_fill(c, B, (size_t)m->n_heads, -1.0f, 1.0f, s));
         NEED(a->out = buf_fill(c, B, rows * m->n_heads * D, 0.0f, 0.0f, s));
+        // The split-key path needs its workspace; without one the op walks each row in one block.
+        a->workspace_bytes = ds_attention_workspace_bytes(a->n_rows, m->n_heads, D, P);
+        NEED(a->workspace = buf_fill(c, B, a->workspace_bytes / 2, 0.0f, 0.0f, s));
         const double keys = window ? (kv + 1 < window ? kv + 1 : window) : kv + rows_per_seq;
         c->bytes = 2.0 * (2.0 * n_seq * keys * m->n_kv * D + 2.0 * rows * m->n_heads * D +
                           2.0 * rows * m->n_kv * D);
