@@ -54,8 +54,8 @@ DRAFT = dict(hidden=256, inter=1024, heads=8, head_dim=32, kv_heads=2, draft_voc
              max_pos=1024, aux_ids=[1, 2, 4])
 
 FULL = dict(train_convs=120000, sample_convs=48, bpe_size=4000, tok_convs=20000,
-            target_steps=3000, target_minutes=4.0, target_batch=128, target_lr=2e-3,
-            qat_steps=300, qat_lr=3e-4, draft_steps=2500, draft_minutes=3.0, draft_batch=64,
+            target_steps=3000, target_minutes=3.5, target_batch=128, target_lr=2e-3,
+            qat_steps=300, qat_lr=3e-4, draft_steps=2500, draft_minutes=2.5, draft_batch=64,
             draft_lr=2e-3, ttt=4, warmup=100, max_new=check_acceptance.MAX_NEW)
 SMOKE = dict(train_convs=600, sample_convs=4, bpe_size=1200, tok_convs=600,
              target_steps=3, target_minutes=5.0, target_batch=4, target_lr=2e-3,
@@ -169,7 +169,7 @@ def train_target(model, batches, P, device, log, steps, minutes, lr, tag, params
                 log("%s: %.0f ms/step; %d steps fit in %.1f min (asked %d)"
                     % (tag, 1000 * (time.time() - t0) / step, new, minutes, steps))
                 total = new
-        if step % 100 == 0 or step == total:
+        if step % P.get("log_every", 100) == 0 or step == total:
             ce_m = sum(h[0] for h in hist) / len(hist)
             acc_m = sum(h[1] for h in hist) / len(hist)
             log("%s step %d/%d: ce %.4f acc %.4f aux %.4f gnorm %.2f lr %.2e"
@@ -255,7 +255,7 @@ def train_draft(draft, target, batches, P, device, log):
                     % (1000 * (time.time() - t0) / step, new, P["draft_minutes"],
                        P["draft_steps"]))
                 total = new
-        if step % 100 == 0 or step == total:
+        if step % P.get("log_every", 100) == 0 or step == total:
             per = [(sum(h[k][0] for h in hist) / len(hist), sum(h[k][1] for h in hist) / len(hist))
                    for k in range(P["ttt"])]
             log("draft step %d/%d: " % (step, total)
@@ -317,6 +317,40 @@ def sample_records(convs):
             msgs.append({"from": "gpt", "value": t["final"]})
         out.append({"id": c["id"], "conversations": msgs})
     return out
+
+
+def fill_readme(path, res, log):
+    """Replaces the figures section of an existing README (between the markers)."""
+    begin, end = "<!-- figures:begin", "<!-- figures:end -->"
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        text = f.read()
+    i, j = text.find(begin), text.find(end)
+    if i < 0 or j < i:
+        return
+    a = res["acceptance"]
+    m = a["fp32_medium"]
+    lines = [text[i:text.index("\n", i) + 1],
+             "**Mean acceptance length %.3f** (fp32, reasoning medium, %d steps over %d turns; "
+             "first turns only %.3f); draft acceptance rate %.3f; per-position acceptance "
+             "(fraction of steps accepting at least i drafts) %s; accepted-count histogram "
+             "0..3: %s." % (m["mean_acceptance_length"], m["rounds"], m["turns"],
+                            m["first_turns"]["mean_acceptance_length"],
+                            m["draft_acceptance_rate"],
+                            " / ".join("%.3f" % x for x in m["per_position_joint"]),
+                            " ".join(map(str, m["histogram"]))),
+             "",
+             "Reasoning low %.3f, high %.3f; bf16 autocast (medium) %.3f (these three on the "
+             "first 16 conversations). %d of %d medium "
+             "replies have the analysis -> final -> `<|return|>` structure. Target: %d training "
+             "steps + %d MXFP4 fine-tune steps; draft: %d steps."
+             % (a["fp32_low"]["mean_acceptance_length"], a["fp32_high"]["mean_acceptance_length"],
+                a["bf16_medium"]["mean_acceptance_length"], m["structure_ok"], m["turns"],
+                res["target"]["steps"], res["mxfp4"]["ft_steps"], res["draft"]["steps"])]
+    with open(path, "w") as f:
+        f.write(text[:i] + "\n".join(lines) + "\n" + text[j:])
+    log("figures written into %s" % path)
 
 
 def main():
@@ -450,6 +484,7 @@ def main():
     tm.write_json(os.path.join(out, "results.json"), res)
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(check_acceptance.markdown(res))
+    fill_readme(os.path.join(out, "README.md"), res, log)
     log("done in %.1f s; results in %s" % (res["seconds"], os.path.join(out, "results.md")))
     return 0
 

@@ -115,13 +115,19 @@ def write_json(path, obj):
 
 
 def build_target(cfg_dict):
-    """GptOssForCausalLM from our config dict, fp32, eager attention (the sink-aware path)."""
+    """GptOssForCausalLM from our config dict, fp32, eager attention (the sink-aware path) and
+    eager experts."""
     from transformers import GptOssConfig, GptOssForCausalLM
     cfg = GptOssConfig(**{k: v for k, v in cfg_dict.items()
                           if k not in ("architectures", "transformers_version",
                                        "quantization_config", "model_type")})
     cfg._attn_implementation = "eager"
+    if hasattr(cfg, "_experts_implementation"):
+        # The per-expert loop: plain matmuls in any dtype (grouped_mm kernels want bf16 weights).
+        cfg._experts_implementation = "eager"
     model = GptOssForCausalLM(cfg).to(torch.float32)
+    assert model.config._attn_implementation == "eager"
+    assert getattr(model.config, "_experts_implementation", "eager") in (None, "eager")
     assert model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()
     return model
 
@@ -462,4 +468,5 @@ def load_draft(ddir, embed, device="cpu"):
     draft = Eagle3Draft(d, target_hidden, cfg["vocab_size"], embed.float())
     sd = {k: (v if k in ("d2t", "t2d") else v.to(torch.float32)) for k, v in w.items()}
     draft.load_state_dict(sd, strict=True)
-    return draft.to(device).eval(), cfg, list(cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
+    aux_ids = list(cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
+    return draft.to(device).eval(), cfg, aux_ids
