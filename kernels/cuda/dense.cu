@@ -7,27 +7,24 @@
 //
 // Kernels (names read <act>_<weight>w_<op>):
 //   <a>_<w>w_embed            one block per row; copies (and converts) the table row
-//   <a>_<w>w_rmsnorm          one warp per row; Σx² and the scaling in double (as the reference)
-//   bf16_bf16w_matmul_mma     the production matmul: bf16 tensor cores (mma.sync m16n8k16, fp32
-//                             accumulation), weight streaming; used for every T when act and
-//                             weights are bf16
+//   <a>_<w>w_rmsnorm          one block of 256 threads per row; Σx² and the scaling in double
+//                             (as the reference), 8 loads in flight per thread
+//   bf16_bf16w_matmul_tc<BN, BT, BK, WM, WT, WK, STAGES>
+//                             the production matmul: bf16 tensor cores (mma.sync m16n8k16, fp32
+//                             accumulation) fed by a cp.async ring of shared memory; tile shape by
+//                             T: 16 × 8 (T <= 8), 32 × 64 (T <= 64), 64 × 128 (features × tokens)
 //   <a>_<w>w_matmul_simt      fp32 CUDA-core matmul for the other dtype pairs (f32 activations:
 //                             tests against the reference, fp32 runs)
 //   <a>_add, <a>_silu_mul     elementwise, grid-stride (silu in double, as the reference)
 //   <a>_gather_rows           one block per gathered row
 //
-// Batch invariance of the matmul (the property the profiler rests on). For one (N, K) matrix the
-// reduction order of every output element is fixed by K alone:
-//   - the K axis is cut into 32-wide chunks; chunk c belongs to warp-split ks = c mod KS; within a
-//     chunk two mma.sync instructions accumulate 16 k-values each (lane quad q holds k = 8q..8q+7
-//     of the chunk, the same permutation of k for x and W, so it is still the dot product);
-//   - each split accumulates its chunks in increasing order into fp32 registers;
-//   - the KS partial sums are added in the fixed order ((p0 + p1) + p2) + p3 ... in shared memory;
-//   - then + bias, + residual, one rounding.
-// A token's row sits in some n8 column of the mma; each column of D depends only on its own
-// column of B, and the tile (MT, KS) is chosen from N only (never from T). Tokens beyond T are
-// zero columns whose results are discarded. So a row gives the same bits alone or among 255 others,
-// and the prefill path (many token blocks, grid.y > 1) is the very same kernel.
+// Batch invariance of the matmul (the property the profiler rests on): the reduction order of
+// every output element is fixed by K alone — k16 steps in increasing order, even steps into one
+// fp32 accumulator and odd steps into another, (a0 + a1) + bias + residual, one rounding — and
+// every tile shape performs exactly that sequence (THE REDUCTION ORDER below). A token's row sits
+// in some n8 column of the mma; each column of D depends only on its own column of B; a feature
+// always sits in row n mod 16 of its m16 tile. So a row gives the same bits alone or among 299
+// others, whichever tile shape its call used.
 // The SIMT kernel: one warp per output feature, lane l sums k = l, l+32, ... in order, then a
 // fixed xor butterfly; again independent of T.
 //
