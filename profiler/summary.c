@@ -742,11 +742,23 @@ static int cmp_label(const void *a, const void *b) {
     return d ? d : cmp_key(a, b);
 }
 
+// Metadata read attempts in SWMR mode. A reader retries a metadata block whose checksum fails,
+// with growing sleeps, in case the writer was in the middle of writing it; HDF5's default of 100
+// turns a corrupted file into a wait of many minutes. A few attempts cover a concurrent flush.
+#define SWMR_READ_ATTEMPTS 5
+
 static hid_t open_file(struct ctx *c) {
     // SWMR_READ reads a file being written and one whose writer died; a file written without
     // the latest format (not ours, or converted) only opens without it.
-    hid_t f = H5Fopen(c->path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl >= 0 && H5Pset_metadata_read_attempts(fapl, SWMR_READ_ATTEMPTS) < 0) {
+        H5Pclose(fapl);
+        fapl = H5I_INVALID_HID;
+    }
+    hid_t f = H5Fopen(c->path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ,
+                      fapl >= 0 ? fapl : H5P_DEFAULT);
     if (f < 0) f = H5Fopen(c->path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (fapl >= 0) H5Pclose(fapl);
     return f;
 }
 

@@ -72,11 +72,7 @@ class Run:
             raise FileNotFoundError(f"{self.path}: no such file")
         if not h5py.is_hdf5(self.path):
             raise DraftscopeFormatError(f"{self.path}: not an HDF5 file")
-        try:
-            self._f = h5py.File(self.path, "r", libver="latest", swmr=True)
-        except OSError:
-            # Files not written in the latest format only open without SWMR.
-            self._f = h5py.File(self.path, "r")
+        self._f = self._open_file()
         try:
             self._read_meta()
             self._raw = {}
@@ -87,9 +83,26 @@ class Run:
                 _check_table(self.path, name, self._f[name])
                 self._raw[name] = self._f[name][()]
             self._build()
+        except (KeyError, OSError, RuntimeError) as e:
+            # HDF5's own failures (a damaged file): one line naming the file.
+            self._f.close()
+            raise DraftscopeFormatError(f"{self.path}: cannot read: {e}") from None
         except Exception:
             self._f.close()
             raise
+
+    def _open_file(self):
+        # A closed file opens plainly. A file being written, or whose writer died, carries "open
+        # for write" marks that a plain open refuses (naming h5clear): those open in SWMR mode.
+        # Plain first, because a SWMR reader retries a block with a bad checksum for minutes (a
+        # writer may be mid-write) and h5py cannot lower HDF5's attempt count.
+        try:
+            return h5py.File(self.path, "r")
+        except OSError as e:
+            msg = str(e)
+            if "h5clear" not in msg and "open for write" not in msg and "already open" not in msg:
+                raise DraftscopeFormatError(f"{self.path}: cannot open: {msg}") from None
+        return h5py.File(self.path, "r", libver="latest", swmr=True)
 
     # ---- metadata ----
 
