@@ -1,0 +1,576 @@
+// draftscope run: the profiler end to end (DESIGN §5, §6, §9, §10).
+//
+// Loads the target and the draft, renders the dataset's requests with harmony, plans memory once
+// for the largest batch size, replays the requests at every batch size of the sweep with the
+// speculative loop (ds/replay.h, ds/spec.h), writes the run file (ds/record.h) and prints the
+// summary (ds/summary.h). Inputs are checked before anything is written: a missing file, a
+// mismatched pair, an unwritable or non-regular output path and bad flags each end with one line
+// and exit status 1 (input) or 2 (usage), leaving no file behind. SIGINT/SIGTERM finish the step,
+// flush and close the file (exit 130, with the command to resume); a failed write (full disk,
+// file-size limit) stops the run with the file readable up to its last flush (exit 1).
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ds/backend.h"
+#include "ds/cli.h"
+#include "ds/dataset.h"
+#include "ds/device.h"
+#include "ds/eagle3.h"
+#include "ds/gptoss.h"
+#include "ds/harmony.h"
+#include "ds/kernels_cuda.h"
+#include "ds/progress.h"
+#include "ds/record.h"
+#include "ds/replay.h"
+#include "ds/sha256.h"
+#include "ds/spec.h"
+#include "ds/summary.h"
+#include "ds/tokenizer.h"
+
+// The subcommand's entry point (to be listed in ds/cli.h with the others).
+int ds_cmd_run(int argc, char **argv);
+
+#define MAX_BATCH_SIZES 64
+#define REPLY_ESTIMATE_EXTRA 32 // framing tokens around a generated reply (planning estimate)
+
+static void usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: draftscope run --target DIR --draft DIR --dataset FILE --out RUN.h5 [options]\n"
+        "\n"
+        "Replays the dataset's conversations through the target with the EAGLE-3 draft at each\n"
+        "batch size (continuous batching: B sequences in flight, a finished one replaced by the\n"
+        "next request), records every drafted token and every (step, sequence) in RUN.h5 and\n"
+        "prints the acceptance summary. docs/cli.md and docs/hdf5-schema.md have the details.\n"
+        "\n"
+        "inputs:\n"
+        "  -t, --target DIR            gpt-oss checkpoint (Hugging Face layout)\n"
+        "  -d, --draft DIR             EAGLE-3 draft checkpoint for that target\n"
+        "  -D, --dataset FILE          ShareGPT JSON/JSONL or MT-Bench/Spec-Bench questions\n"
+        "      --tokenizer FILE        tokenizer.json or o200k_base.tiktoken (default:\n"
+        "                              TARGET/tokenizer.json)\n"
+        "  -o, --out FILE              the run file to write (HDF5)\n"
+        "speculation:\n"
+        "  -b, --batch-sizes LIST      concurrencies to sweep, e.g. 1,8,32 (default 1)\n"
+        "  -k, --draft-tokens K        draft tokens per step, 1..%d (default 3)\n"
+        "  -r, --rule RULE             greedy (default), target-only (draft argmax accepted with\n"
+        "                              probability p, as vLLM/SGLang at T > 0) or rejection\n"
+        "                              (sampled draft, min(1, p/q), residual (p - q)+)\n"
+        "      --temperature T         sampling temperature of the sampling rules (default 1.0;\n"
+        "                              greedy records p and q at 1.0)\n"
+        "      --top-p P               nucleus threshold in (0, 1] (default 1.0 = off)\n"
+        "      --seed S                seed of the counter-based generator (default 0)\n"
+        "replay:\n"
+        "  -n, --max-new-tokens N      tokens to generate per request at most (default 256)\n"
+        "  -N, --num-conversations N   conversations to replay (default: all usable ones)\n"
+        "      --shuffle               pick them by a seeded shuffle (--seed) instead of the first N\n"
+        "      --turns first|all       first user turn only (default), or every turn\n"
+        "      --reasoning-effort E    low, medium (default) or high (harmony system message)\n"
+        "      --max-context N         context limit in positions (default: longest prompt +\n"
+        "                              max-new-tokens, at most the target's limit); longer\n"
+        "                              prompts are skipped with a message\n"
+        "      --prefill-chunk N       prompt rows per prefill pass (default 512)\n"
+        "output:\n"
+        "      --overwrite             replace an existing run file\n"
+        "      --resume                continue an interrupted run in the same file (same\n"
+        "                              models, dataset, seed, K, rule, temperature, top-p)\n"
+        "      --device D              auto (default), cpu or cuda\n"
+        "  -q, --quiet                 no progress line, no memory plan\n"
+        "  -j, --json                  print the summary as one JSON object\n"
+        "  -h, --help                  this text\n"
+        "\n"
+        "exit status: 0 done, 1 a problem with the input or the output file (one line), 2 usage,\n"
+        "130 interrupted (the file is closed cleanly; rerun with --resume to continue)\n",
+        DS_SPEC_MAX_K);
+}
+
+static int usage_error(const char *what, const char *arg) {
+    fprintf(stderr, "draftscope run: %s%s%s\n", what, arg ? ": " : "", arg ? arg : "");
+    fprintf(stderr, "usage: draftscope run --target DIR --draft DIR --dataset FILE --out RUN.h5 "
+                    "[options]   (--help for more)\n");
+    return 2;
+}
+
+static int fail(const char *msg) {
+    fprintf(stderr, "draftscope run: %s\n", msg);
+    return 1;
+}
+
+struct run_opts {
+    const char *target, *draft, *dataset, *tokenizer, *out;
+    uint32_t batch_sizes[MAX_BATCH_SIZES];
+    size_t n_batch;
+    struct ds_spec_config spec;
+    long long max_new, num_conv, max_context;
+    bool shuffle, overwrite, resume, quiet, json;
+    enum ds_dataset_turns turns;
+    enum ds_reasoning reasoning;
+    enum ds_device_kind device;
+};
+
+static bool parse_ll(const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_batch_sizes(const char *s, struct run_opts *o) {
+    o->n_batch = 0;
+    const char *p = s;
+    if (!*p) return false;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (errno || end == p || (*end && *end != ',') || v < 1 || v > UINT16_MAX ||
+            o->n_batch == MAX_BATCH_SIZES)
+            return false;
+        o->batch_sizes[o->n_batch++] = (uint32_t)v;
+        p = *end ? end + 1 : end;
+        if (*end && !*p) return false; // trailing comma
+    }
+    return o->n_batch > 0;
+}
+
+// The command line, shell-quoted ('...' around words with other than safe characters).
+static char *quote_command(int argc, char **argv) {
+    size_t cap = 32;
+    for (int i = 0; i < argc; i++)
+        cap += 4 * strlen(argv[i]) + 3;
+    char *s = malloc(cap), *p = s;
+    if (!s) return NULL;
+    p += sprintf(p, "draftscope");
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        bool safe = *a != 0;
+        for (const char *c = a; *c; c++)
+            if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=,:+@",
+                        *c))
+                safe = false;
+        *p++ = ' ';
+        if (safe) {
+            p += sprintf(p, "%s", a);
+            continue;
+        }
+        *p++ = '\'';
+        for (const char *c = a; *c; c++) {
+            if (*c == '\'') p += sprintf(p, "'\\''");
+            else *p++ = *c;
+        }
+        *p++ = '\'';
+        *p = 0;
+    }
+    return s;
+}
+
+// Checks the output path before anything slow happens: a regular file or nothing, in a writable
+// directory; exists only with --overwrite or --resume; --resume needs it.
+static enum ds_status check_out(const struct run_opts *o) {
+    struct stat sb;
+    const bool exists = stat(o->out, &sb) == 0;
+    if (exists && !S_ISREG(sb.st_mode))
+        return ds_error_set(DS_ERR_IO, "%s: not a regular file; give a file path for --out",
+                            o->out);
+    if (o->resume && !exists)
+        return ds_error_set(DS_ERR_IO, "%s: no such run file to resume", o->out);
+    if (exists && !o->resume && !o->overwrite)
+        return ds_error_set(DS_ERR_IO,
+                            "%s: file exists; use --resume to continue it or --overwrite to "
+                            "replace it",
+                            o->out);
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", o->out);
+    const char *dir = dirname(buf);
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return ds_error_set(DS_ERR_IO, "%s: directory %s does not exist", o->out, dir);
+    if (access(dir, W_OK) != 0 || (exists && access(o->out, W_OK) != 0))
+        return ds_error_set(DS_ERR_IO, "%s: not writable (%s)", o->out, strerror(EACCES));
+    return DS_OK;
+}
+
+struct run_state {
+    ds_tokenizer_t *tok;
+    ds_harmony_t *h;
+    ds_dataset_t *ds;
+    struct ds_replay_work work;
+    struct ds_backend *be;
+    ds_gptoss_t *target;
+    ds_eagle3_t *draft;
+    ds_spec_t *spec;
+    ds_recorder_t *rec;
+    char *cmdline, *options;
+};
+
+static void free_state(struct run_state *g) {
+    ds_spec_release(g->spec);
+    ds_eagle3_release(g->draft);
+    ds_gptoss_release(g->target);
+    ds_backend_release(g->be);
+    ds_replay_work_free(&g->work);
+    ds_dataset_release(g->ds);
+    ds_harmony_release(g->h);
+    ds_tokenizer_release(g->tok);
+    free(g->cmdline);
+    free(g->options);
+}
+
+static bool file_exists(const char *dir, const char *name, char *buf, size_t cap) {
+    struct stat sb;
+    snprintf(buf, cap, "%s/%s", dir, name);
+    return stat(buf, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static enum ds_status config_hash(const char *dir, char hex[DS_SHA256_HEX_BYTES]) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    return ds_sha256_file(path, hex);
+}
+
+static int run(struct run_state *g, const struct run_opts *o, int argc, char **argv) {
+    enum ds_status s;
+    if ((s = check_out(o))) return fail(ds_error_last());
+
+    // Inputs: configs, tokenizer, dataset (all before any model memory).
+    struct ds_target_config tc;
+    if ((s = ds_target_config_load(o->target, &tc))) return fail(ds_error_last());
+    struct ds_aux_plan aux;
+    if ((s = ds_eagle3_aux_plan(o->draft, &tc, NULL, &aux))) return fail(ds_error_last());
+    char path[PATH_MAX];
+    const char *tok_path = o->tokenizer;
+    if (!tok_path && file_exists(o->target, "tokenizer.json", path, sizeof path)) tok_path = path;
+    if (!tok_path) {
+        ds_error_set(DS_ERR_ARG, "%s: no tokenizer.json; give --tokenizer FILE", o->target);
+        return fail(ds_error_last());
+    }
+    if ((s = ds_tokenizer_load(tok_path, &g->tok)) || (s = ds_harmony_create(g->tok, &g->h)))
+        return fail(ds_error_last());
+    if (ds_tokenizer_vocab_size(g->tok) > tc.vocab_size) {
+        ds_error_set(DS_ERR_MISMATCH, "%s: tokenizer has %d ids, the target's vocabulary %lld",
+                     tok_path, ds_tokenizer_vocab_size(g->tok), (long long)tc.vocab_size);
+        return fail(ds_error_last());
+    }
+    struct ds_dataset_options dopt;
+    ds_dataset_options_default(&dopt);
+    dopt.order = o->shuffle ? DS_ORDER_SHUFFLE : DS_ORDER_FILE;
+    dopt.seed = o->spec.seed;
+    dopt.num_conversations = (size_t)o->num_conv;
+    dopt.turns = o->turns;
+    if ((s = ds_dataset_open(o->dataset, &dopt, &g->ds))) return fail(ds_error_last());
+    if (ds_dataset_num_requests(g->ds) == 0) {
+        ds_error_set(DS_ERR_FORMAT, "%s: no usable conversation", o->dataset);
+        return fail(ds_error_last());
+    }
+    struct ds_harmony_system sys;
+    ds_harmony_system_default(&sys);
+    sys.reasoning = o->reasoning;
+    const int reply_est = (int)o->max_new + REPLY_ESTIMATE_EXTRA;
+    if ((s = ds_replay_prepare(g->ds, g->h, &sys, reply_est, &g->work)))
+        return fail(ds_error_last());
+
+    // Context: the planned positions per slot (also the limit prompts are checked against).
+    long long limit = tc.max_position_embeddings;
+    if (o->max_context > 0 && o->max_context < limit) limit = o->max_context;
+    long long P = o->max_context > 0 ? limit
+                                     : (long long)g->work.max_est_len + o->max_new + o->spec.k + 2;
+    if (P > limit) P = limit;
+    if (P < 2) P = 2;
+    uint32_t max_b = 0;
+    for (size_t i = 0; i < o->n_batch; i++)
+        if (o->batch_sizes[i] > max_b) max_b = o->batch_sizes[i];
+
+    // Models and the step engine, planned once for the largest batch size.
+    struct ds_device_info info;
+    if ((s = ds_device_resolve(o->device, &info))) return fail(ds_error_last());
+    s = info.kind == DS_DEVICE_CUDA ? ds_backend_cuda_create(info.cuda_device, &g->be)
+                                    : ds_backend_ref_create(&g->be);
+    if (s) return fail(ds_error_last());
+    struct ds_gptoss_plan tp = {0};
+    struct ds_eagle3_plan dp = {0};
+    ds_spec_plan(&o->spec, (int)max_b, (int)P, &tp, &dp);
+    ds_gptoss_plan_aux(&tp, &aux);
+    if ((s = ds_gptoss_create(o->target, g->be, &tp, NULL, &g->target)) ||
+        (s = ds_eagle3_create(o->draft, g->target, g->be, &dp, NULL, &g->draft)) ||
+        (s = ds_spec_create(g->target, g->draft, &o->spec, &g->spec)))
+        return fail(ds_error_last());
+    struct ds_gptoss_memory tm, dm;
+    ds_gptoss_memory_plan(g->target, &tm);
+    ds_eagle3_memory_plan(g->draft, &dm);
+    FILE *info_f = o->json ? stderr : stdout;
+    if (!o->quiet) {
+        fprintf(info_f,
+                "draftscope run on %s: %zu requests x %zu batch sizes (max B %u), K %d, rule %s, "
+                "context %lld positions\n",
+                info.name, g->work.n, o->n_batch, max_b, o->spec.k,
+                ds_spec_rule_name(o->spec.rule), P);
+        fprintf(info_f,
+                "memory: target weights %.3f GB, KV %.3f GB, activations %.3f GB; draft weights "
+                "%.3f GB, KV %.3f GB, activations %.3f GB; speculation buffers %.3f GB\n",
+                (double)tm.weights / 1e9, (double)tm.kv / 1e9, (double)tm.activations / 1e9,
+                (double)dm.weights / 1e9, (double)dm.kv / 1e9, (double)dm.activations / 1e9,
+                (double)ds_spec_device_bytes(g->spec) / 1e9);
+        if (info.why_cpu[0]) fprintf(info_f, "(cpu: %s)\n", info.why_cpu);
+        fflush(info_f);
+    }
+
+    // Run metadata and the file.
+    char t_hash[DS_SHA256_HEX_BYTES], d_hash[DS_SHA256_HEX_BYTES], ds_hash[DS_SHA256_HEX_BYTES];
+    if ((s = config_hash(o->target, t_hash)) || (s = config_hash(o->draft, d_hash)) ||
+        (s = ds_sha256_file(o->dataset, ds_hash)))
+        return fail(ds_error_last());
+    g->cmdline = quote_command(argc, argv);
+    json_t *opt = json_object();
+    json_object_set_new(opt, "max_new_tokens", json_integer(o->max_new));
+    json_object_set_new(opt, "num_conversations", json_integer(o->num_conv));
+    json_object_set_new(opt, "shuffle", json_boolean(o->shuffle));
+    json_object_set_new(opt, "turns", json_string(o->turns == DS_TURNS_ALL ? "all" : "first"));
+    json_object_set_new(opt, "reasoning_effort", json_string(ds_reasoning_name(o->reasoning)));
+    json_object_set_new(opt, "max_context", json_integer(P));
+    json_object_set_new(opt, "prefill_chunk", json_integer(o->spec.prefill_chunk));
+    json_object_set_new(opt, "tokenizer", json_string(tok_path));
+    json_object_set_new(opt, "device", json_string(info.name));
+    g->options = json_dumps(opt, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(opt);
+    if (!g->cmdline || !g->options) return fail("out of memory");
+    char drv[32] = "", rt[32] = "";
+    if (info.driver_version)
+        snprintf(drv, sizeof drv, "%d.%d", info.driver_version / 1000,
+                 info.driver_version % 1000 / 10);
+    if (info.runtime_version)
+        snprintf(rt, sizeof rt, "%d.%d", info.runtime_version / 1000,
+                 info.runtime_version % 1000 / 10);
+    struct ds_run_meta meta = {
+        .command_line = g->cmdline,
+        .gpu_name = info.name,
+        .driver_version = drv,
+        .cuda_version = rt,
+        .target_path = o->target,
+        .target_config_sha256 = t_hash,
+        .draft_path = o->draft,
+        .draft_config_sha256 = d_hash,
+        .dataset_path = o->dataset,
+        .dataset_sha256 = ds_hash,
+        .rule = ds_spec_rule_name(o->spec.rule),
+        .options_json = g->options,
+        .seed = o->spec.seed,
+        .k = (uint32_t)o->spec.k,
+        .temperature = o->spec.temperature,
+        .top_p = o->spec.top_p,
+        .batch_sizes = o->batch_sizes,
+        .n_batch_sizes = o->n_batch,
+        .trace_level = DS_REC_TRACE_OFF,
+    };
+    struct ds_resume_info ri;
+    if (o->resume) s = ds_recorder_open_resume(o->out, &meta, &ri, &g->rec);
+    else s = ds_recorder_create(o->out, &meta, o->overwrite ? DS_RECORDER_OVERWRITE : 0, &g->rec);
+    if (s) return fail(ds_error_last());
+    if (o->resume && !o->quiet)
+        fprintf(info_f, "resuming %s: session %u, %zu requests already recorded\n", o->out,
+                ri.session, ri.n_done);
+
+    // The replay.
+    struct ds_progress prog;
+    ds_progress_init(&prog, stderr, o->quiet ? DS_PROGRESS_QUIET : DS_PROGRESS_AUTO, 0);
+    struct ds_replay_config rc = {.batch_sizes = o->batch_sizes,
+                                  .n_batch_sizes = o->n_batch,
+                                  .max_new_tokens = (int)o->max_new,
+                                  .sys = &sys,
+                                  .log = o->quiet ? NULL : stderr,
+                                  .progress = &prog};
+    struct ds_replay_stats st;
+    if ((s = ds_recorder_catch_signals())) return fail(ds_error_last());
+    s = ds_replay_run(g->spec, g->h, g->tok, g->ds, &g->work, &rc, g->rec, o->resume ? &ri : NULL,
+                      &st);
+    char err[1024] = "";
+    if (s != DS_OK && s != DS_ERR_INTERRUPTED) snprintf(err, sizeof err, "%s", ds_error_last());
+    if (s == DS_ERR_INTERRUPTED) {
+        struct ds_run_end end = {.status = DS_REC_SESSION_INTERRUPTED, .trace_overhead = NAN};
+        ds_recorder_set_end(g->rec, &end);
+    }
+    enum ds_status cs = ds_recorder_close(g->rec);
+    g->rec = NULL;
+    if (s == DS_ERR_INTERRUPTED) {
+        fprintf(stderr,
+                "draftscope run: interrupted; %s is closed with %llu requests recorded in this "
+                "session. Continue with the same command and --resume\n",
+                o->out, (unsigned long long)st.requests);
+        return 130;
+    }
+    if (s != DS_OK) return fail(err);
+    if (cs != DS_OK) return fail(ds_error_last());
+    if (st.skipped && !o->quiet)
+        fprintf(info_f, "%llu requests skipped (prompt beyond the context limit of %lld)\n",
+                (unsigned long long)st.skipped, P);
+
+    // The summary of the file just written.
+    struct ds_summary *sum = NULL;
+    if ((s = ds_summary_compute(o->out, DS_SUMMARY_BY_BATCH, &sum))) return fail(ds_error_last());
+    s = o->json ? ds_summary_print_json(sum, stdout) : ds_summary_print_text(sum, stdout);
+    ds_summary_free(sum);
+    if (s) return fail(ds_error_last());
+    return 0;
+}
+
+int ds_cmd_run(int argc, char **argv) {
+    enum {
+        O_TOKENIZER = 256,
+        O_TEMP,
+        O_TOPP,
+        O_SEED,
+        O_SHUFFLE,
+        O_TURNS,
+        O_REASON,
+        O_MAXCTX,
+        O_CHUNK,
+        O_OVERWRITE,
+        O_RESUME,
+        O_DEVICE
+    };
+    static const struct option long_opts[] = {
+        {"target", required_argument, NULL, 't'},
+        {"draft", required_argument, NULL, 'd'},
+        {"dataset", required_argument, NULL, 'D'},
+        {"tokenizer", required_argument, NULL, O_TOKENIZER},
+        {"out", required_argument, NULL, 'o'},
+        {"batch-sizes", required_argument, NULL, 'b'},
+        {"draft-tokens", required_argument, NULL, 'k'},
+        {"rule", required_argument, NULL, 'r'},
+        {"temperature", required_argument, NULL, O_TEMP},
+        {"top-p", required_argument, NULL, O_TOPP},
+        {"seed", required_argument, NULL, O_SEED},
+        {"max-new-tokens", required_argument, NULL, 'n'},
+        {"num-conversations", required_argument, NULL, 'N'},
+        {"shuffle", no_argument, NULL, O_SHUFFLE},
+        {"turns", required_argument, NULL, O_TURNS},
+        {"reasoning-effort", required_argument, NULL, O_REASON},
+        {"max-context", required_argument, NULL, O_MAXCTX},
+        {"prefill-chunk", required_argument, NULL, O_CHUNK},
+        {"overwrite", no_argument, NULL, O_OVERWRITE},
+        {"resume", no_argument, NULL, O_RESUME},
+        {"device", required_argument, NULL, O_DEVICE},
+        {"quiet", no_argument, NULL, 'q'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct run_opts o = {.n_batch = 1,
+                         .batch_sizes = {1},
+                         .spec = {.rule = DS_SPEC_GREEDY,
+                                  .k = 3,
+                                  .temperature = 1.0f,
+                                  .top_p = 1.0f,
+                                  .seed = 0,
+                                  .prefill_chunk = 512},
+                         .max_new = 256,
+                         .turns = DS_TURNS_FIRST,
+                         .reasoning = DS_REASONING_MEDIUM,
+                         .device = DS_DEVICE_AUTO};
+    long long ll;
+    char *end;
+    double dv;
+    optind = 0; // full re-initialisation: the command may run more than once in one process
+    opterr = 0;
+    for (int c; (c = getopt_long(argc, argv, "t:d:D:o:b:k:r:n:N:qjh", long_opts, NULL)) != -1;) {
+        switch (c) {
+        case 't': o.target = optarg; break;
+        case 'd': o.draft = optarg; break;
+        case 'D': o.dataset = optarg; break;
+        case O_TOKENIZER: o.tokenizer = optarg; break;
+        case 'o': o.out = optarg; break;
+        case 'b':
+            if (!parse_batch_sizes(optarg, &o))
+                return usage_error("--batch-sizes wants a comma-separated list of sizes 1..65535",
+                                   optarg);
+            break;
+        case 'k':
+            if (!parse_ll(optarg, 1, DS_SPEC_MAX_K, &ll))
+                return usage_error("--draft-tokens wants an integer in 1..16", optarg);
+            o.spec.k = (int)ll;
+            break;
+        case 'r':
+            if (ds_spec_rule_parse(optarg, &o.spec.rule))
+                return usage_error("--rule wants greedy, target-only or rejection", optarg);
+            break;
+        case O_TEMP:
+            dv = strtod(optarg, &end);
+            if (end == optarg || *end || !(dv > 0) || isinf(dv))
+                return usage_error("--temperature wants a number > 0", optarg);
+            o.spec.temperature = (float)dv;
+            break;
+        case O_TOPP:
+            dv = strtod(optarg, &end);
+            if (end == optarg || *end || !(dv > 0 && dv <= 1))
+                return usage_error("--top-p wants a number in (0, 1]", optarg);
+            o.spec.top_p = (float)dv;
+            break;
+        case O_SEED:
+            if (!parse_ll(optarg, 0, INT64_MAX, &ll))
+                return usage_error("--seed wants an integer >= 0", optarg);
+            o.spec.seed = (uint64_t)ll;
+            break;
+        case 'n':
+            if (!parse_ll(optarg, 1, INT32_MAX / 2, &o.max_new))
+                return usage_error("--max-new-tokens wants an integer >= 1", optarg);
+            break;
+        case 'N':
+            if (!parse_ll(optarg, 1, INT32_MAX, &o.num_conv))
+                return usage_error("--num-conversations wants an integer >= 1", optarg);
+            break;
+        case O_SHUFFLE: o.shuffle = true; break;
+        case O_TURNS:
+            if (!strcmp(optarg, "first")) o.turns = DS_TURNS_FIRST;
+            else if (!strcmp(optarg, "all")) o.turns = DS_TURNS_ALL;
+            else return usage_error("--turns wants first or all", optarg);
+            break;
+        case O_REASON:
+            if (ds_reasoning_parse(optarg, &o.reasoning))
+                return usage_error("--reasoning-effort wants low, medium or high", optarg);
+            break;
+        case O_MAXCTX:
+            if (!parse_ll(optarg, 2, INT32_MAX, &o.max_context))
+                return usage_error("--max-context wants an integer >= 2", optarg);
+            break;
+        case O_CHUNK:
+            if (!parse_ll(optarg, 1, 1 << 20, &ll))
+                return usage_error("--prefill-chunk wants an integer >= 1", optarg);
+            o.spec.prefill_chunk = (int)ll;
+            break;
+        case O_OVERWRITE: o.overwrite = true; break;
+        case O_RESUME: o.resume = true; break;
+        case O_DEVICE:
+            if (ds_device_parse(optarg, &o.device) != DS_OK)
+                return usage_error("--device wants auto, cpu or cuda", optarg);
+            break;
+        case 'q': o.quiet = true; break;
+        case 'j': o.json = true; break;
+        case 'h': usage(stdout); return 0;
+        default: return usage_error("unknown option or missing value", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return usage_error("unexpected argument", argv[optind]);
+    if (!o.target) return usage_error("--target DIR is required", NULL);
+    if (!o.draft) return usage_error("--draft DIR is required", NULL);
+    if (!o.dataset) return usage_error("--dataset FILE is required", NULL);
+    if (!o.out) return usage_error("--out FILE is required", NULL);
+    if (o.resume && o.overwrite) return usage_error("--resume and --overwrite exclude each other",
+                                                    NULL);
+
+    struct run_state g = {0};
+    int rc = run(&g, &o, argc, argv);
+    fflush(stdout);
+    if (g.rec) ds_recorder_close(g.rec);
+    free_state(&g);
+    return rc;
+}
