@@ -755,8 +755,7 @@ static hid_t open_file(struct ctx *c) {
         H5Pclose(fapl);
         fapl = H5I_INVALID_HID;
     }
-    hid_t f = H5Fopen(c->path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ,
-                      fapl >= 0 ? fapl : H5P_DEFAULT);
+    hid_t f = H5Fopen(c->path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl >= 0 ? fapl : H5P_DEFAULT);
     if (f < 0) f = H5Fopen(c->path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (fapl >= 0) H5Pclose(fapl);
     return f;
