@@ -14,6 +14,10 @@ Writes into OUTDIR:
                                 renderer by a ctest)
     results.json, results.md    the figures (losses, accuracies, acceptance)
     log.txt                     everything printed
+    README.md                   a copy of models/tiny/README.md with the measured figures filled
+                                in (an existing OUTDIR/README.md is updated instead)
+
+so that OUTDIR can replace models/tiny as a whole.
 
 Phases: corpus (scripts/tiny/corpus.py, seed 1 for training, seed 2 for the samples) ->
 tokenizer (byte-level BPE, o200k regex, harmony specials) -> target training (bf16 autocast,
@@ -31,6 +35,7 @@ import json
 import math
 import os
 import random
+import shutil
 import sys
 import time
 
@@ -40,6 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import check_acceptance  # noqa: E402
 import corpus  # noqa: E402
+import selftest  # noqa: E402
 import tinymodel as tm  # noqa: E402
 import tok as tk  # noqa: E402
 
@@ -381,6 +387,10 @@ def main():
     os.makedirs(tdir, exist_ok=True)
     os.makedirs(ddir, exist_ok=True)
     log = Log(os.path.join(out, "log.txt"))
+    # OUTDIR becomes a complete models/tiny: it gets the README, whose figures are filled in.
+    readme = os.path.join(HERE, "..", "..", "models", "tiny", "README.md")
+    if not os.path.exists(os.path.join(out, "README.md")) and os.path.exists(readme):
+        shutil.copy(readme, os.path.join(out, "README.md"))
     res = {"params": P, "target_dims": TARGET, "draft_dims": DRAFT}
     import tokenizers
     import transformers
@@ -389,6 +399,8 @@ def main():
            torch.__version__, transformers.__version__, tokenizers.__version__, P))
     res["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__,
                        "tokenizers": tokenizers.__version__}
+    selftest.main()  # the pipeline's own pieces, before spending GPU time on them
+    log("selftest passed")
     torch.manual_seed(1234)
     if dev == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
