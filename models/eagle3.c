@@ -41,26 +41,28 @@ struct ds_eagle3 {
     void *k_cache, *v_cache; // (S, P, NKV, D) act
 
     void *act_arena;
-    void *e;                    // (T, H) act: embeddings, then input_layernorm(e) in place
-    void *a_in;                 // (T, W) act: gathered target states
-    void *tmp;                  // (T, Ht) act: one aux state for fc_norm
-    void *g;                    // (T, H) act: the hidden input
-    void *gn;                   // (T, H) act: hidden_norm(g)
-    void *u;                    // (T, 2H) act: [input_layernorm(e) | hidden_norm(g)]
-    void *q;                    // (T, NH·D) act
-    void *k, *v;                // (T, NKV·D) act
-    void *attn;                 // (T, NH·D) act
-    void *h1;                   // (T, H) act
-    void *z;                    // (T, H) act
-    void *gate, *up;            // (T, I) act
-    void *h2;                   // (T, H) act: pre-norm output
-    void *n;                    // (T, H) act: norm(h2)
-    void *gathered;             // (R, H) act
-    void *logits;               // (R, Dv) act
-    void *full;                 // (R, V) act, when plan.full_vocab
-    int32_t *argmax_ids;        // (R)
-    int32_t *map;               // (Dv) draft id → target id
-    float *rope_cos, *rope_sin; // (P, D/2)
+    void *e;         // (T, H) act: embeddings, then input_layernorm(e) in place
+    void *a_in;      // (T, W) act: gathered target states
+    void *tmp;       // (T, Ht) act: one aux state for fc_norm
+    void *g;         // (T, H) act: the hidden input
+    void *gn;        // (T, H) act: hidden_norm(g)
+    void *u;         // (T, 2H) act: [input_layernorm(e) | hidden_norm(g)]
+    void *q;         // (T, NH·D) act
+    void *k, *v;     // (T, NKV·D) act
+    void *attn;      // (T, NH·D) act
+    void *h1;        // (T, H) act
+    void *z;         // (T, H) act
+    void *gate, *up; // (T, I) act
+    void *h2;        // (T, H) act: pre-norm output
+    void *n;         // (T, H) act: norm(h2)
+    void *gathered;  // (R, H) act
+    void *logits;    // (R, Dv) act
+    void *full;      // (R, V) act, when plan.full_vocab
+    void *attn_ws;   // ds_attention_workspace_bytes(T, NH, D, P): the CUDA split-key path
+    size_t attn_ws_bytes;
+    int32_t *argmax_ids;                         // (R)
+    int32_t *map;                                // (Dv) draft id → target id
+    float *rope_cos, *rope_sin;                  // (P, D/2)
     int32_t *d_tokens, *d_pos, *d_rows, *d_hidx; // (T), (T), (R), (T)
     struct ds_attn_seq *d_seqs;                  // (S)
 
@@ -203,6 +205,9 @@ static size_t carve_activations(ds_eagle3_t *d, char *base) {
     d->gathered = carve(base, &off, R * H * e);
     d->logits = carve(base, &off, R * (size_t)d->Dv * e);
     d->full = d->plan.full_vocab ? carve(base, &off, R * (size_t)d->V * e) : NULL;
+    d->attn_ws_bytes =
+        ds_model_attention_workspace_bytes(d->plan.max_rows, d->NH, d->D, d->plan.max_pos);
+    d->attn_ws = d->attn_ws_bytes ? carve(base, &off, d->attn_ws_bytes) : NULL;
     d->argmax_ids = carve(base, &off, R * sizeof(int32_t));
     d->map = carve(base, &off, (size_t)d->Dv * sizeof(int32_t));
     size_t rope = (size_t)d->plan.max_pos * (size_t)(d->D / 2) * sizeof(float);
@@ -503,6 +508,8 @@ static enum ds_status forward(ds_eagle3_t *d, const struct ds_batch *b, enum dra
         .scale = 1.0f / sqrtf((float)d->D),
         .sinks = NULL,
         .out = d->attn,
+        .workspace = d->attn_ws,
+        .workspace_bytes = d->attn_ws_bytes,
     };
     if ((s = be->attention(be, &a))) return s;
     // h1 = o + r, r = g (raw) or hidden_norm(g) with norm_before_residual.

@@ -64,8 +64,10 @@ struct ds_gptoss {
     void *aux;           // (T, A·H) act
     int32_t *expert_ids; // (L, T, KE)
     float *expert_w;     // (T, KE)
-    void *moe_ws;        // ds_moe_workspace_bytes(T, I, KE)
+    void *moe_ws;        // ds_moe_workspace_bytes_v2(T, H, I, E, KE): any backend's need
     size_t moe_ws_bytes;
+    void *attn_ws; // ds_attention_workspace_bytes(T, NH, D, P): the CUDA split-key path
+    size_t attn_ws_bytes;
     float *rope_cos, *rope_sin; // (P, D/2)
     int32_t *d_tokens;          // (T)
     int32_t *d_pos;             // (T)
@@ -215,8 +217,11 @@ static size_t carve_activations(ds_gptoss_t *m, char *base) {
     m->aux = carve(base, &off, T * (size_t)(m->plan.n_aux ? m->plan.n_aux : 1) * H * e);
     m->expert_ids = carve(base, &off, (size_t)m->L * T * KE * sizeof(int32_t));
     m->expert_w = carve(base, &off, T * KE * sizeof(float));
-    m->moe_ws_bytes = ds_model_moe_workspace_bytes(m->plan.max_rows, m->I, m->KE);
+    m->moe_ws_bytes = ds_model_moe_workspace_bytes(m->plan.max_rows, m->H, m->I, m->E, m->KE);
     m->moe_ws = carve(base, &off, m->moe_ws_bytes ? m->moe_ws_bytes : 1);
+    m->attn_ws_bytes =
+        ds_model_attention_workspace_bytes(m->plan.max_rows, m->NH, m->D, m->plan.max_pos);
+    m->attn_ws = m->attn_ws_bytes ? carve(base, &off, m->attn_ws_bytes) : NULL;
     size_t rope = (size_t)m->plan.max_pos * (size_t)(m->D / 2) * sizeof(float);
     m->rope_cos = carve(base, &off, rope);
     m->rope_sin = carve(base, &off, rope);
@@ -462,6 +467,8 @@ static enum ds_status attention_block(ds_gptoss_t *m, int l, int T, int n_seq) {
         .scale = 1.0f / sqrtf((float)m->D),
         .sinks = w->sinks.p,
         .out = m->attn,
+        .workspace = m->attn_ws,
+        .workspace_bytes = m->attn_ws_bytes,
     };
     if ((s = be->attention(be, &a))) return s;
     return matmul(m, T, QD, m->H, m->attn, &w->o_w, &w->o_b, m->x, m->x);

@@ -118,8 +118,12 @@ enum ds_status ds_rope_upload(struct ds_backend *be, const struct ds_rope_spec *
     return s;
 }
 
-size_t ds_model_moe_workspace_bytes(int n_rows, int inter, int top_k) {
-    return ds_moe_workspace_bytes(n_rows, inter, top_k);
+size_t ds_model_moe_workspace_bytes(int n_rows, int dim, int inter, int n_experts, int top_k) {
+    return ds_moe_workspace_bytes_v2(n_rows, dim, inter, n_experts, top_k);
+}
+
+size_t ds_model_attention_workspace_bytes(int n_rows, int n_heads, int head_dim, int max_pos) {
+    return ds_attention_workspace_bytes(n_rows, n_heads, head_dim, max_pos);
 }
 
 enum ds_status ds_model_d2t_to_map(const int64_t *d2t, int draft_vocab, int target_vocab,

@@ -102,7 +102,8 @@ enum ds_status ds_rope_upload(struct ds_backend *be, const struct ds_rope_spec *
 
 // ds/kernels.h helpers re-exported for gptoss.c and eagle3.c, which include ds/config.h and so
 // cannot include ds/kernels.h (both define struct ds_rope_config).
-size_t ds_model_moe_workspace_bytes(int n_rows, int inter, int top_k);
+size_t ds_model_moe_workspace_bytes(int n_rows, int dim, int inter, int n_experts, int top_k);
+size_t ds_model_attention_workspace_bytes(int n_rows, int n_heads, int head_dim, int max_pos);
 enum ds_status ds_model_d2t_to_map(const int64_t *d2t, int draft_vocab, int target_vocab,
                                    int32_t *map_out);
 
