@@ -1,0 +1,220 @@
+// ds/trace.h: kernel timings. CUPTI activity tracing, NVTX phase ranges, phase times per step,
+// the decode baseline, and the overhead measurement.
+//
+// Levels (enum ds_rec_trace_level, `--trace off|phases|kernels`):
+//   off     Nothing is registered with CUPTI and no CUDA event is recorded. Phase calls only
+//           push/pop NVTX ranges, which are no-ops unless an NVTX injection library is loaded
+//           (Nsight Systems provides one), so `nsys profile draftscope run --trace off` still
+//           shows the phases. Steps rows carry no phase times.
+//   phases  Each phase is bracketed by two CUDA events on the traced stream (GPU time, no
+//           CUPTI). collect turns them into /ranges rows and per-step phase times.
+//   kernels As phases, plus CUPTI activity records of kind CONCURRENT_KERNEL (never the
+//           serializing KERNEL kind), tagged with (step, phase, draft step) through CUPTI
+//           external correlation ids pushed around each phase: one /kernels row per kernel,
+//           names interned, graph node ids kept for kernels launched from CUDA graphs.
+//
+// Order of calls (the run loop):
+//   ds_trace_create(level, rec, NULL, &tr)   before any CUDA module loads: before
+//                                            ds_backend_cuda_create and before any graph capture
+//   ds_trace_set_stream(tr, ds_backend_cuda_stream(be))
+//   per step:  ds_trace_phase_begin(tr, step, phase, draft_step, batch) ... ds_trace_phase_end(tr)
+//              around each phase (prefill, draft_extend, draft_step k, verify, accept, sample)
+//   between steps, on the recorder's thread: ds_trace_collect(tr, &times, &n)
+//              then per steps row: ds_trace_step_fill(&times[i], &row)
+//   ds_trace_collect once more after the last step, ds_trace_stats, ds_trace_release.
+//
+// Clocks: every time written is ns since the recorder's session start (ds_recorder_elapsed_ns).
+// CUPTI timestamps are shifted by an offset measured against cuptiGetTimestamp at each collect;
+// CUDA events are placed by an anchor event recorded at the end of each collect.
+//
+// Threads: phase calls and collect come from the thread that owns the recorder (CUPTI buffers
+// are completed on CUPTI's thread; the completion callback only queues them). At most one trace
+// of level kernels exists per process (CUPTI's activity API is process-wide).
+//
+// Cost: phase calls never allocate and never synchronize. collect synchronizes on the last end
+// event (the run loop has waited for the step anyway), flushes CUPTI, converts and appends rows.
+// docs/tracing.md gives the measured overheads.
+#ifndef DS_TRACE_H
+#define DS_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ds/gptoss.h"
+#include "ds/record.h"
+#include "ds/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ds_trace ds_trace_t;
+
+// Tuning; a NULL options pointer or a 0 field means the default in brackets.
+struct ds_trace_options {
+    size_t buffer_bytes;     // one CUPTI activity buffer [4 MiB]; CUPTI recommends 1-10 MB
+    size_t max_buffer_bytes; // all CUPTI buffers together [128 MiB]; beyond it CUPTI drops
+                             //   records, which are counted (stats.dropped_records)
+    size_t max_ranges;       // phase ranges held between two collects [8192]; more are dropped
+                             //   and counted (stats.dropped_ranges)
+};
+
+// Phase times of one step, from its ranges (GPU time between the phase's two events).
+struct ds_trace_step_times {
+    uint64_t step;
+    uint64_t start_ns, end_ns; // first phase begin, last phase end; ns since session start
+    uint64_t phase_ns[DS_REC_PHASE_COUNT]; // summed durations per phase (draft_step: all k)
+    uint32_t ranges;                       // ranges that went into it
+};
+
+// Counters since create.
+struct ds_trace_stats {
+    uint64_t ranges;          // /ranges rows produced
+    uint64_t kernels;         // /kernels rows produced
+    uint64_t dropped_records; // CUPTI records lost (cuptiActivityGetNumDroppedRecords, and
+                              //   records of buffers CUPTI could not get)
+    uint64_t dropped_ranges;  // phase ranges lost: more than max_ranges between collects
+    uint64_t unattributed;    // kernel records with no phase (launched outside every phase,
+                              //   e.g. weight uploads); not written
+    uint64_t buffers;         // CUPTI buffers completed
+};
+
+// Parses "off", "phases" or "kernels" (DS_ERR_ARG naming the text otherwise).
+enum ds_status ds_trace_level_parse(const char *text, enum ds_rec_trace_level *level_out);
+// "off", "phases", "kernels"; NULL for an invalid value.
+const char *ds_trace_level_name(enum ds_rec_trace_level level);
+// Phase name as in NVTX ranges and the file's enum: "prefill", "draft_extend", "draft_step",
+// "verify", "accept", "sample"; NULL for an invalid value.
+const char *ds_trace_phase_name(enum ds_rec_phase phase);
+
+// Creates a trace. level off always succeeds (rec may then be NULL). phases and kernels need a
+// CUDA device: without one DS_ERR_NODEVICE, message "no GPU: tracing is off (...)". rec receives
+// the /ranges and /kernels rows and interns kernel names; it may be NULL (times only, nothing
+// written). kernels: registers the CUPTI buffer callbacks and enables CONCURRENT_KERNEL,
+// EXTERNAL_CORRELATION and the RUNTIME/DRIVER API kinds (external correlation records follow API
+// records). Call it before any CUDA module loads, or CUPTI instruments the modules lazily (seconds
+// at the first launch) and the first kernels are lost.
+// Errors: DS_ERR_ARG (bad level or options), DS_ERR_NODEVICE, DS_ERR_UNSUPPORTED (a kernels trace
+// already exists, or CUPTI refused: its message is quoted), DS_ERR_NOMEM. *trace_out is NULL on
+// failure; nothing stays registered.
+enum ds_status ds_trace_create(enum ds_rec_trace_level level, ds_recorder_t *rec,
+                               const struct ds_trace_options *opt, ds_trace_t **trace_out);
+
+// The stream whose work the phases bracket (a cudaStream_t; the CUDA backend's stream). Needed at
+// levels phases/kernels before the first phase (phases before it get no events, no ranges);
+// waits for the stream once and records an anchor event. No-op at level off.
+// Errors: DS_ERR_ARG (NULL trace), DS_ERR_NODEVICE (the CUDA runtime failed; its message).
+enum ds_status ds_trace_set_stream(ds_trace_t *trace, void *stream);
+
+// Opens a phase of `step`: NVTX range "<phase>" ("draft_step_<k>" for draft steps) with the step
+// as payload, and at levels phases/kernels a begin event and the external correlation id of
+// (step, phase, draft_step). Phases may nest up to 8 deep (each gets its own range); normally they
+// follow one another. draft_step is 1..255 for DS_REC_PHASE_DRAFT_STEP and 0 otherwise; batch is
+// the step's batch size (ranges.batch_size). NULL trace: no-op (DS_OK).
+// Errors: DS_ERR_ARG (bad phase, draft_step, step beyond 2^47 - 1, nesting deeper than 8),
+// nothing pushed then.
+enum ds_status ds_trace_phase_begin(ds_trace_t *trace, uint64_t step, enum ds_rec_phase phase,
+                                    unsigned draft_step, unsigned batch);
+// Closes the innermost open phase. NULL trace: no-op. Errors: DS_ERR_ARG (no open phase).
+enum ds_status ds_trace_phase_end(ds_trace_t *trace);
+
+// Between steps, on the recorder's thread: waits for the phases' end events, flushes CUPTI
+// (cuptiActivityFlushAll, forced), converts records to session time, appends /ranges and /kernels
+// rows to the recorder, and gives the phase times of the steps whose ranges closed since the last
+// collect, in step order (*times_out points into the trace, valid until the next collect; NULL
+// with *n_out = 0 at level off). Kernel records whose external correlation has not arrived yet
+// wait for the next collect. Open phases stay open. NULL trace: *n_out = 0, DS_OK.
+// Errors: DS_ERR_ARG (a NULL out pointer), DS_ERR_NODEVICE (a CUDA event failed: the runtime's message), DS_ERR_NOMEM, and the recorder's
+// errors (DS_ERR_IO ...) passed through.
+enum ds_status ds_trace_collect(ds_trace_t *trace, const struct ds_trace_step_times **times_out,
+                                size_t *n_out);
+
+// The /kernels and /ranges rows the last collect appended (valid until the next collect); for
+// tests and for callers without a recorder. Errors: DS_ERR_ARG.
+enum ds_status ds_trace_last_rows(const ds_trace_t *trace, const struct ds_rec_kernel **kernels_out,
+                                  size_t *n_kernels_out, const struct ds_rec_range **ranges_out,
+                                  size_t *n_ranges_out);
+
+// Fills a steps row's draft_ns (draft_extend + every draft_step), verify_ns, accept_ns (accept +
+// sample) and total_ns (end_ns - start_ns: the whole step, prefill included) from t. Other fields
+// are untouched. t NULL: the four fields become 0 (not traced).
+void ds_trace_step_fill(const struct ds_trace_step_times *t, struct ds_rec_step *row);
+
+// Sums ranges into per-step times (what collect does with its ranges; pure, for tests): ranges
+// grouped by step in order of first appearance; out holds up to cap steps. Errors: DS_ERR_ARG
+// (NULL pointers with n > 0), DS_ERR_RANGE (more than cap distinct steps; out holds the first cap).
+enum ds_status ds_trace_sum_ranges(const struct ds_rec_range *ranges, size_t n,
+                                   struct ds_trace_step_times *out, size_t cap, size_t *n_out);
+
+// The external correlation id of (step < 2^47, phase, draft_step): step << 16 | phase << 8 |
+// draft_step | 1 << 63 (never 0, and tells our ids from others). decode returns DS_ERR_RANGE for
+// an id that no encode makes.
+uint64_t ds_trace_ext_id(uint64_t step, enum ds_rec_phase phase, unsigned draft_step);
+enum ds_status ds_trace_ext_id_decode(uint64_t id, uint64_t *step_out, enum ds_rec_phase *phase_out,
+                                      unsigned *draft_step_out);
+
+// Counters since create (zeros for NULL).
+void ds_trace_stats(const ds_trace_t *trace, struct ds_trace_stats *stats_out);
+enum ds_rec_trace_level ds_trace_level(const ds_trace_t *trace); // DS_REC_TRACE_OFF for NULL
+
+// Pauses/resumes tracing: while paused, phase calls only do NVTX and CUPTI's kinds are disabled,
+// so the work runs as at level off (modules stay instrumented). For overhead measurement.
+// Errors: DS_ERR_ARG (NULL, or a phase open), DS_ERR_UNSUPPORTED (CUPTI refused).
+enum ds_status ds_trace_pause(ds_trace_t *trace);
+enum ds_status ds_trace_resume(ds_trace_t *trace);
+
+// Flushes and throws away everything recorded since the last collect (warm-up windows, overhead
+// measurement). Errors: as collect, less the recorder's.
+enum ds_status ds_trace_discard(ds_trace_t *trace);
+
+// Disables this trace's CUPTI kinds, flushes and frees. Rows not yet collected are lost (collect
+// first). NULL: no-op.
+void ds_trace_release(ds_trace_t *trace);
+
+// 1 once this process has registered CUPTI activity callbacks (any kernels-level trace), else 0.
+// Level off and level phases never do.
+int ds_trace_cupti_registered(void);
+
+// ---- decode baseline and overhead ----
+
+// Plain target decoding (no draft) at one batch size.
+struct ds_trace_baseline {
+    uint32_t batch_size;
+    uint32_t steps;     // timed steps
+    uint64_t median_ns; // per decode step (forward of batch_size rows with logits, then sync)
+    uint64_t mean_ns;
+    uint64_t min_ns;
+};
+
+// What to time. 0 fields take the default in brackets.
+struct ds_trace_baseline_options {
+    int context_len; // position of every sequence's decode row [512, capped at max_pos - 1]
+    int warmup;      // untimed steps first [3]
+    int steps;       // timed steps [20]
+};
+
+// Times plain decode steps of `target` at each batch size: batch_size sequences in KV slots
+// 0..B-1, one row each at position context_len, every row asking for logits; each step is
+// ds_gptoss_forward then the backend's sync, timed on the host clock (what a decode loop pays per
+// token, launches included). The KV cache below context_len is whatever it holds: timing only,
+// the logits mean nothing. Needs plan max_slots, max_rows and max_logit_rows >= B.
+// out[i] for batch_sizes[i]. Errors: DS_ERR_ARG (NULL, n == 0, B == 0), DS_ERR_RANGE (B beyond
+// the plan, naming it), DS_ERR_NOMEM, the model's errors.
+enum ds_status ds_trace_baseline_run(ds_gptoss_t *target, const uint32_t *batch_sizes, size_t n,
+                                     const struct ds_trace_baseline_options *opt,
+                                     struct ds_trace_baseline *out);
+
+// Measures the slowdown of trace's level on decode steps of `target` at batch_size: `rounds`
+// alternating blocks of `steps` steps, traced (each step inside a verify phase, collected and
+// discarded) and paused, and gives median(traced) / median(paused) - 1 in *overhead_out (store it
+// with ds_recorder_set_end's trace_overhead). Level off: 0. rounds/steps 0: 4 and 10. Call it
+// right after a collect and outside any phase: it discards whatever the trace holds uncollected.
+// Errors: as ds_trace_baseline_run and ds_trace_pause; DS_ERR_ARG for a NULL trace.
+enum ds_status ds_trace_measure_overhead(ds_trace_t *trace, ds_gptoss_t *target,
+                                         uint32_t batch_size, int rounds, int steps,
+                                         double *overhead_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // DS_TRACE_H

@@ -1,0 +1,991 @@
+// Kernel timings (ds/trace.h): NVTX phase ranges, CUDA-event phase times, CUPTI activity records
+// tagged with (step, phase) through external correlation ids, the decode baseline and the
+// overhead measurement.
+//
+// Data flow at level kernels:
+//   launch thread: phase_begin → NVTX push, begin event, cuptiActivityPushExternalCorrelationId
+//   CUPTI thread:  buffer_requested hands out 4 MiB buffers from a capped pool; buffer_completed
+//                  only queues the filled buffer and adds CUPTI's dropped-record count
+//   collect:       cuptiActivityFlushAll → parse queued buffers: external correlation records go
+//                  into a correlation-id map, kernel records wait there until their id resolves
+//                  → rows in session time → recorder (the recorder is single-threaded, so rows
+//                  are only appended here, on its thread)
+// The correlation map is two fixed open-addressing tables (this collect's and the previous one's),
+// swapped at each collect: a CUDA graph launch has one correlation id for all its kernels, so
+// entries are not removed on a match but age out after two collects.
+//
+// Clocks: kernel records carry CUPTI timestamps (cuptiGetTimestamp's clock); the offset to the
+// session clock is measured at create and each collect (bracketed by two session-clock reads).
+// Phase events are placed relative to an anchor event recorded on the idle stream at the end of
+// each collect, whose session time is the midpoint of the host reads around its completion;
+// durations come from elapsed(begin, end) directly (cudaEventElapsedTime: about 0.5 µs).
+#include "ds/trace.h"
+
+#include <cuda_runtime_api.h>
+#include <cupti.h>
+#include <nvtx3/nvToolsExt.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ds/check.h"
+#include "ds/device.h"
+
+#define DEFAULT_BUFFER_BYTES ((size_t)4 << 20)
+#define DEFAULT_MAX_BUFFER_BYTES ((size_t)128 << 20)
+#define DEFAULT_MAX_RANGES 8192
+#define MAX_DEPTH 8
+#define EXT_STEP_MAX ((UINT64_C(1) << 47) - 1)
+#define EXT_TAG (UINT64_C(1) << 63)
+#define CORR_BITS 17 // 131072 slots per table: several steps of a 120b model's launches
+#define WAIT_COLLECTS 2
+
+// The newest kernel record of the CUPTI we build against (same toolkit at run time).
+#if CUPTI_API_VERSION >= 130000
+typedef CUpti_ActivityKernel10 kernel_record;
+#else
+typedef CUpti_ActivityKernel9 kernel_record;
+#endif
+
+static const CUpti_ActivityKind cupti_kinds[] = {
+    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+    CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER};
+#define N_KINDS (sizeof cupti_kinds / sizeof cupti_kinds[0])
+
+struct open_phase {
+    uint64_t step;
+    uint16_t batch;
+    uint8_t phase, draft_step;
+    int32_t slot; // index into pend/events, -1 when no event (level off, paused, ring full)
+};
+
+struct pend_range {
+    struct ds_rec_range row; // times filled at collect
+    bool closed;
+};
+
+struct corr_entry {
+    uint32_t corr; // 0 = empty (CUPTI correlation ids start at 1)
+    uint64_t ext;
+};
+
+// A kernel record copied out of its buffer, waiting for its external correlation.
+struct waiting_kernel {
+    struct ds_rec_kernel row; // everything but step/phase/draft_step, times in session ns
+    int age;                  // collects waited
+};
+
+struct ds_trace {
+    enum ds_rec_trace_level level;
+    ds_recorder_t *rec;
+    struct ds_trace_options opt;
+    bool paused;
+    struct timespec t0; // session clock when rec is NULL
+
+    // phases
+    cudaStream_t stream;
+    bool stream_set;
+    struct open_phase stack[MAX_DEPTH];
+    int depth;
+    struct pend_range *pend; // (max_ranges) ranges opened since the last collect, in begin order
+    cudaEvent_t *ev_begin, *ev_end; // (max_ranges) events of pend[i]
+    size_t n_pend;
+    cudaEvent_t anchor;
+    uint64_t anchor_ns;
+    char draft_names[256][16]; // NVTX messages "draft_step_<k>"
+
+    // collect outputs
+    struct ds_rec_range *ranges_out; // (max_ranges)
+    size_t n_ranges_out;
+    struct ds_trace_step_times *times; // (max_ranges)
+    size_t n_times;
+    struct ds_rec_kernel *kernels_out;
+    size_t n_kernels_out, cap_kernels_out;
+
+    // CUPTI (kernels level)
+    bool cupti_on;
+    uint8_t **free_bufs;
+    size_t n_free;
+    struct done_buf {
+        uint8_t *p;
+        size_t valid;
+    } * done;
+    size_t n_done, n_alloc, max_bufs; // done/free hold at most max_bufs each
+    uint64_t dropped_cupti;           // guarded by g_mu
+    uint64_t buffers_done;            // guarded by g_mu
+    struct corr_entry *corr_cur, *corr_prev;
+    struct waiting_kernel *waiting;
+    size_t n_waiting, cap_waiting;
+    int64_t cupti_offset; // session ns - CUPTI ns
+
+    struct ds_trace_stats st;
+};
+
+// CUPTI's activity callbacks carry no user pointer: the one kernels-level trace is global.
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static ds_trace_t *g_active;
+static bool g_callbacks_registered;
+
+// ---------------------------------------------------------------------------------------------
+// Names, ids, pure helpers
+
+static const char *const level_names[DS_REC_TRACE_COUNT] = {"off", "phases", "kernels"};
+static const char *const phase_names[DS_REC_PHASE_COUNT] = {
+    "prefill", "draft_extend", "draft_step", "verify", "accept", "sample"};
+
+const char *ds_trace_level_name(enum ds_rec_trace_level level) {
+    return (unsigned)level < DS_REC_TRACE_COUNT ? level_names[level] : NULL;
+}
+
+const char *ds_trace_phase_name(enum ds_rec_phase phase) {
+    return (unsigned)phase < DS_REC_PHASE_COUNT ? phase_names[phase] : NULL;
+}
+
+enum ds_status ds_trace_level_parse(const char *text, enum ds_rec_trace_level *level_out) {
+    if (!text || !level_out) return ds_error_set(DS_ERR_ARG, "trace: NULL argument");
+    for (int i = 0; i < DS_REC_TRACE_COUNT; i++) {
+        if (!strcmp(text, level_names[i])) {
+            *level_out = (enum ds_rec_trace_level)i;
+            return DS_OK;
+        }
+    }
+    return ds_error_set(DS_ERR_ARG, "--trace: unknown level \"%s\" (off, phases or kernels)", text);
+}
+
+uint64_t ds_trace_ext_id(uint64_t step, enum ds_rec_phase phase, unsigned draft_step) {
+    return EXT_TAG | (step & EXT_STEP_MAX) << 16 | (uint64_t)((unsigned)phase & 0xff) << 8 |
+           (draft_step & 0xff);
+}
+
+enum ds_status ds_trace_ext_id_decode(uint64_t id, uint64_t *step_out,
+                                      enum ds_rec_phase *phase_out, unsigned *draft_step_out) {
+    if (!step_out || !phase_out || !draft_step_out)
+        return ds_error_set(DS_ERR_ARG, "trace: NULL argument");
+    unsigned phase = (unsigned)(id >> 8) & 0xff, ds = (unsigned)id & 0xff;
+    bool ok = (id & EXT_TAG) && phase < DS_REC_PHASE_COUNT &&
+              ((phase == DS_REC_PHASE_DRAFT_STEP) == (ds != 0));
+    if (!ok)
+        return ds_error_set(DS_ERR_RANGE, "trace: external correlation id %#llx is not ours",
+                            (unsigned long long)id);
+    *step_out = (id >> 16) & EXT_STEP_MAX;
+    *phase_out = (enum ds_rec_phase)phase;
+    *draft_step_out = ds;
+    return DS_OK;
+}
+
+void ds_trace_step_fill(const struct ds_trace_step_times *t, struct ds_rec_step *row) {
+    if (!row) return;
+    if (!t) {
+        row->draft_ns = row->verify_ns = row->accept_ns = row->total_ns = 0;
+        return;
+    }
+    row->draft_ns = t->phase_ns[DS_REC_PHASE_DRAFT_EXTEND] + t->phase_ns[DS_REC_PHASE_DRAFT_STEP];
+    row->verify_ns = t->phase_ns[DS_REC_PHASE_VERIFY];
+    row->accept_ns = t->phase_ns[DS_REC_PHASE_ACCEPT] + t->phase_ns[DS_REC_PHASE_SAMPLE];
+    row->total_ns = t->end_ns > t->start_ns ? t->end_ns - t->start_ns : 0;
+}
+
+enum ds_status ds_trace_sum_ranges(const struct ds_rec_range *ranges, size_t n,
+                                   struct ds_trace_step_times *out, size_t cap, size_t *n_out) {
+    if (!n_out || (n && !ranges) || (cap && !out))
+        return ds_error_set(DS_ERR_ARG, "trace: NULL argument");
+    size_t m = 0;
+    enum ds_status st = DS_OK;
+    for (size_t i = 0; i < n; i++) {
+        const struct ds_rec_range *r = &ranges[i];
+        if (r->phase >= DS_REC_PHASE_COUNT) continue;
+        // Steps arrive in order, so the step is nearly always the last one opened.
+        size_t j = m;
+        while (j > 0 && out[j - 1].step != r->step) j--;
+        if (j == 0) {
+            if (m == cap) {
+                st = ds_error_set(DS_ERR_RANGE, "trace: more than %zu steps in one collect", cap);
+                continue;
+            }
+            memset(&out[m], 0, sizeof out[m]);
+            out[m].step = r->step;
+            out[m].start_ns = r->start_ns;
+            out[m].end_ns = r->end_ns;
+            j = ++m;
+        }
+        struct ds_trace_step_times *t = &out[j - 1];
+        if (r->start_ns < t->start_ns) t->start_ns = r->start_ns;
+        if (r->end_ns > t->end_ns) t->end_ns = r->end_ns;
+        t->phase_ns[r->phase] += r->end_ns > r->start_ns ? r->end_ns - r->start_ns : 0;
+        t->ranges++;
+    }
+    *n_out = m;
+    return st;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clocks
+
+static uint64_t session_ns(const ds_trace_t *t) {
+    uint64_t ns = 0;
+    if (t->rec && ds_recorder_elapsed_ns(t->rec, &ns) == DS_OK) return ns;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t d = (int64_t)(now.tv_sec - t->t0.tv_sec) * 1000000000 + (now.tv_nsec - t->t0.tv_nsec);
+    return d > 0 ? (uint64_t)d : 0;
+}
+
+static uint64_t mono_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+}
+
+// Offset from CUPTI's clock to the session clock: the tightest of three bracketed reads.
+static void measure_cupti_offset(ds_trace_t *t) {
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < 3; i++) {
+        uint64_t a = session_ns(t), c = 0;
+        if (cuptiGetTimestamp(&c) != CUPTI_SUCCESS) return;
+        uint64_t b = session_ns(t);
+        if (b - a < best) {
+            best = b - a;
+            t->cupti_offset = (int64_t)(a + (b - a) / 2) - (int64_t)c;
+        }
+    }
+}
+
+static uint64_t from_cupti(const ds_trace_t *t, uint64_t ts) {
+    int64_t v = (int64_t)ts + t->cupti_offset;
+    return v > 0 ? (uint64_t)v : 0;
+}
+
+static enum ds_status cuda_fail(cudaError_t e, const char *what) {
+    return ds_error_set(DS_ERR_NODEVICE, "trace: %s failed: %s", what, cudaGetErrorString(e));
+}
+
+// Anchors event time to session time on an idle stream, where the event completes at once. A busy
+// stream keeps the old anchor, unless `wait` (set_stream, once): then it waits for the stream.
+static enum ds_status anchor(ds_trace_t *t, bool wait) {
+    cudaError_t e = cudaStreamQuery(t->stream);
+    if (e == cudaErrorNotReady && !wait) return DS_OK;
+    if (e == cudaErrorNotReady) e = cudaStreamSynchronize(t->stream);
+    if (e != cudaSuccess) return cuda_fail(e, "stream");
+    uint64_t a = session_ns(t);
+    e = cudaEventRecord(t->anchor, t->stream);
+    if (e == cudaSuccess) e = cudaEventSynchronize(t->anchor);
+    if (e != cudaSuccess) return cuda_fail(e, "anchor event");
+    uint64_t b = session_ns(t);
+    t->anchor_ns = a + (b - a) / 2;
+    return DS_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CUPTI callbacks (CUPTI's thread, or ours inside cuptiActivityFlushAll)
+
+static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    *buffer = NULL;
+    *size = 0;
+    *max_records = 0;
+    pthread_mutex_lock(&g_mu);
+    ds_trace_t *t = g_active;
+    if (t) {
+        if (t->n_free) {
+            *buffer = t->free_bufs[--t->n_free];
+        } else if (t->n_alloc < t->max_bufs) {
+            *buffer = aligned_alloc(8, t->opt.buffer_bytes);
+            if (*buffer) t->n_alloc++;
+        }
+        if (*buffer) *size = t->opt.buffer_bytes;
+    }
+    pthread_mutex_unlock(&g_mu);
+    // No buffer: CUPTI drops the records and counts them (cuptiActivityGetNumDroppedRecords).
+}
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
+                                      size_t size, size_t valid) {
+    (void)size;
+    size_t dropped = 0;
+    if (cuptiActivityGetNumDroppedRecords(ctx, stream_id, &dropped) != CUPTI_SUCCESS) dropped = 0;
+    pthread_mutex_lock(&g_mu);
+    ds_trace_t *t = g_active;
+    if (t && buffer) {
+        // done has room for every buffer ever allocated, so this never overflows.
+        t->done[t->n_done].p = buffer;
+        t->done[t->n_done].valid = valid;
+        t->n_done++;
+        t->buffers_done++;
+        t->dropped_cupti += dropped;
+        buffer = NULL;
+    }
+    pthread_mutex_unlock(&g_mu);
+    free(buffer); // a buffer completed after release
+}
+
+static enum ds_status cupti_fail(CUptiResult r, const char *what) {
+    const char *msg = "unknown CUPTI error";
+    cuptiGetResultString(r, &msg);
+    const char *hint = r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+                           ? " (another profiler, e.g. Nsight Systems, holds CUPTI: use --trace "
+                             "phases under it)"
+                           : "";
+    return ds_error_set(DS_ERR_UNSUPPORTED, "trace: %s failed: %s%s", what, msg, hint);
+}
+
+static enum ds_status cupti_enable(bool on) {
+    for (size_t i = 0; i < N_KINDS; i++) {
+        CUptiResult r = on ? cuptiActivityEnable(cupti_kinds[i]) : cuptiActivityDisable(cupti_kinds[i]);
+        if (r != CUPTI_SUCCESS && on) {
+            for (size_t j = 0; j < i; j++) (void)cuptiActivityDisable(cupti_kinds[j]);
+            return cupti_fail(r, "cuptiActivityEnable");
+        }
+    }
+    return DS_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Correlation map
+
+static uint32_t corr_hash(uint32_t c) { return (c * 2654435761u) >> (32 - CORR_BITS); }
+
+static bool corr_put(struct corr_entry *m, uint32_t corr, uint64_t ext) {
+    uint32_t mask = (1u << CORR_BITS) - 1;
+    for (uint32_t i = corr_hash(corr), n = 0; n < 64; i = (i + 1) & mask, n++) {
+        if (m[i].corr == 0 || m[i].corr == corr) {
+            m[i].corr = corr;
+            m[i].ext = ext;
+            return true;
+        }
+    }
+    return false; // probe run too long: table too full, the kernel stays unattributed
+}
+
+static bool corr_get(const struct corr_entry *m, uint32_t corr, uint64_t *ext) {
+    uint32_t mask = (1u << CORR_BITS) - 1;
+    for (uint32_t i = corr_hash(corr), n = 0; n < 64 && m[i].corr; i = (i + 1) & mask, n++) {
+        if (m[i].corr == corr) {
+            *ext = m[i].ext;
+            return true;
+        }
+    }
+    return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Create / release
+
+static void free_trace(ds_trace_t *t) {
+    if (!t) return;
+    if (t->pend) {
+        for (size_t i = 0; i < t->opt.max_ranges; i++) {
+            if (t->ev_begin && t->ev_begin[i]) cudaEventDestroy(t->ev_begin[i]);
+            if (t->ev_end && t->ev_end[i]) cudaEventDestroy(t->ev_end[i]);
+        }
+    }
+    if (t->anchor) cudaEventDestroy(t->anchor);
+    for (size_t i = 0; i < t->n_free; i++) free(t->free_bufs[i]);
+    for (size_t i = 0; i < t->n_done; i++) free(t->done[i].p);
+    free(t->free_bufs);
+    free(t->done);
+    free(t->corr_cur);
+    free(t->corr_prev);
+    free(t->waiting);
+    free(t->pend);
+    free(t->ev_begin);
+    free(t->ev_end);
+    free(t->ranges_out);
+    free(t->times);
+    free(t->kernels_out);
+    memset(t, 0, sizeof *t);
+    free(t);
+}
+
+static enum ds_status cupti_start(ds_trace_t *t) {
+    enum ds_status st = DS_OK;
+    pthread_mutex_lock(&g_mu);
+    if (g_active) {
+        pthread_mutex_unlock(&g_mu);
+        return ds_error_set(DS_ERR_UNSUPPORTED,
+                            "trace: a kernels-level trace already exists in this process");
+    }
+    g_active = t;
+    pthread_mutex_unlock(&g_mu);
+    CUptiResult r = CUPTI_SUCCESS;
+    if (!g_callbacks_registered) {
+        r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+        if (r != CUPTI_SUCCESS) {
+            st = cupti_fail(r, "cuptiActivityRegisterCallbacks");
+            goto cleanup;
+        }
+        g_callbacks_registered = true;
+    }
+    if ((st = cupti_enable(true))) goto cleanup;
+    t->cupti_on = true;
+    measure_cupti_offset(t);
+cleanup:
+    if (st) {
+        pthread_mutex_lock(&g_mu);
+        g_active = NULL;
+        pthread_mutex_unlock(&g_mu);
+    }
+    return st;
+}
+
+enum ds_status ds_trace_create(enum ds_rec_trace_level level, ds_recorder_t *rec,
+                               const struct ds_trace_options *opt, ds_trace_t **trace_out) {
+    if (!trace_out) return ds_error_set(DS_ERR_ARG, "trace: NULL argument");
+    *trace_out = NULL;
+    if ((unsigned)level >= DS_REC_TRACE_COUNT)
+        return ds_error_set(DS_ERR_ARG, "trace: invalid level %d", (int)level);
+    struct ds_trace_options o = opt ? *opt : (struct ds_trace_options){0};
+    if (!o.buffer_bytes) o.buffer_bytes = DEFAULT_BUFFER_BYTES;
+    if (!o.max_buffer_bytes) o.max_buffer_bytes = DEFAULT_MAX_BUFFER_BYTES;
+    if (!o.max_ranges) o.max_ranges = DEFAULT_MAX_RANGES;
+    if (o.buffer_bytes % 8 || o.buffer_bytes < 4096 || o.max_buffer_bytes < o.buffer_bytes ||
+        o.max_ranges > ((size_t)1 << 24))
+        return ds_error_set(DS_ERR_ARG,
+                            "trace: options out of range (buffer %zu bytes, multiple of 8 and >= "
+                            "4096; total %zu >= buffer; ranges %zu <= 2^24)",
+                            o.buffer_bytes, o.max_buffer_bytes, o.max_ranges);
+    if (level != DS_REC_TRACE_OFF && ds_cuda_device_count() == 0) {
+        struct ds_device_info info;
+        enum ds_status ds = ds_device_resolve(DS_DEVICE_CUDA, &info);
+        return ds_error_set(DS_ERR_NODEVICE, "no GPU: tracing is off (--trace %s needs a CUDA "
+                            "device: %s)", level_names[level],
+                            ds ? ds_error_last() : "no device");
+    }
+
+    enum ds_status st = DS_OK;
+    ds_trace_t *t = calloc(1, sizeof *t);
+    if (!t) return ds_error_set(DS_ERR_NOMEM, "trace: out of memory");
+    t->level = level;
+    t->rec = rec;
+    t->opt = o;
+    clock_gettime(CLOCK_MONOTONIC, &t->t0);
+    for (int k = 1; k < 256; k++) snprintf(t->draft_names[k], sizeof t->draft_names[k],
+                                           "draft_step_%d", k);
+    if (level == DS_REC_TRACE_OFF) goto done;
+
+    size_t n = o.max_ranges;
+    t->pend = calloc(n, sizeof *t->pend);
+    t->ev_begin = calloc(n, sizeof *t->ev_begin);
+    t->ev_end = calloc(n, sizeof *t->ev_end);
+    t->ranges_out = calloc(n, sizeof *t->ranges_out);
+    t->times = calloc(n, sizeof *t->times);
+    if (!t->pend || !t->ev_begin || !t->ev_end || !t->ranges_out || !t->times) {
+        st = ds_error_set(DS_ERR_NOMEM, "trace: out of memory for %zu ranges", n);
+        goto cleanup;
+    }
+    // Events are made here, once: phase calls only record them.
+    cudaError_t e = cudaEventCreate(&t->anchor);
+    for (size_t i = 0; i < n && e == cudaSuccess; i++) {
+        e = cudaEventCreate(&t->ev_begin[i]);
+        if (e == cudaSuccess) e = cudaEventCreate(&t->ev_end[i]);
+    }
+    if (e != cudaSuccess) {
+        st = cuda_fail(e, "cudaEventCreate");
+        goto cleanup;
+    }
+
+    if (level == DS_REC_TRACE_KERNELS) {
+        t->max_bufs = o.max_buffer_bytes / o.buffer_bytes;
+        t->free_bufs = calloc(t->max_bufs, sizeof *t->free_bufs);
+        t->done = calloc(t->max_bufs, sizeof *t->done);
+        t->corr_cur = calloc((size_t)1 << CORR_BITS, sizeof *t->corr_cur);
+        t->corr_prev = calloc((size_t)1 << CORR_BITS, sizeof *t->corr_prev);
+        if (!t->free_bufs || !t->done || !t->corr_cur || !t->corr_prev) {
+            st = ds_error_set(DS_ERR_NOMEM, "trace: out of memory for the CUPTI tables");
+            goto cleanup;
+        }
+        if ((st = cupti_start(t))) goto cleanup;
+    }
+done:
+    *trace_out = t;
+    return DS_OK;
+cleanup:
+    free_trace(t);
+    return st;
+}
+
+void ds_trace_release(ds_trace_t *t) {
+    if (!t) return;
+    if (t->cupti_on) {
+        (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+        (void)cupti_enable(false);
+        (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+        pthread_mutex_lock(&g_mu);
+        if (g_active == t) g_active = NULL;
+        pthread_mutex_unlock(&g_mu);
+    }
+    // NVTX ranges still open are closed so that an nsys timeline stays balanced.
+    for (; t->depth > 0; t->depth--) nvtxRangePop();
+    free_trace(t);
+}
+
+int ds_trace_cupti_registered(void) { return g_callbacks_registered ? 1 : 0; }
+
+enum ds_rec_trace_level ds_trace_level(const ds_trace_t *t) {
+    return t ? t->level : DS_REC_TRACE_OFF;
+}
+
+void ds_trace_stats(const ds_trace_t *t, struct ds_trace_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!t) return;
+    *out = t->st;
+    pthread_mutex_lock(&g_mu);
+    out->dropped_records += t->dropped_cupti;
+    out->buffers = t->buffers_done;
+    pthread_mutex_unlock(&g_mu);
+}
+
+enum ds_status ds_trace_set_stream(ds_trace_t *t, void *stream) {
+    if (!t) return ds_error_set(DS_ERR_ARG, "trace: NULL trace");
+    if (t->level == DS_REC_TRACE_OFF) return DS_OK;
+    t->stream = (cudaStream_t)stream;
+    t->stream_set = true;
+    return anchor(t, true);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Phases (hot path: no allocation, no synchronization)
+
+static bool recording(const ds_trace_t *t) {
+    return t->level != DS_REC_TRACE_OFF && !t->paused && t->stream_set;
+}
+
+enum ds_status ds_trace_phase_begin(ds_trace_t *t, uint64_t step, enum ds_rec_phase phase,
+                                    unsigned draft_step, unsigned batch) {
+    if (!t) return DS_OK;
+    if ((unsigned)phase >= DS_REC_PHASE_COUNT || draft_step > 255 ||
+        (phase == DS_REC_PHASE_DRAFT_STEP) != (draft_step != 0) || step > EXT_STEP_MAX)
+        return ds_error_set(DS_ERR_ARG, "trace: bad phase %d / draft step %u / step %llu",
+                            (int)phase, draft_step, (unsigned long long)step);
+    if (t->depth == MAX_DEPTH)
+        return ds_error_set(DS_ERR_ARG, "trace: phases nested deeper than %d", MAX_DEPTH);
+    struct open_phase *p = &t->stack[t->depth++];
+    p->step = step;
+    p->batch = batch > UINT16_MAX ? UINT16_MAX : (uint16_t)batch;
+    p->phase = (uint8_t)phase;
+    p->draft_step = (uint8_t)draft_step;
+    p->slot = -1;
+
+    nvtxEventAttributes_t a = {0};
+    a.version = NVTX_VERSION;
+    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    a.message.ascii = draft_step ? t->draft_names[draft_step] : phase_names[phase];
+    a.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
+    a.payload.ullValue = step;
+    nvtxRangePushEx(&a);
+
+    if (!recording(t)) return DS_OK;
+    if (t->n_pend == t->opt.max_ranges) {
+        t->st.dropped_ranges++;
+    } else {
+        p->slot = (int32_t)t->n_pend++;
+        struct pend_range *r = &t->pend[p->slot];
+        memset(r, 0, sizeof *r);
+        r->row.step = step;
+        r->row.batch_size = p->batch;
+        r->row.phase = p->phase;
+        r->row.draft_step = p->draft_step;
+        DS_CUDA_CHECK(cudaEventRecord(t->ev_begin[p->slot], t->stream));
+    }
+    if (t->cupti_on)
+        DS_CUPTI_CHECK(cuptiActivityPushExternalCorrelationId(
+            CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, ds_trace_ext_id(step, phase, draft_step)));
+    return DS_OK;
+}
+
+enum ds_status ds_trace_phase_end(ds_trace_t *t) {
+    if (!t) return DS_OK;
+    if (t->depth == 0) return ds_error_set(DS_ERR_ARG, "trace: phase end without a phase begin");
+    struct open_phase *p = &t->stack[--t->depth];
+    if (recording(t)) {
+        if (p->slot >= 0) {
+            DS_CUDA_CHECK(cudaEventRecord(t->ev_end[p->slot], t->stream));
+            t->pend[p->slot].closed = true;
+        }
+        if (t->cupti_on) {
+            uint64_t id = 0;
+            DS_CUPTI_CHECK(
+                cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &id));
+        }
+    }
+    nvtxRangePop();
+    return DS_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Collect
+
+static enum ds_status grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return DS_OK;
+    size_t c = *cap ? *cap : 1024;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, c * elem);
+    if (!q) return ds_error_set(DS_ERR_NOMEM, "trace: out of memory for %zu records", need);
+    *p = q;
+    *cap = c;
+    return DS_OK;
+}
+
+// Closed ranges → rows (session time); open ones move to the front with their events.
+static enum ds_status collect_ranges(ds_trace_t *t) {
+    t->n_ranges_out = 0;
+    size_t keep = 0;
+    for (size_t i = 0; i < t->n_pend; i++) {
+        if (!t->pend[i].closed) {
+            // An open phase: keep it (and its slot on the stack) for the next collect.
+            if (keep != i) {
+                struct pend_range r = t->pend[keep];
+                cudaEvent_t b = t->ev_begin[keep], e = t->ev_end[keep];
+                t->pend[keep] = t->pend[i];
+                t->ev_begin[keep] = t->ev_begin[i];
+                t->ev_end[keep] = t->ev_end[i];
+                t->pend[i] = r;
+                t->ev_begin[i] = b;
+                t->ev_end[i] = e;
+                for (int d = 0; d < t->depth; d++)
+                    if (t->stack[d].slot == (int32_t)i) t->stack[d].slot = (int32_t)keep;
+            }
+            keep++;
+            continue;
+        }
+        float begin_ms = 0, dur_ms = 0;
+        cudaError_t e = cudaEventSynchronize(t->ev_end[i]);
+        if (e == cudaSuccess) e = cudaEventElapsedTime(&begin_ms, t->anchor, t->ev_begin[i]);
+        if (e == cudaSuccess) e = cudaEventElapsedTime(&dur_ms, t->ev_begin[i], t->ev_end[i]);
+        if (e != cudaSuccess) return cuda_fail(e, "phase event");
+        struct ds_rec_range *row = &t->ranges_out[t->n_ranges_out++];
+        *row = t->pend[i].row;
+        int64_t start = (int64_t)t->anchor_ns + (int64_t)((double)begin_ms * 1e6);
+        row->start_ns = start > 0 ? (uint64_t)start : 0;
+        row->end_ns = row->start_ns + (uint64_t)((double)(dur_ms > 0 ? dur_ms : 0) * 1e6);
+    }
+    t->n_pend = keep;
+    return DS_OK;
+}
+
+// Copies one kernel record into the waiting list (name interned now: the buffer is reused).
+static enum ds_status take_kernel(ds_trace_t *t, const kernel_record *k) {
+    enum ds_status st = grow((void **)&t->waiting, &t->cap_waiting, t->n_waiting + 1,
+                             sizeof *t->waiting);
+    if (st) return st;
+    struct waiting_kernel *w = &t->waiting[t->n_waiting++];
+    memset(w, 0, sizeof *w);
+    struct ds_rec_kernel *r = &w->row;
+    r->start_ns = from_cupti(t, k->start);
+    r->end_ns = from_cupti(t, k->end);
+    r->graph_node = k->graphNodeId;
+    r->stream = k->streamId;
+    r->grid_x = (uint32_t)k->gridX;
+    r->grid_y = (uint32_t)k->gridY;
+    r->grid_z = (uint32_t)k->gridZ;
+    r->block_x = (uint32_t)k->blockX;
+    r->block_y = (uint32_t)k->blockY;
+    r->block_z = (uint32_t)k->blockZ;
+    r->static_smem = (uint32_t)k->staticSharedMemory;
+    r->dynamic_smem = (uint32_t)k->dynamicSharedMemory;
+    r->correlation = k->correlationId;
+    r->registers = k->registersPerThread;
+    if (t->rec && k->name) return ds_recorder_intern(t->rec, k->name, &r->name);
+    return DS_OK;
+}
+
+// Parses every queued buffer and gives it back to the pool; discard: count nothing, keep nothing.
+static enum ds_status drain_buffers(ds_trace_t *t, bool discard) {
+    CUptiResult r = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    if (r != CUPTI_SUCCESS) return cupti_fail(r, "cuptiActivityFlushAll");
+    enum ds_status st = DS_OK;
+    for (;;) {
+        pthread_mutex_lock(&g_mu);
+        struct done_buf b = {0};
+        if (t->n_done) b = t->done[--t->n_done];
+        pthread_mutex_unlock(&g_mu);
+        if (!b.p) break;
+        CUpti_Activity *rec = NULL;
+        while (!st && !discard && cuptiActivityGetNextRecord(b.p, b.valid, &rec) == CUPTI_SUCCESS) {
+            if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
+                rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+                st = take_kernel(t, (const kernel_record *)rec);
+            } else if (rec->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
+                const CUpti_ActivityExternalCorrelation *x =
+                    (const CUpti_ActivityExternalCorrelation *)rec;
+                if (x->externalKind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0)
+                    (void)corr_put(t->corr_cur, x->correlationId, x->externalId);
+            }
+        }
+        pthread_mutex_lock(&g_mu);
+        t->free_bufs[t->n_free++] = b.p;
+        pthread_mutex_unlock(&g_mu);
+    }
+    return st;
+}
+
+// Waiting kernels whose external correlation is known → rows; the others wait or age out.
+static enum ds_status resolve_kernels(ds_trace_t *t) {
+    t->n_kernels_out = 0;
+    enum ds_status st = grow((void **)&t->kernels_out, &t->cap_kernels_out, t->n_waiting,
+                             sizeof *t->kernels_out);
+    if (st) return st;
+    size_t keep = 0;
+    for (size_t i = 0; i < t->n_waiting; i++) {
+        struct waiting_kernel *w = &t->waiting[i];
+        uint64_t ext = 0, step = 0;
+        enum ds_rec_phase phase;
+        unsigned dstep = 0;
+        bool found = corr_get(t->corr_cur, w->row.correlation, &ext) ||
+                     corr_get(t->corr_prev, w->row.correlation, &ext);
+        if (found && ds_trace_ext_id_decode(ext, &step, &phase, &dstep) == DS_OK) {
+            struct ds_rec_kernel *r = &t->kernels_out[t->n_kernels_out++];
+            *r = w->row;
+            r->step = step;
+            r->phase = (uint8_t)phase;
+            r->draft_step = (uint8_t)dstep;
+        } else if (++w->age >= WAIT_COLLECTS) {
+            t->st.unattributed++;
+        } else {
+            t->waiting[keep++] = *w;
+        }
+    }
+    t->n_waiting = keep;
+    // Age the correlation tables: entries live for two collects.
+    struct corr_entry *old = t->corr_prev;
+    t->corr_prev = t->corr_cur;
+    t->corr_cur = old;
+    memset(t->corr_cur, 0, ((size_t)1 << CORR_BITS) * sizeof *t->corr_cur);
+    return DS_OK;
+}
+
+enum ds_status ds_trace_collect(ds_trace_t *t, const struct ds_trace_step_times **times_out,
+                                size_t *n_out) {
+    if (times_out) *times_out = NULL;
+    if (n_out) *n_out = 0;
+    if (!times_out || !n_out) return ds_error_set(DS_ERR_ARG, "trace: NULL argument");
+    if (!t || t->level == DS_REC_TRACE_OFF) return DS_OK;
+    enum ds_status st = collect_ranges(t);
+    if (!st && t->cupti_on) {
+        measure_cupti_offset(t);
+        if (!(st = drain_buffers(t, false))) st = resolve_kernels(t);
+    }
+    if (st) return st;
+    t->n_times = 0;
+    if ((st = ds_trace_sum_ranges(t->ranges_out, t->n_ranges_out, t->times, t->opt.max_ranges,
+                                  &t->n_times)))
+        return st;
+    if (t->rec) {
+        if ((st = ds_recorder_append_ranges(t->rec, t->ranges_out, t->n_ranges_out)) ||
+            (st = ds_recorder_append_kernels(t->rec, t->kernels_out, t->n_kernels_out)))
+            return st;
+    }
+    t->st.ranges += t->n_ranges_out;
+    t->st.kernels += t->n_kernels_out;
+    if (t->depth == 0 && (st = anchor(t, false))) return st;
+    *times_out = t->n_times ? t->times : NULL;
+    *n_out = t->n_times;
+    return DS_OK;
+}
+
+enum ds_status ds_trace_last_rows(const ds_trace_t *t, const struct ds_rec_kernel **kernels_out,
+                                  size_t *n_kernels_out, const struct ds_rec_range **ranges_out,
+                                  size_t *n_ranges_out) {
+    if (!t || !kernels_out || !n_kernels_out || !ranges_out || !n_ranges_out)
+        return ds_error_set(DS_ERR_ARG, "trace: NULL argument");
+    *kernels_out = t->kernels_out;
+    *n_kernels_out = t->n_kernels_out;
+    *ranges_out = t->ranges_out;
+    *n_ranges_out = t->n_ranges_out;
+    return DS_OK;
+}
+
+enum ds_status ds_trace_discard(ds_trace_t *t) {
+    if (!t) return ds_error_set(DS_ERR_ARG, "trace: NULL trace");
+    if (t->level == DS_REC_TRACE_OFF) return DS_OK;
+    enum ds_status st = collect_ranges(t);
+    if (!st && t->cupti_on) {
+        if (!(st = drain_buffers(t, true))) {
+            t->n_waiting = 0;
+            memset(t->corr_cur, 0, ((size_t)1 << CORR_BITS) * sizeof *t->corr_cur);
+            memset(t->corr_prev, 0, ((size_t)1 << CORR_BITS) * sizeof *t->corr_prev);
+        }
+    }
+    t->n_ranges_out = t->n_kernels_out = t->n_times = 0;
+    if (!st && t->depth == 0) st = anchor(t, false);
+    return st;
+}
+
+enum ds_status ds_trace_pause(ds_trace_t *t) {
+    if (!t || t->depth) return ds_error_set(DS_ERR_ARG, "trace: pause with %s",
+                                            t ? "a phase open" : "a NULL trace");
+    if (t->paused) return DS_OK;
+    if (t->cupti_on) (void)cupti_enable(false);
+    t->paused = true;
+    return DS_OK;
+}
+
+enum ds_status ds_trace_resume(ds_trace_t *t) {
+    if (!t || t->depth) return ds_error_set(DS_ERR_ARG, "trace: resume with %s",
+                                            t ? "a phase open" : "a NULL trace");
+    if (!t->paused) return DS_OK;
+    if (t->cupti_on) {
+        enum ds_status st = cupti_enable(true);
+        if (st) return st;
+    }
+    t->paused = false;
+    return DS_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decode baseline and overhead
+
+struct decode_batch {
+    int32_t *tokens, *logit_rows;
+    struct ds_attn_seq *seqs;
+    struct ds_batch b;
+};
+
+static void decode_batch_free(struct decode_batch *d) {
+    free(d->tokens);
+    free(d->logit_rows);
+    free(d->seqs);
+    memset(d, 0, sizeof *d);
+}
+
+// B sequences in slots 0..B-1, one row each at position pos, all with logits.
+static enum ds_status decode_batch_make(ds_gptoss_t *m, uint32_t batch, int pos,
+                                        struct decode_batch *d) {
+    memset(d, 0, sizeof *d);
+    const struct ds_gptoss_plan *plan = ds_gptoss_plan_of(m);
+    int max_logit = plan->max_logit_rows ? plan->max_logit_rows : plan->max_rows;
+    if (batch == 0 || (int64_t)batch > plan->max_slots || (int64_t)batch > plan->max_rows ||
+        (int64_t)batch > max_logit)
+        return ds_error_set(DS_ERR_RANGE,
+                            "baseline: batch size %u outside the target's plan (slots %d, rows "
+                            "%d, logit rows %d)",
+                            batch, plan->max_slots, plan->max_rows, max_logit);
+    d->tokens = calloc(batch, sizeof *d->tokens);
+    d->logit_rows = calloc(batch, sizeof *d->logit_rows);
+    d->seqs = calloc(batch, sizeof *d->seqs);
+    if (!d->tokens || !d->logit_rows || !d->seqs) {
+        decode_batch_free(d);
+        return ds_error_set(DS_ERR_NOMEM, "baseline: out of memory");
+    }
+    int64_t vocab = ds_gptoss_config(m)->vocab_size;
+    for (uint32_t i = 0; i < batch; i++) {
+        d->tokens[i] = (int32_t)((i * 7919u + 11u) % (uint64_t)(vocab > 0 ? vocab : 1));
+        d->logit_rows[i] = (int32_t)i;
+        d->seqs[i] = (struct ds_attn_seq){.row0 = (int32_t)i, .n_rows = 1, .pos0 = pos,
+                                          .slot = (int32_t)i};
+    }
+    d->b = (struct ds_batch){.n_rows = (int)batch, .tokens = d->tokens, .n_seq = (int)batch,
+                             .seqs = d->seqs, .n_logit_rows = (int)batch,
+                             .logit_rows = d->logit_rows};
+    return DS_OK;
+}
+
+static enum ds_status decode_step(ds_gptoss_t *m, const struct decode_batch *d, uint64_t *ns_out) {
+    struct ds_backend *be = ds_gptoss_backend(m);
+    uint64_t a = mono_ns();
+    enum ds_status st = ds_gptoss_forward(m, &d->b);
+    if (!st) st = be->sync(be);
+    *ns_out = mono_ns() - a;
+    return st;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t median_u64(uint64_t *v, size_t n) {
+    qsort(v, n, sizeof *v, cmp_u64);
+    return n % 2 ? v[n / 2] : v[n / 2 - 1] / 2 + v[n / 2] / 2;
+}
+
+static int baseline_pos(ds_gptoss_t *m, int want) {
+    int max_pos = ds_gptoss_plan_of(m)->max_pos;
+    int pos = want > 0 ? want : 512;
+    return pos > max_pos - 1 ? max_pos - 1 : pos;
+}
+
+enum ds_status ds_trace_baseline_run(ds_gptoss_t *target, const uint32_t *batch_sizes, size_t n,
+                                     const struct ds_trace_baseline_options *opt,
+                                     struct ds_trace_baseline *out) {
+    if (!target || !batch_sizes || !out || n == 0)
+        return ds_error_set(DS_ERR_ARG, "baseline: NULL argument or no batch sizes");
+    struct ds_trace_baseline_options o = opt ? *opt : (struct ds_trace_baseline_options){0};
+    int warmup = o.warmup > 0 ? o.warmup : 3, steps = o.steps > 0 ? o.steps : 20;
+    int pos = baseline_pos(target, o.context_len);
+    uint64_t *ns = calloc((size_t)steps, sizeof *ns);
+    if (!ns) return ds_error_set(DS_ERR_NOMEM, "baseline: out of memory");
+    enum ds_status st = DS_OK;
+    struct decode_batch d = {0};
+    for (size_t i = 0; i < n && !st; i++) {
+        if ((st = decode_batch_make(target, batch_sizes[i], pos, &d))) break;
+        uint64_t sum = 0, min = UINT64_MAX, x = 0;
+        for (int s = 0; s < warmup && !st; s++) st = decode_step(target, &d, &x);
+        for (int s = 0; s < steps && !st; s++) {
+            st = decode_step(target, &d, &ns[s]);
+            sum += ns[s];
+            if (ns[s] < min) min = ns[s];
+        }
+        decode_batch_free(&d);
+        if (st) break;
+        out[i] = (struct ds_trace_baseline){.batch_size = batch_sizes[i],
+                                            .steps = (uint32_t)steps,
+                                            .median_ns = median_u64(ns, (size_t)steps),
+                                            .mean_ns = sum / (uint64_t)steps,
+                                            .min_ns = min};
+    }
+    free(ns);
+    return st;
+}
+
+enum ds_status ds_trace_measure_overhead(ds_trace_t *t, ds_gptoss_t *target, uint32_t batch_size,
+                                         int rounds, int steps, double *overhead_out) {
+    if (!t || !target || !overhead_out)
+        return ds_error_set(DS_ERR_ARG, "overhead: NULL argument");
+    *overhead_out = 0;
+    if (t->level == DS_REC_TRACE_OFF) return DS_OK;
+    if (t->depth) return ds_error_set(DS_ERR_ARG, "overhead: a phase is open");
+    rounds = rounds > 0 ? rounds : 4;
+    steps = steps > 0 ? steps : 10;
+    size_t n = (size_t)rounds * (size_t)steps;
+    uint64_t *on = calloc(n, sizeof *on), *off = calloc(n, sizeof *off);
+    struct decode_batch d = {0};
+    enum ds_status st = DS_OK;
+    if (!on || !off) {
+        st = ds_error_set(DS_ERR_NOMEM, "overhead: out of memory");
+        goto cleanup;
+    }
+    if ((st = decode_batch_make(target, batch_size, baseline_pos(target, 0), &d))) goto cleanup;
+    uint64_t x = 0;
+    for (int s = 0; s < 2 && !st; s++) st = decode_step(target, &d, &x); // warm-up
+    for (int r = 0; r < rounds && !st; r++) {
+        // Paused block, then traced block: alternating blocks cancel slow drifts (clocks, heat).
+        if ((st = ds_trace_pause(t))) break;
+        for (int s = 0; s < steps && !st; s++) st = decode_step(target, &d, &off[r * steps + s]);
+        enum ds_status rs = ds_trace_resume(t);
+        if (!st) st = rs;
+        for (int s = 0; s < steps && !st; s++) {
+            uint64_t a = mono_ns(), y = 0;
+            if ((st = ds_trace_phase_begin(t, 0, DS_REC_PHASE_VERIFY, 0, batch_size))) break;
+            st = decode_step(target, &d, &y);
+            enum ds_status es = ds_trace_phase_end(t);
+            if (!st) st = es;
+            // The traced step pays for its collect (flush and parse), as a run that collects
+            // after every step does; the HDF5 append is not included.
+            if (!st) st = ds_trace_discard(t);
+            on[r * steps + s] = mono_ns() - a;
+        }
+    }
+    if (!st) {
+        uint64_t m_on = median_u64(on, n), m_off = median_u64(off, n);
+        *overhead_out = m_off ? (double)m_on / (double)m_off - 1.0 : 0.0;
+    }
+cleanup:
+    decode_batch_free(&d);
+    free(on);
+    free(off);
+    return st;
+}

@@ -1,0 +1,252 @@
+// Tracing on the CPU: level parsing, the "no GPU: tracing is off" answer on a machine without a
+// GPU, level off (nothing registered, nothing written), misuse of the phase calls, the external
+// correlation id layout, and the summing of ranges into steps rows. The expected numbers are
+// worked by hand in each case. The GPU behaviour is tests/gpu_trace.c.
+#include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "ds/device.h"
+#include "ds/record.h"
+#include "ds/trace.h"
+
+static void levels_parse_and_name(void) {
+    enum ds_rec_trace_level l = DS_REC_TRACE_KERNELS;
+    EXPECT_OK(ds_trace_level_parse("off", &l));
+    EXPECT_EQ_INT(l, DS_REC_TRACE_OFF);
+    EXPECT_OK(ds_trace_level_parse("phases", &l));
+    EXPECT_EQ_INT(l, DS_REC_TRACE_PHASES);
+    EXPECT_OK(ds_trace_level_parse("kernels", &l));
+    EXPECT_EQ_INT(l, DS_REC_TRACE_KERNELS);
+    EXPECT_STATUS(ds_trace_level_parse("kernel", &l), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("\"kernel\"");
+    EXPECT_STATUS(ds_trace_level_parse(NULL, &l), DS_ERR_ARG);
+    EXPECT_EQ_STR(ds_trace_level_name(DS_REC_TRACE_PHASES), "phases");
+    EXPECT(ds_trace_level_name((enum ds_rec_trace_level)3) == NULL);
+    // The names of the file's phase enum (docs/hdf5-schema.md).
+    EXPECT_EQ_STR(ds_trace_phase_name(DS_REC_PHASE_DRAFT_EXTEND), "draft_extend");
+    EXPECT_EQ_STR(ds_trace_phase_name(DS_REC_PHASE_SAMPLE), "sample");
+    EXPECT(ds_trace_phase_name(DS_REC_PHASE_COUNT) == NULL);
+}
+
+static void without_gpu_tracing_says_it_is_off(void) {
+    if (ds_cuda_device_count() > 0) {
+        printf("  (a GPU is present: the no-GPU answer is not checked here)\n");
+        return;
+    }
+    ds_trace_t *t = (ds_trace_t *)(uintptr_t)1;
+    EXPECT_STATUS(ds_trace_create(DS_REC_TRACE_PHASES, NULL, NULL, &t), DS_ERR_NODEVICE);
+    EXPECT_ERROR_HAS("no GPU: tracing is off");
+    EXPECT_ERROR_HAS("phases");
+    EXPECT(t == NULL);
+    t = (ds_trace_t *)(uintptr_t)1;
+    EXPECT_STATUS(ds_trace_create(DS_REC_TRACE_KERNELS, NULL, NULL, &t), DS_ERR_NODEVICE);
+    EXPECT_ERROR_HAS("no GPU: tracing is off");
+    EXPECT(t == NULL);
+    // A refused trace registered nothing with CUPTI.
+    EXPECT_EQ_INT(ds_trace_cupti_registered(), 0);
+}
+
+static void level_off_records_nothing(void) {
+    char path[] = "/tmp/ds_test_trace_XXXXXX";
+    int fd = mkstemp(path);
+    EXPECT(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    static const uint32_t bs[] = {1};
+    struct ds_run_meta meta = {.command_line = "test_trace", .rule = "greedy", .k = 3,
+                               .temperature = 1.0, .top_p = 1.0, .batch_sizes = bs,
+                               .n_batch_sizes = 1, .trace_level = DS_REC_TRACE_OFF};
+    ds_recorder_t *rec = NULL;
+    EXPECT_OK(ds_recorder_create(path, &meta, DS_RECORDER_OVERWRITE, &rec));
+    ds_trace_t *t = NULL;
+    EXPECT_OK(ds_trace_create(DS_REC_TRACE_OFF, rec, NULL, &t));
+    EXPECT(t != NULL);
+    EXPECT_EQ_INT(ds_trace_level(t), DS_REC_TRACE_OFF);
+    EXPECT_OK(ds_trace_set_stream(t, NULL));
+    for (uint64_t step = 0; step < 3; step++) {
+        EXPECT_OK(ds_trace_phase_begin(t, step, DS_REC_PHASE_DRAFT_EXTEND, 0, 4));
+        EXPECT_OK(ds_trace_phase_end(t));
+        for (unsigned k = 1; k <= 2; k++) {
+            EXPECT_OK(ds_trace_phase_begin(t, step, DS_REC_PHASE_DRAFT_STEP, k, 4));
+            EXPECT_OK(ds_trace_phase_end(t));
+        }
+        EXPECT_OK(ds_trace_phase_begin(t, step, DS_REC_PHASE_VERIFY, 0, 4));
+        EXPECT_OK(ds_trace_phase_end(t));
+        const struct ds_trace_step_times *times = (const void *)1;
+        size_t n = 99;
+        EXPECT_OK(ds_trace_collect(t, &times, &n));
+        EXPECT_EQ_INT(n, 0);
+        EXPECT(times == NULL);
+    }
+    struct ds_trace_stats s;
+    ds_trace_stats(t, &s);
+    EXPECT_EQ_INT(s.ranges + s.kernels + s.dropped_records + s.dropped_ranges + s.buffers, 0);
+    const struct ds_rec_kernel *k = NULL;
+    const struct ds_rec_range *r = NULL;
+    size_t nk = 9, nr = 9;
+    EXPECT_OK(ds_trace_last_rows(t, &k, &nk, &r, &nr));
+    EXPECT_EQ_INT(nk, 0);
+    EXPECT_EQ_INT(nr, 0);
+    ds_trace_release(t);
+    uint64_t rows = 1;
+    EXPECT_OK(ds_recorder_rows(rec, DS_REC_KERNELS, &rows));
+    EXPECT_EQ_INT(rows, 0);
+    EXPECT_OK(ds_recorder_rows(rec, DS_REC_RANGES, &rows));
+    EXPECT_EQ_INT(rows, 0);
+    EXPECT_OK(ds_recorder_close(rec));
+    unlink(path);
+    EXPECT_EQ_INT(ds_trace_cupti_registered(), 0);
+}
+
+static void null_trace_is_a_no_op(void) {
+    EXPECT_OK(ds_trace_phase_begin(NULL, 1, DS_REC_PHASE_VERIFY, 0, 1));
+    EXPECT_OK(ds_trace_phase_end(NULL));
+    const struct ds_trace_step_times *times = NULL;
+    size_t n = 5;
+    EXPECT_OK(ds_trace_collect(NULL, &times, &n));
+    EXPECT_EQ_INT(n, 0);
+    EXPECT_STATUS(ds_trace_collect(NULL, NULL, &n), DS_ERR_ARG);
+    struct ds_trace_stats s = {.ranges = 7};
+    ds_trace_stats(NULL, &s);
+    EXPECT_EQ_INT(s.ranges, 0);
+    EXPECT_EQ_INT(ds_trace_level(NULL), DS_REC_TRACE_OFF);
+    ds_trace_release(NULL);
+    EXPECT_STATUS(ds_trace_pause(NULL), DS_ERR_ARG);
+    double ov = 1;
+    EXPECT_STATUS(ds_trace_measure_overhead(NULL, NULL, 1, 0, 0, &ov), DS_ERR_ARG);
+    uint32_t b = 1;
+    struct ds_trace_baseline out;
+    EXPECT_STATUS(ds_trace_baseline_run(NULL, &b, 1, NULL, &out), DS_ERR_ARG);
+}
+
+static void bad_arguments_are_refused(void) {
+    ds_trace_t *t = NULL;
+    EXPECT_STATUS(ds_trace_create((enum ds_rec_trace_level)7, NULL, NULL, &t), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("invalid level 7");
+    struct ds_trace_options o = {.buffer_bytes = 100};
+    EXPECT_STATUS(ds_trace_create(DS_REC_TRACE_OFF, NULL, &o, &t), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("buffer 100 bytes");
+    EXPECT(t == NULL);
+    EXPECT_STATUS(ds_trace_create(DS_REC_TRACE_OFF, NULL, NULL, NULL), DS_ERR_ARG);
+
+    EXPECT_OK(ds_trace_create(DS_REC_TRACE_OFF, NULL, NULL, &t));
+    EXPECT_STATUS(ds_trace_phase_end(t), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("without a phase begin");
+    // draft_step is 1..255 for draft steps and 0 for every other phase.
+    EXPECT_STATUS(ds_trace_phase_begin(t, 1, DS_REC_PHASE_VERIFY, 2, 1), DS_ERR_ARG);
+    EXPECT_STATUS(ds_trace_phase_begin(t, 1, DS_REC_PHASE_DRAFT_STEP, 0, 1), DS_ERR_ARG);
+    EXPECT_STATUS(ds_trace_phase_begin(t, 1, DS_REC_PHASE_DRAFT_STEP, 256, 1), DS_ERR_ARG);
+    EXPECT_STATUS(ds_trace_phase_begin(t, 1, DS_REC_PHASE_COUNT, 0, 1), DS_ERR_ARG);
+    // Steps need 47 bits of the external id.
+    EXPECT_STATUS(ds_trace_phase_begin(t, UINT64_C(1) << 47, DS_REC_PHASE_VERIFY, 0, 1),
+                  DS_ERR_ARG);
+    EXPECT_OK(ds_trace_phase_begin(t, (UINT64_C(1) << 47) - 1, DS_REC_PHASE_VERIFY, 0, 1));
+    EXPECT_OK(ds_trace_phase_end(t));
+    // Nesting: 8 levels open, the 9th refused, then all 8 close and a 9th end is refused.
+    for (int i = 0; i < 8; i++) EXPECT_OK(ds_trace_phase_begin(t, 2, DS_REC_PHASE_ACCEPT, 0, 1));
+    EXPECT_STATUS(ds_trace_phase_begin(t, 2, DS_REC_PHASE_ACCEPT, 0, 1), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("deeper than 8");
+    EXPECT_STATUS(ds_trace_pause(t), DS_ERR_ARG); // a phase is open
+    for (int i = 0; i < 8; i++) EXPECT_OK(ds_trace_phase_end(t));
+    EXPECT_STATUS(ds_trace_phase_end(t), DS_ERR_ARG);
+    EXPECT_OK(ds_trace_pause(t));
+    EXPECT_OK(ds_trace_resume(t));
+    double ov = -1;
+    EXPECT_OK(ds_trace_measure_overhead(t, (ds_gptoss_t *)(uintptr_t)1, 1, 0, 0, &ov));
+    EXPECT_NEAR(ov, 0.0, 0.0); // level off costs nothing by definition; the model is not touched
+    ds_trace_release(t);
+}
+
+static void external_ids_have_the_documented_layout(void) {
+    // 1 << 63 | 5 << 16 | 3 << 8 | 0 (verify is phase 3), worked by hand.
+    EXPECT(ds_trace_ext_id(5, DS_REC_PHASE_VERIFY, 0) == UINT64_C(0x8000000000050300));
+    // 1 << 63 | 0x1234 << 16 | 2 << 8 | 7 (draft_step is phase 2).
+    EXPECT(ds_trace_ext_id(0x1234, DS_REC_PHASE_DRAFT_STEP, 7) == UINT64_C(0x8000000012340207));
+    uint64_t step = 0;
+    enum ds_rec_phase phase = DS_REC_PHASE_PREFILL;
+    unsigned ds = 0;
+    uint64_t big = (UINT64_C(1) << 47) - 1;
+    EXPECT_OK(ds_trace_ext_id_decode(ds_trace_ext_id(big, DS_REC_PHASE_DRAFT_STEP, 255), &step,
+                                     &phase, &ds));
+    EXPECT(step == big);
+    EXPECT_EQ_INT(phase, DS_REC_PHASE_DRAFT_STEP);
+    EXPECT_EQ_INT(ds, 255);
+    EXPECT_OK(ds_trace_ext_id_decode(ds_trace_ext_id(0, DS_REC_PHASE_PREFILL, 0), &step, &phase,
+                                     &ds));
+    EXPECT(step == 0);
+    EXPECT_EQ_INT(phase, DS_REC_PHASE_PREFILL);
+    EXPECT_EQ_INT(ds, 0);
+    // Ids no encode makes: no tag bit, phase 9, a draft step on verify, draft_step phase with 0.
+    EXPECT_STATUS(ds_trace_ext_id_decode(0x50300, &step, &phase, &ds), DS_ERR_RANGE);
+    EXPECT_STATUS(ds_trace_ext_id_decode(UINT64_C(0x8000000000050900), &step, &phase, &ds),
+                  DS_ERR_RANGE);
+    EXPECT_STATUS(ds_trace_ext_id_decode(UINT64_C(0x8000000000050301), &step, &phase, &ds),
+                  DS_ERR_RANGE);
+    EXPECT_STATUS(ds_trace_ext_id_decode(UINT64_C(0x8000000000050200), &step, &phase, &ds),
+                  DS_ERR_RANGE);
+    EXPECT_ERROR_HAS("not ours");
+}
+
+static struct ds_rec_range rg(uint64_t step, enum ds_rec_phase p, unsigned k, uint64_t a,
+                              uint64_t b) {
+    return (struct ds_rec_range){.step = step, .start_ns = a, .end_ns = b, .batch_size = 4,
+                                 .phase = (uint8_t)p, .draft_step = (uint8_t)k};
+}
+
+static void ranges_sum_into_steps_rows(void) {
+    const struct ds_rec_range r[] = {
+        rg(7, DS_REC_PHASE_PREFILL, 0, 100, 200),     rg(7, DS_REC_PHASE_DRAFT_EXTEND, 0, 200, 260),
+        rg(7, DS_REC_PHASE_DRAFT_STEP, 1, 260, 300),  rg(7, DS_REC_PHASE_DRAFT_STEP, 2, 300, 350),
+        rg(7, DS_REC_PHASE_VERIFY, 0, 350, 500),      rg(7, DS_REC_PHASE_ACCEPT, 0, 500, 520),
+        rg(7, DS_REC_PHASE_SAMPLE, 0, 520, 530),      rg(8, DS_REC_PHASE_DRAFT_EXTEND, 0, 600, 650),
+        rg(8, DS_REC_PHASE_VERIFY, 0, 650, 700),
+    };
+    struct ds_trace_step_times out[4];
+    size_t n = 0;
+    EXPECT_OK(ds_trace_sum_ranges(r, 9, out, 4, &n));
+    EXPECT_EQ_INT(n, 2);
+    EXPECT_EQ_INT(out[0].step, 7);
+    EXPECT_EQ_INT(out[0].ranges, 7);
+    EXPECT_EQ_INT(out[0].start_ns, 100);
+    EXPECT_EQ_INT(out[0].end_ns, 530);
+    EXPECT_EQ_INT(out[0].phase_ns[DS_REC_PHASE_PREFILL], 100);
+    EXPECT_EQ_INT(out[0].phase_ns[DS_REC_PHASE_DRAFT_STEP], 40 + 50);
+    EXPECT_EQ_INT(out[0].phase_ns[DS_REC_PHASE_VERIFY], 150);
+
+    struct ds_rec_step row = {.request = 3, .accepted = 2};
+    ds_trace_step_fill(&out[0], &row);
+    EXPECT_EQ_INT(row.draft_ns, 60 + 40 + 50); // extend + both draft steps
+    EXPECT_EQ_INT(row.verify_ns, 150);
+    EXPECT_EQ_INT(row.accept_ns, 20 + 10); // accept + sample
+    EXPECT_EQ_INT(row.total_ns, 530 - 100);
+    EXPECT_EQ_INT(row.request, 3); // untouched
+    EXPECT_EQ_INT(row.accepted, 2);
+    ds_trace_step_fill(&out[1], &row);
+    EXPECT_EQ_INT(row.draft_ns, 50);
+    EXPECT_EQ_INT(row.verify_ns, 50);
+    EXPECT_EQ_INT(row.accept_ns, 0);
+    EXPECT_EQ_INT(row.total_ns, 100);
+    ds_trace_step_fill(NULL, &row);
+    EXPECT_EQ_INT(row.draft_ns + row.verify_ns + row.accept_ns + row.total_ns, 0);
+
+    // More steps than room: the first cap are kept and the call says so.
+    EXPECT_STATUS(ds_trace_sum_ranges(r, 9, out, 1, &n), DS_ERR_RANGE);
+    EXPECT_EQ_INT(n, 1);
+    EXPECT_EQ_INT(out[0].step, 7);
+    EXPECT_OK(ds_trace_sum_ranges(NULL, 0, NULL, 0, &n));
+    EXPECT_EQ_INT(n, 0);
+    EXPECT_STATUS(ds_trace_sum_ranges(NULL, 3, out, 4, &n), DS_ERR_ARG);
+}
+
+int main(void) {
+    DS_RUN(levels_parse_and_name);
+    DS_RUN(without_gpu_tracing_says_it_is_off);
+    DS_RUN(level_off_records_nothing);
+    DS_RUN(null_trace_is_a_no_op);
+    DS_RUN(bad_arguments_are_refused);
+    DS_RUN(external_ids_have_the_documented_layout);
+    DS_RUN(ranges_sum_into_steps_rows);
+    return ds_test_end();
+}
