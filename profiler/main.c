@@ -11,6 +11,8 @@ struct subcommand {
 };
 
 static const struct subcommand subcommands[] = {
+    {"run", ds_cmd_run,
+     "replay conversations with target + draft at chosen batch sizes and record every draft"},
     {"inspect", ds_cmd_inspect,
      "check a target checkpoint (and a draft) and print what they contain"},
     {"generate", ds_cmd_generate,

@@ -8,6 +8,7 @@
 extern "C" {
 #endif
 
+int ds_cmd_run(int argc, char **argv);
 int ds_cmd_inspect(int argc, char **argv);
 int ds_cmd_generate(int argc, char **argv);
 int ds_cmd_tokenize(int argc, char **argv);
