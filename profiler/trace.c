@@ -60,6 +60,7 @@ struct open_phase {
     uint16_t batch;
     uint8_t phase, draft_step;
     int32_t slot; // index into pend/events, -1 when no event (level off, paused, ring full)
+    bool pushed;  // an external correlation id was pushed for it
 };
 
 struct pend_range {
@@ -507,6 +508,13 @@ cleanup:
 
 void ds_trace_release(ds_trace_t *t) {
     if (!t) return;
+    // Phases still open are closed so that CUPTI's id stack and an nsys timeline stay balanced.
+    for (; t->depth > 0; t->depth--) {
+        uint64_t id = 0;
+        if (t->stack[t->depth - 1].pushed)
+            (void)cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &id);
+        nvtxRangePop();
+    }
     if (t->cupti_on) {
         (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
         (void)cupti_enable(false);
@@ -515,8 +523,6 @@ void ds_trace_release(ds_trace_t *t) {
         if (g_active == t) g_active = NULL;
         pthread_mutex_unlock(&g_mu);
     }
-    // NVTX ranges still open are closed so that an nsys timeline stays balanced.
-    for (; t->depth > 0; t->depth--) nvtxRangePop();
     free_trace(t);
 }
 
@@ -552,6 +558,8 @@ static bool recording(const ds_trace_t *t) {
     return t->level != DS_REC_TRACE_OFF && !t->paused && t->stream_set;
 }
 
+static bool correlating(const ds_trace_t *t) { return t->cupti_on && !t->paused; }
+
 enum ds_status ds_trace_phase_begin(ds_trace_t *t, uint64_t step, enum ds_rec_phase phase,
                                     unsigned draft_step, unsigned batch) {
     if (!t) return DS_OK;
@@ -567,6 +575,7 @@ enum ds_status ds_trace_phase_begin(ds_trace_t *t, uint64_t step, enum ds_rec_ph
     p->phase = (uint8_t)phase;
     p->draft_step = (uint8_t)draft_step;
     p->slot = -1;
+    p->pushed = false;
 
     nvtxEventAttributes_t a = {0};
     a.version = NVTX_VERSION;
@@ -577,6 +586,11 @@ enum ds_status ds_trace_phase_begin(ds_trace_t *t, uint64_t step, enum ds_rec_ph
     a.payload.ullValue = step;
     nvtxRangePushEx(&a);
 
+    if (correlating(t)) {
+        DS_CUPTI_CHECK(cuptiActivityPushExternalCorrelationId(
+            CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, ds_trace_ext_id(step, phase, draft_step)));
+        p->pushed = true;
+    }
     if (!recording(t)) return DS_OK;
     if (t->n_pend == t->opt.max_ranges) {
         t->st.dropped_ranges++;
@@ -590,9 +604,6 @@ enum ds_status ds_trace_phase_begin(ds_trace_t *t, uint64_t step, enum ds_rec_ph
         r->row.draft_step = p->draft_step;
         DS_CUDA_CHECK(cudaEventRecord(t->ev_begin[p->slot], t->stream));
     }
-    if (t->cupti_on)
-        DS_CUPTI_CHECK(cuptiActivityPushExternalCorrelationId(
-            CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, ds_trace_ext_id(step, phase, draft_step)));
     return DS_OK;
 }
 
@@ -600,16 +611,14 @@ enum ds_status ds_trace_phase_end(ds_trace_t *t) {
     if (!t) return DS_OK;
     if (t->depth == 0) return ds_error_set(DS_ERR_ARG, "trace: phase end without a phase begin");
     struct open_phase *p = &t->stack[--t->depth];
-    if (recording(t)) {
-        if (p->slot >= 0) {
-            DS_CUDA_CHECK(cudaEventRecord(t->ev_end[p->slot], t->stream));
-            t->pend[p->slot].closed = true;
-        }
-        if (t->cupti_on) {
-            uint64_t id = 0;
-            DS_CUPTI_CHECK(
-                cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &id));
-        }
+    if (p->slot >= 0) {
+        DS_CUDA_CHECK(cudaEventRecord(t->ev_end[p->slot], t->stream));
+        t->pend[p->slot].closed = true;
+    }
+    if (p->pushed) {
+        uint64_t id = 0;
+        DS_CUPTI_CHECK(
+            cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &id));
     }
     nvtxRangePop();
     return DS_OK;

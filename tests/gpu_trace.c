@@ -1,0 +1,505 @@
+// Tracing on the GPU: a known sequence of kernels (known names, grids, blocks, shared memory and
+// durations) is launched inside known phases of known steps, and every /kernels and /ranges row
+// the trace produces is checked against that plan:
+//   - level off registers nothing with CUPTI and writes no row;
+//   - level phases writes one range per phase with the right (step, phase, draft step, batch),
+//     no kernel rows, and never touches CUPTI;
+//   - level kernels writes exactly one row per launch made inside a phase (a launch outside every
+//     phase is counted as unattributed, not written), with the launch's name, grid, block and
+//     dynamic shared memory, the kernel's static shared memory, and the (step, phase, draft step)
+//     of the phase it was launched in (the external correlation); every kernel lies inside its
+//     phase's range; phase times add up to the step's span and to the kernels' known durations;
+//   - kernels launched from a CUDA graph carry distinct non-zero graph node ids, the same set at
+//     each replay, and the phase of the graph launch.
+// The kernels are PTX written below (names are not mangled), JIT-loaded after the trace exists,
+// as the run loop loads its modules after ds_trace_create. Each one spins on %globaltimer for a
+// given number of ns, so durations are known independently of the GPU.
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "ds/device.h"
+#include "ds/record.h"
+#include "ds/trace.h"
+
+static const char probe_ptx[] =
+    ".version 7.0\n"
+    ".target sm_70\n"
+    ".address_size 64\n"
+    ".shared .align 8 .b8 ds_probe_buf[1024];\n"
+    // ds_probe_spin(u64 ns, u64 *out): spins ns on the global timer; writes the time if out != 0.
+    ".visible .entry ds_probe_spin(.param .u64 spin_ns, .param .u64 spin_out)\n"
+    "{\n"
+    "  .reg .pred %p<3>;\n"
+    "  .reg .b64 %rd<8>;\n"
+    "  ld.param.u64 %rd1, [spin_ns];\n"
+    "  ld.param.u64 %rd2, [spin_out];\n"
+    "  mov.u64 %rd3, %globaltimer;\n"
+    "SPIN_A:\n"
+    "  mov.u64 %rd4, %globaltimer;\n"
+    "  sub.s64 %rd5, %rd4, %rd3;\n"
+    "  setp.lt.u64 %p1, %rd5, %rd1;\n"
+    "  @%p1 bra SPIN_A;\n"
+    "  setp.eq.s64 %p2, %rd2, 0;\n"
+    "  @%p2 bra DONE_A;\n"
+    "  cvta.to.global.u64 %rd6, %rd2;\n"
+    "  st.global.u64 [%rd6], %rd5;\n"
+    "DONE_A:\n"
+    "  ret;\n"
+    "}\n"
+    // ds_probe_smem(u64 ns, u64 *out): the same through 1024 bytes of static shared memory.
+    ".visible .entry ds_probe_smem(.param .u64 smem_ns, .param .u64 smem_out)\n"
+    "{\n"
+    "  .reg .pred %p<3>;\n"
+    "  .reg .b32 %r<3>;\n"
+    "  .reg .b64 %rd<9>;\n"
+    "  ld.param.u64 %rd1, [smem_ns];\n"
+    "  ld.param.u64 %rd2, [smem_out];\n"
+    "  mov.u64 %rd3, %globaltimer;\n"
+    "SPIN_B:\n"
+    "  mov.u64 %rd4, %globaltimer;\n"
+    "  sub.s64 %rd5, %rd4, %rd3;\n"
+    "  setp.lt.u64 %p1, %rd5, %rd1;\n"
+    "  @%p1 bra SPIN_B;\n"
+    "  mov.u32 %r1, %tid.x;\n"
+    "  and.b32 %r2, %r1, 127;\n"
+    "  mul.wide.u32 %rd6, %r2, 8;\n"
+    "  mov.u64 %rd7, ds_probe_buf;\n"
+    "  add.s64 %rd7, %rd7, %rd6;\n"
+    "  st.shared.u64 [%rd7], %rd5;\n"
+    "  bar.sync 0;\n"
+    "  ld.shared.u64 %rd8, [ds_probe_buf];\n"
+    "  setp.eq.s64 %p2, %rd2, 0;\n"
+    "  @%p2 bra DONE_B;\n"
+    "  cvta.to.global.u64 %rd6, %rd2;\n"
+    "  st.global.u64 [%rd6], %rd8;\n"
+    "DONE_B:\n"
+    "  ret;\n"
+    "}\n";
+
+#define SPIN_NS 200000ull // 200 µs per kernel: phases are long against clock-alignment errors
+#define SMEM_STATIC 1024  // ds_probe_buf
+
+enum probe { SPIN = 0, SMEM = 1 };
+static const char *const probe_names[2] = {"ds_probe_spin", "ds_probe_smem"};
+
+struct launch {
+    enum probe k;
+    unsigned gx, gy, gz, bx, by, bz;
+    unsigned dyn; // dynamic shared memory, bytes
+};
+
+// What one phase launches.
+struct phase_plan {
+    enum ds_rec_phase phase;
+    unsigned draft_step;
+    int n;
+    struct launch l[2];
+};
+
+static const struct phase_plan step_plan[] = {
+    {DS_REC_PHASE_PREFILL, 0, 1, {{SPIN, 2, 1, 1, 64, 1, 1, 0}}},
+    {DS_REC_PHASE_DRAFT_EXTEND, 0, 1, {{SPIN, 1, 1, 1, 32, 1, 1, 256}}},
+    {DS_REC_PHASE_DRAFT_STEP, 1, 1, {{SMEM, 3, 1, 1, 128, 1, 1, 0}}},
+    {DS_REC_PHASE_DRAFT_STEP, 2, 1, {{SMEM, 3, 2, 1, 128, 1, 1, 2048}}},
+    {DS_REC_PHASE_VERIFY, 0, 2, {{SPIN, 4, 2, 2, 32, 2, 1, 0}, {SMEM, 1, 1, 1, 96, 1, 1, 512}}},
+    {DS_REC_PHASE_ACCEPT, 0, 1, {{SPIN, 1, 1, 1, 32, 1, 1, 0}}},
+    {DS_REC_PHASE_SAMPLE, 0, 1, {{SPIN, 1, 1, 1, 64, 1, 1, 0}}},
+};
+#define N_PHASES (sizeof step_plan / sizeof step_plan[0])
+
+struct expected {
+    uint64_t step;
+    const struct phase_plan *p;
+    const struct launch *l;
+};
+
+struct probes {
+    cudaLibrary_t lib;
+    cudaKernel_t k[2];
+};
+
+static char dir[] = "/tmp/ds_gpu_trace_XXXXXX";
+
+static uint64_t mono_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static int cuda_ok(cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return 1;
+    DS_FAILF("%s: %s", what, cudaGetErrorString(e));
+    return 0;
+}
+
+static int load_probes(struct probes *pr) {
+    if (!cuda_ok(cudaLibraryLoadData(&pr->lib, probe_ptx, NULL, NULL, 0, NULL, NULL, 0),
+                 "cudaLibraryLoadData (PTX JIT)"))
+        return 0;
+    for (int i = 0; i < 2; i++)
+        if (!cuda_ok(cudaLibraryGetKernel(&pr->k[i], pr->lib, probe_names[i]), probe_names[i]))
+            return 0;
+    return 1;
+}
+
+static void launch(const struct probes *pr, const struct launch *l, cudaStream_t s) {
+    unsigned long long ns = SPIN_NS, out = 0;
+    void *args[] = {&ns, &out};
+    dim3 g = {l->gx, l->gy, l->gz}, b = {l->bx, l->by, l->bz};
+    cuda_ok(cudaLaunchKernel((const void *)pr->k[l->k], g, b, args, l->dyn, s), "launch");
+}
+
+static ds_recorder_t *open_recorder(const char *name, enum ds_rec_trace_level level) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    static const uint32_t bs[] = {4};
+    struct ds_run_meta meta = {.command_line = "gpu_trace", .gpu_name = "test", .rule = "greedy",
+                               .k = 3, .temperature = 1.0, .top_p = 1.0, .batch_sizes = bs,
+                               .n_batch_sizes = 1, .trace_level = level};
+    ds_recorder_t *rec = NULL;
+    EXPECT_OK(ds_recorder_create(path, &meta, DS_RECORDER_OVERWRITE, &rec));
+    return rec;
+}
+
+// Runs the plan for one step (prefill only when asked) and returns the host wall time from the
+// first phase begin to the end of the stream's work.
+static uint64_t run_step(ds_trace_t *t, const struct probes *pr, cudaStream_t s, uint64_t step,
+                         int with_prefill, struct expected *exp, size_t *n_exp) {
+    uint64_t a = mono_ns();
+    for (size_t i = with_prefill ? 0 : 1; i < N_PHASES; i++) {
+        const struct phase_plan *p = &step_plan[i];
+        EXPECT_OK(ds_trace_phase_begin(t, step, p->phase, p->draft_step, 4));
+        for (int j = 0; j < p->n; j++) {
+            launch(pr, &p->l[j], s);
+            if (exp) exp[(*n_exp)++] = (struct expected){step, p, &p->l[j]};
+        }
+        EXPECT_OK(ds_trace_phase_end(t));
+    }
+    cuda_ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    return mono_ns() - a;
+}
+
+static void level_off_registers_nothing(void) {
+    ds_recorder_t *rec = open_recorder("off.h5", DS_REC_TRACE_OFF);
+    ds_trace_t *t = NULL;
+    EXPECT_OK(ds_trace_create(DS_REC_TRACE_OFF, rec, NULL, &t));
+    cudaStream_t s = NULL;
+    struct probes pr = {0};
+    if (!t || !rec || !cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream") ||
+        !load_probes(&pr))
+        goto done;
+    EXPECT_OK(ds_trace_set_stream(t, s));
+    for (uint64_t step = 0; step < 2; step++) {
+        run_step(t, &pr, s, step, step == 0, NULL, NULL);
+        const struct ds_trace_step_times *times = NULL;
+        size_t n = 9;
+        EXPECT_OK(ds_trace_collect(t, &times, &n));
+        EXPECT_EQ_INT(n, 0);
+    }
+    uint64_t rows = 1;
+    EXPECT_OK(ds_recorder_rows(rec, DS_REC_KERNELS, &rows));
+    EXPECT_EQ_INT(rows, 0);
+    EXPECT_OK(ds_recorder_rows(rec, DS_REC_RANGES, &rows));
+    EXPECT_EQ_INT(rows, 0);
+    EXPECT_EQ_INT(ds_trace_cupti_registered(), 0);
+    cudaLibraryUnload(pr.lib);
+done:
+    if (s) cudaStreamDestroy(s);
+    ds_trace_release(t);
+    EXPECT_OK(ds_recorder_close(rec));
+}
+
+static void level_phases_writes_ranges_only(void) {
+    ds_recorder_t *rec = open_recorder("phases.h5", DS_REC_TRACE_PHASES);
+    ds_trace_t *t = NULL;
+    EXPECT_OK(ds_trace_create(DS_REC_TRACE_PHASES, rec, NULL, &t));
+    cudaStream_t s = NULL;
+    struct probes pr = {0};
+    if (!t || !rec || !cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream") ||
+        !load_probes(&pr))
+        goto done;
+    EXPECT_OK(ds_trace_set_stream(t, s));
+    size_t total_ranges = 0;
+    for (uint64_t step = 5; step < 7; step++) {
+        int prefill = step == 5;
+        run_step(t, &pr, s, step, prefill, NULL, NULL);
+        const struct ds_trace_step_times *times = NULL;
+        size_t n = 0;
+        EXPECT_OK(ds_trace_collect(t, &times, &n));
+        EXPECT_EQ_INT(n, 1);
+        const struct ds_rec_kernel *k = NULL;
+        const struct ds_rec_range *r = NULL;
+        size_t nk = 9, nr = 0;
+        EXPECT_OK(ds_trace_last_rows(t, &k, &nk, &r, &nr));
+        EXPECT_EQ_INT(nk, 0);
+        size_t want = N_PHASES - (prefill ? 0 : 1);
+        EXPECT_EQ_INT(nr, want);
+        for (size_t i = 0; i < nr && i < want; i++) {
+            const struct phase_plan *p = &step_plan[i + (prefill ? 0 : 1)];
+            EXPECT_EQ_INT(r[i].step, step);
+            EXPECT_EQ_INT(r[i].phase, p->phase);
+            EXPECT_EQ_INT(r[i].draft_step, p->draft_step);
+            EXPECT_EQ_INT(r[i].batch_size, 4);
+            // A phase lasts at least its kernels' spins (they run one after another).
+            EXPECT(r[i].end_ns - r[i].start_ns >= (uint64_t)p->n * SPIN_NS);
+            if (i) EXPECT(r[i].start_ns >= r[i - 1].end_ns - 20000); // in order; 20 µs of jitter
+        }
+        total_ranges += nr;
+    }
+    uint64_t rows = 1;
+    EXPECT_OK(ds_recorder_rows(rec, DS_REC_KERNELS, &rows));
+    EXPECT_EQ_INT(rows, 0);
+    EXPECT_OK(ds_recorder_rows(rec, DS_REC_RANGES, &rows));
+    EXPECT_EQ_INT(rows, total_ranges);
+    EXPECT_EQ_INT(ds_trace_cupti_registered(), 0); // level phases never touches CUPTI
+    cudaLibraryUnload(pr.lib);
+done:
+    if (s) cudaStreamDestroy(s);
+    ds_trace_release(t);
+    EXPECT_OK(ds_recorder_close(rec));
+}
+
+static int by_start(const void *a, const void *b) {
+    const struct ds_rec_kernel *x = a, *y = b;
+    return x->start_ns < y->start_ns ? -1 : x->start_ns > y->start_ns;
+}
+
+#define MAX_ROWS 256
+
+static void level_kernels_records_match_launches(void) {
+    ds_recorder_t *rec = open_recorder("kernels.h5", DS_REC_TRACE_KERNELS);
+    ds_trace_t *t = NULL;
+    // The trace exists before the probe module loads, as in the run loop.
+    EXPECT_OK(ds_trace_create(DS_REC_TRACE_KERNELS, rec, NULL, &t));
+    cudaStream_t s = NULL;
+    struct probes pr = {0};
+    static struct expected exp[MAX_ROWS];
+    static struct ds_rec_kernel got[MAX_ROWS];
+    static struct ds_rec_range ranges[MAX_ROWS];
+    size_t n_exp = 0, n_got = 0, n_ranges = 0;
+    if (!t || !rec || !cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream") ||
+        !load_probes(&pr))
+        goto done;
+    EXPECT_OK(ds_trace_set_stream(t, s));
+    EXPECT_EQ_INT(ds_trace_cupti_registered(), 1);
+
+    // One launch outside every phase: counted as unattributed, never written.
+    static const struct launch outside = {SPIN, 1, 1, 1, 32, 1, 1, 0};
+    launch(&pr, &outside, s);
+
+    for (uint64_t step = 10; step < 13; step++) {
+        uint64_t wall = run_step(t, &pr, s, step, step == 10, exp, &n_exp);
+        const struct ds_trace_step_times *times = NULL;
+        size_t n = 0;
+        EXPECT_OK(ds_trace_collect(t, &times, &n));
+        EXPECT_EQ_INT(n, 1);
+        if (n == 1) {
+            const struct ds_trace_step_times *st = &times[0];
+            EXPECT_EQ_INT(st->step, step);
+            uint64_t span = st->end_ns - st->start_ns, sum = 0, spins = 0, launches = 0;
+            for (int p = 0; p < DS_REC_PHASE_COUNT; p++) sum += st->phase_ns[p];
+            for (size_t i = step == 10 ? 0 : 1; i < N_PHASES; i++) {
+                launches += (uint64_t)step_plan[i].n;
+                spins += (uint64_t)step_plan[i].n * SPIN_NS;
+            }
+            printf("  step %llu: span %.1f us, phases %.1f us, kernels' spins %.1f us, host wall "
+                   "%.1f us\n",
+                   (unsigned long long)step, span / 1e3, sum / 1e3, spins / 1e3, wall / 1e3);
+            // Phases follow one another on one stream, so they tile the step: the gaps are the
+            // few µs between one phase's end event and the next one's begin event (6 or 7
+            // boundaries, 10 µs each), and event timestamps have 0.5 µs resolution.
+            EXPECT_NEAR((double)sum, (double)span, 10000.0 * N_PHASES);
+            // The step's GPU span holds every kernel's spin and fits inside the host's view of the
+            // step (launch latency before, synchronize wake-up after; 50 µs for the anchor).
+            EXPECT(span >= spins);
+            EXPECT(span <= wall + 50000);
+            // Each kernel adds its launch and drain (< 30 µs) to its spin.
+            EXPECT(sum <= spins + 30000 * launches);
+            struct ds_rec_step row = {0};
+            ds_trace_step_fill(st, &row);
+            EXPECT(row.draft_ns >= 3 * SPIN_NS && row.verify_ns >= 2 * SPIN_NS &&
+                   row.accept_ns >= 2 * SPIN_NS && row.total_ns == span);
+        }
+        const struct ds_rec_kernel *k = NULL;
+        const struct ds_rec_range *r = NULL;
+        size_t nk = 0, nr = 0;
+        EXPECT_OK(ds_trace_last_rows(t, &k, &nk, &r, &nr));
+        for (size_t i = 0; i < nk && n_got < MAX_ROWS; i++) got[n_got++] = k[i];
+        for (size_t i = 0; i < nr && n_ranges < MAX_ROWS; i++) ranges[n_ranges++] = r[i];
+    }
+    // Two more collects: nothing new, and the outside launch ages out as unattributed.
+    for (int i = 0; i < 2; i++) {
+        const struct ds_trace_step_times *times = NULL;
+        size_t n = 9, nk = 9, nr = 9;
+        const struct ds_rec_kernel *k = NULL;
+        const struct ds_rec_range *r = NULL;
+        EXPECT_OK(ds_trace_collect(t, &times, &n));
+        EXPECT_OK(ds_trace_last_rows(t, &k, &nk, &r, &nr));
+        EXPECT_EQ_INT(n + nk + nr, 0);
+    }
+    struct ds_trace_stats stats;
+    ds_trace_stats(t, &stats);
+    printf("  stats: %llu kernels, %llu ranges, %llu unattributed, %llu dropped, %llu buffers\n",
+           (unsigned long long)stats.kernels, (unsigned long long)stats.ranges,
+           (unsigned long long)stats.unattributed, (unsigned long long)stats.dropped_records,
+           (unsigned long long)stats.buffers);
+    EXPECT_EQ_INT(stats.unattributed, 1);
+    EXPECT_EQ_INT(stats.dropped_records, 0);
+    EXPECT_EQ_INT(stats.kernels, n_exp);
+
+    // Every launch made inside a phase has exactly one row, in launch order on the one stream.
+    EXPECT_EQ_INT(n_got, n_exp);
+    qsort(got, n_got, sizeof *got, by_start);
+    uint32_t name_id[2];
+    for (int i = 0; i < 2; i++) EXPECT_OK(ds_recorder_intern(rec, probe_names[i], &name_id[i]));
+    for (size_t i = 0; i < n_got && i < n_exp; i++) {
+        const struct ds_rec_kernel *g = &got[i];
+        const struct expected *e = &exp[i];
+        int bad_before = ds_t_case_failures;
+        EXPECT_EQ_INT(g->name, name_id[e->l->k]);
+        EXPECT_EQ_INT(g->step, e->step);
+        EXPECT_EQ_INT(g->phase, e->p->phase);
+        EXPECT_EQ_INT(g->draft_step, e->p->draft_step);
+        EXPECT_EQ_INT(g->grid_x, e->l->gx);
+        EXPECT_EQ_INT(g->grid_y, e->l->gy);
+        EXPECT_EQ_INT(g->grid_z, e->l->gz);
+        EXPECT_EQ_INT(g->block_x, e->l->bx);
+        EXPECT_EQ_INT(g->block_y, e->l->by);
+        EXPECT_EQ_INT(g->block_z, e->l->bz);
+        EXPECT_EQ_INT(g->dynamic_smem, e->l->dyn);
+        // ds_probe_smem declares 1024 bytes; the spin kernel none.
+        if (e->l->k == SMEM) EXPECT(g->static_smem >= SMEM_STATIC);
+        else EXPECT_EQ_INT(g->static_smem, 0);
+        EXPECT(g->registers > 0); // the loop needs registers
+        EXPECT_EQ_INT(g->graph_node, 0);
+        EXPECT_EQ_INT(g->stream, got[0].stream);
+        EXPECT(g->correlation != 0);
+        EXPECT(g->end_ns - g->start_ns >= SPIN_NS);
+        // Inside its phase's range: CUPTI's clock and the event anchor are both aligned to the
+        // session clock by host reads, each within ~25 µs.
+        const struct ds_rec_range *in = NULL;
+        for (size_t j = 0; j < n_ranges; j++)
+            if (ranges[j].step == g->step && ranges[j].phase == g->phase &&
+                ranges[j].draft_step == g->draft_step)
+                in = &ranges[j];
+        EXPECT(in != NULL);
+        if (in) {
+            EXPECT(g->start_ns + 50000 >= in->start_ns);
+            EXPECT(g->end_ns <= in->end_ns + 50000);
+        }
+        if (ds_t_case_failures != bad_before)
+            fprintf(stderr, "    row %zu: step %llu phase %u/%u grid %u,%u,%u block %u,%u,%u "
+                    "dyn %u static %u regs %u [%llu, %llu] range [%llu, %llu]\n",
+                    i, (unsigned long long)g->step, g->phase, g->draft_step, g->grid_x,
+                    g->grid_y, g->grid_z, g->block_x, g->block_y, g->block_z, g->dynamic_smem,
+                    g->static_smem, g->registers, (unsigned long long)g->start_ns,
+                    (unsigned long long)g->end_ns,
+                    (unsigned long long)(in ? in->start_ns : 0),
+                    (unsigned long long)(in ? in->end_ns : 0));
+    }
+    uint64_t rows = 0;
+    EXPECT_OK(ds_recorder_rows(rec, DS_REC_KERNELS, &rows));
+    EXPECT_EQ_INT(rows, n_exp);
+    cudaLibraryUnload(pr.lib);
+done:
+    if (s) cudaStreamDestroy(s);
+    ds_trace_release(t);
+    EXPECT_OK(ds_recorder_close(rec));
+}
+
+static void graph_kernels_keep_node_ids(void) {
+    ds_recorder_t *rec = open_recorder("graph.h5", DS_REC_TRACE_KERNELS);
+    ds_trace_t *t = NULL;
+    EXPECT_OK(ds_trace_create(DS_REC_TRACE_KERNELS, rec, NULL, &t));
+    cudaStream_t s = NULL;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    struct probes pr = {0};
+    if (!t || !rec || !cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream") ||
+        !load_probes(&pr))
+        goto done;
+    EXPECT_OK(ds_trace_set_stream(t, s));
+    // Captured after the trace exists, as the run loop must capture its graphs.
+    static const struct launch g_l[3] = {{SPIN, 5, 1, 1, 32, 1, 1, 0},
+                                         {SMEM, 6, 1, 1, 64, 1, 1, 128},
+                                         {SPIN, 7, 1, 1, 96, 1, 1, 0}};
+    if (!cuda_ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture")) goto done;
+    for (int i = 0; i < 3; i++) launch(&pr, &g_l[i], s);
+    if (!cuda_ok(cudaStreamEndCapture(s, &graph), "end capture") ||
+        !cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate"))
+        goto done;
+    size_t n_nodes = 0;
+    cuda_ok(cudaGraphGetNodes(graph, NULL, &n_nodes), "nodes");
+    EXPECT_EQ_INT(n_nodes, 3);
+
+    static const struct launch plain = {SPIN, 8, 1, 1, 32, 1, 1, 0};
+    struct ds_rec_kernel got[16];
+    size_t n_got = 0;
+    for (uint64_t step = 20; step < 22; step++) {
+        EXPECT_OK(ds_trace_phase_begin(t, step, DS_REC_PHASE_VERIFY, 0, 1));
+        cuda_ok(cudaGraphLaunch(exec, s), "graph launch");
+        EXPECT_OK(ds_trace_phase_end(t));
+        EXPECT_OK(ds_trace_phase_begin(t, step, DS_REC_PHASE_ACCEPT, 0, 1));
+        launch(&pr, &plain, s);
+        EXPECT_OK(ds_trace_phase_end(t));
+        cuda_ok(cudaStreamSynchronize(s), "sync");
+        const struct ds_trace_step_times *times = NULL;
+        size_t n = 0, nk = 0, nr = 0;
+        const struct ds_rec_kernel *k = NULL;
+        const struct ds_rec_range *r = NULL;
+        EXPECT_OK(ds_trace_collect(t, &times, &n));
+        EXPECT_OK(ds_trace_last_rows(t, &k, &nk, &r, &nr));
+        for (size_t i = 0; i < nk && n_got < 16; i++) got[n_got++] = k[i];
+    }
+    // Per step: 3 graph kernels in verify, then the plain one in accept.
+    EXPECT_EQ_INT(n_got, 8);
+    if (n_got != 8) goto done;
+    qsort(got, n_got, sizeof *got, by_start);
+    for (int st = 0; st < 2; st++) {
+        const struct ds_rec_kernel *g = &got[st * 4];
+        for (int i = 0; i < 3; i++) {
+            EXPECT_EQ_INT(g[i].step, 20 + st);
+            EXPECT_EQ_INT(g[i].phase, DS_REC_PHASE_VERIFY);
+            EXPECT_EQ_INT(g[i].grid_x, g_l[i].gx);
+            EXPECT_EQ_INT(g[i].block_x, g_l[i].bx);
+            EXPECT_EQ_INT(g[i].dynamic_smem, g_l[i].dyn);
+            EXPECT(g[i].graph_node != 0);
+            // The same node launches the same kernel at every replay.
+            EXPECT(g[i].graph_node == got[i].graph_node);
+            printf("  step %d node %llu grid %u\n", 20 + st, (unsigned long long)g[i].graph_node,
+                   g[i].grid_x);
+        }
+        EXPECT(g[0].graph_node != g[1].graph_node && g[1].graph_node != g[2].graph_node &&
+               g[0].graph_node != g[2].graph_node);
+        EXPECT_EQ_INT(g[3].step, 20 + st);
+        EXPECT_EQ_INT(g[3].phase, DS_REC_PHASE_ACCEPT);
+        EXPECT_EQ_INT(g[3].grid_x, plain.gx);
+        EXPECT_EQ_INT(g[3].graph_node, 0);
+    }
+done:
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    if (pr.lib) cudaLibraryUnload(pr.lib);
+    if (s) cudaStreamDestroy(s);
+    ds_trace_release(t);
+    EXPECT_OK(ds_recorder_close(rec));
+}
+
+int main(void) {
+    if (ds_cuda_device_count() == 0) DS_SKIP("no CUDA device");
+    if (!mkdtemp(dir)) DS_SKIP("cannot make a temporary directory");
+    // Order matters: level off and level phases first, while no CUPTI callback is registered.
+    DS_RUN(level_off_registers_nothing);
+    DS_RUN(level_phases_writes_ranges_only);
+    DS_RUN(level_kernels_records_match_launches);
+    DS_RUN(graph_kernels_keep_node_ids);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return ds_test_end();
+}
