@@ -56,3 +56,6 @@ if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
     fi
 fi
 echo "setup: build dependencies present"
+
+# The analysis package and the Python tests' environment (.venv at the repository root).
+"$(dirname "$0")/setup_venv.sh"
