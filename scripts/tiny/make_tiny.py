@@ -4,6 +4,8 @@ conversations, and the greedy acceptance figure.
 
     python3 scripts/tiny/make_tiny.py OUTDIR              # the full run (one GPU, ~10 minutes)
     python3 scripts/tiny/make_tiny.py OUTDIR --smoke      # a few steps of everything (CPU check)
+    python3 scripts/tiny/make_tiny.py OUTDIR --stop-after-target, then ... --from-target
+                                                          # the same run in two calls
 
 Writes into OUTDIR:
     target/                     config.json, generation_config.json, model.safetensors,
@@ -60,8 +62,8 @@ DRAFT = dict(hidden=256, inter=1024, heads=8, head_dim=32, kv_heads=2, draft_voc
              max_pos=1024, aux_ids=[1, 2, 4])
 
 FULL = dict(train_convs=120000, sample_convs=48, bpe_size=4000, tok_convs=20000,
-            target_steps=3000, target_minutes=3.5, target_batch=128, target_lr=2e-3,
-            qat_steps=300, qat_lr=3e-4, draft_steps=2500, draft_minutes=2.5, draft_batch=64,
+            target_steps=3000, target_minutes=3.0, target_batch=128, target_lr=2e-3,
+            qat_steps=300, qat_lr=3e-4, draft_steps=2500, draft_minutes=2.0, draft_batch=64,
             draft_lr=2e-3, ttt=4, warmup=100, max_new=check_acceptance.MAX_NEW)
 SMOKE = dict(train_convs=600, sample_convs=4, bpe_size=1200, tok_convs=600,
              target_steps=3, target_minutes=5.0, target_batch=4, target_lr=2e-3,
@@ -370,6 +372,8 @@ def main():
                     % FULL["draft_steps"])
     ap.add_argument("--from-target", action="store_true",
                     help="keep OUTDIR/target (and its figures) and redo the draft and the check")
+    ap.add_argument("--stop-after-target", action="store_true",
+                    help="stop once the target is exported (split a run in two calls)")
     ap.add_argument("--no-time-budget", action="store_true",
                     help="run the step counts as given, however long they take")
     args = ap.parse_args()
@@ -450,6 +454,9 @@ def main():
     else:
         cfg = make_target(res, P, args, dev, log, tdir, vocab, ids, examples, vb, n_eval)
         tm.write_json(os.path.join(out, "results.json"), res)  # kept for --from-target
+        if args.stop_after_target:
+            log("target done; continue with --from-target")
+            return 0
 
     # The draft learns from the target exactly as exported (read back from its files).
     target, _ = tm.load_target(tdir, dev)
