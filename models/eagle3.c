@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ds/checkpoint.h"
+#include "ds/kernels.h"
 #include "weights.h"
 
 struct ds_eagle3 {
@@ -205,8 +206,7 @@ static size_t carve_activations(ds_eagle3_t *d, char *base) {
     d->gathered = carve(base, &off, R * H * e);
     d->logits = carve(base, &off, R * (size_t)d->Dv * e);
     d->full = d->plan.full_vocab ? carve(base, &off, R * (size_t)d->V * e) : NULL;
-    d->attn_ws_bytes =
-        ds_model_attention_workspace_bytes(d->plan.max_rows, d->NH, d->D, d->plan.max_pos);
+    d->attn_ws_bytes = ds_attention_workspace_bytes(d->plan.max_rows, d->NH, d->D, d->plan.max_pos);
     d->attn_ws = d->attn_ws_bytes ? carve(base, &off, d->attn_ws_bytes) : NULL;
     d->argmax_ids = carve(base, &off, R * sizeof(int32_t));
     d->map = carve(base, &off, (size_t)d->Dv * sizeof(int32_t));
@@ -237,7 +237,7 @@ static enum ds_status build_map(ds_eagle3_t *d) {
     int64_t *d2t = malloc((size_t)d->Dv * sizeof *d2t);
     if (!d2t) return ds_error_set(DS_ERR_NOMEM, "%s: out of memory", d->label);
     memcpy(d2t, t->data, (size_t)d->Dv * sizeof *d2t); // the mapping may be unaligned
-    enum ds_status s = ds_model_d2t_to_map(d2t, d->Dv, d->V, d->h_map);
+    enum ds_status s = ds_d2t_to_map(d2t, d->Dv, d->V, d->h_map);
     free(d2t);
     if (s != DS_OK) ds_error_set(s, "%s: %s", d->label, ds_error_last());
     return s;

@@ -17,6 +17,7 @@
 
 #include "ds/bf16.h"
 #include "ds/checkpoint.h"
+#include "ds/kernels.h"
 #include "weights.h"
 
 struct layer_weights {
@@ -217,10 +218,9 @@ static size_t carve_activations(ds_gptoss_t *m, char *base) {
     m->aux = carve(base, &off, T * (size_t)(m->plan.n_aux ? m->plan.n_aux : 1) * H * e);
     m->expert_ids = carve(base, &off, (size_t)m->L * T * KE * sizeof(int32_t));
     m->expert_w = carve(base, &off, T * KE * sizeof(float));
-    m->moe_ws_bytes = ds_model_moe_workspace_bytes(m->plan.max_rows, m->H, m->I, m->E, m->KE);
+    m->moe_ws_bytes = ds_moe_workspace_bytes_v2(m->plan.max_rows, m->H, m->I, m->E, m->KE);
     m->moe_ws = carve(base, &off, m->moe_ws_bytes ? m->moe_ws_bytes : 1);
-    m->attn_ws_bytes =
-        ds_model_attention_workspace_bytes(m->plan.max_rows, m->NH, m->D, m->plan.max_pos);
+    m->attn_ws_bytes = ds_attention_workspace_bytes(m->plan.max_rows, m->NH, m->D, m->plan.max_pos);
     m->attn_ws = m->attn_ws_bytes ? carve(base, &off, m->attn_ws_bytes) : NULL;
     size_t rope = (size_t)m->plan.max_pos * (size_t)(m->D / 2) * sizeof(float);
     m->rope_cos = carve(base, &off, rope);

@@ -97,8 +97,8 @@ enum ds_status ds_wl_get(struct ds_weight_loader *wl, const char *name, unsigned
 
 enum ds_status ds_rope_upload(struct ds_backend *be, const struct ds_rope_spec *spec, int n_pos,
                               float *cos_dev, float *sin_dev) {
-    struct ds_rope_config rc = {
-        .kind = spec->yarn ? DS_ROPE_YARN : DS_ROPE_PLAIN,
+    struct ds_rope_table_config rc = {
+        .kind = spec->yarn ? DS_ROPE_TABLE_YARN : DS_ROPE_TABLE_PLAIN,
         .head_dim = spec->head_dim,
         .theta = spec->theta,
         .factor = spec->factor,
@@ -116,19 +116,6 @@ enum ds_status ds_rope_upload(struct ds_backend *be, const struct ds_rope_spec *
     if (s == DS_OK) s = be->upload(be, sin_dev, host + n, n * sizeof *host);
     free(host);
     return s;
-}
-
-size_t ds_model_moe_workspace_bytes(int n_rows, int dim, int inter, int n_experts, int top_k) {
-    return ds_moe_workspace_bytes_v2(n_rows, dim, inter, n_experts, top_k);
-}
-
-size_t ds_model_attention_workspace_bytes(int n_rows, int n_heads, int head_dim, int max_pos) {
-    return ds_attention_workspace_bytes(n_rows, n_heads, head_dim, max_pos);
-}
-
-enum ds_status ds_model_d2t_to_map(const int64_t *d2t, int draft_vocab, int target_vocab,
-                                   int32_t *map_out) {
-    return ds_d2t_to_map(d2t, draft_vocab, target_vocab, map_out);
 }
 
 enum ds_status ds_wl_bind(struct ds_weight_loader *wl, struct ds_wt *w, const char *name,

@@ -85,8 +85,8 @@ enum ds_status ds_rows_check(const char *label, const struct ds_rows_limits *lim
                              int n_logit_rows, const int32_t *logit_rows, unsigned char *slot_used,
                              int32_t *pos_out);
 
-// RoPE parameters as plain values (mirrors the two RoPE structs of ds/config.h and ds/kernels.h,
-// which share a name and cannot be included together).
+// RoPE parameters as plain values, filled from either config struct (ds/config.h) and turned into
+// the kernels' struct ds_rope_table_config by ds_rope_upload.
 struct ds_rope_spec {
     bool yarn; // false: plain rotary
     int head_dim;
@@ -99,13 +99,6 @@ struct ds_rope_spec {
 // uploads them into cos_dev / sin_dev, each (n_pos, head_dim/2) f32 device memory.
 enum ds_status ds_rope_upload(struct ds_backend *be, const struct ds_rope_spec *spec, int n_pos,
                               float *cos_dev, float *sin_dev);
-
-// ds/kernels.h helpers re-exported for gptoss.c and eagle3.c, which include ds/config.h and so
-// cannot include ds/kernels.h (both define struct ds_rope_config).
-size_t ds_model_moe_workspace_bytes(int n_rows, int dim, int inter, int n_experts, int top_k);
-size_t ds_model_attention_workspace_bytes(int n_rows, int n_heads, int head_dim, int max_pos);
-enum ds_status ds_model_d2t_to_map(const int64_t *d2t, int draft_vocab, int target_vocab,
-                                   int32_t *map_out);
 
 // Element type of a safetensors dtype for the ops (BF16 / F32), DS_ELEM_COUNT otherwise.
 enum ds_elem ds_elem_of_dtype(enum ds_dtype t);

@@ -30,9 +30,6 @@
 #include "ds/rng.h"
 #include "ds/tokenizer.h"
 
-// The subcommand's entry point (to be listed in ds/cli.h with the others).
-int ds_cmd_generate(int argc, char **argv);
-
 #define PREFILL_CHUNK 512 // rows per prefill step: bounds the activation memory
 
 static void usage(FILE *f) {

@@ -365,12 +365,17 @@ static void add_silu_gather_match_reference(void) {
 
 static void rope_matches_reference(void) {
     // gpt-oss (YaRN, D 64, 64 q heads, 8 kv heads) and a tiny plain config (D 32, 4/2 heads).
-    struct ds_rope_config yarn = {.kind = DS_ROPE_YARN, .head_dim = 64, .theta = 150000.0,
-                                  .factor = 32.0, .beta_fast = 32.0, .beta_slow = 1.0,
-                                  .original_max_pos = 4096};
-    struct ds_rope_config plain = {.kind = DS_ROPE_PLAIN, .head_dim = 32, .theta = 10000.0};
+    struct ds_rope_table_config yarn = {.kind = DS_ROPE_TABLE_YARN,
+                                        .head_dim = 64,
+                                        .theta = 150000.0,
+                                        .factor = 32.0,
+                                        .beta_fast = 32.0,
+                                        .beta_slow = 1.0,
+                                        .original_max_pos = 4096};
+    struct ds_rope_table_config plain = {
+        .kind = DS_ROPE_TABLE_PLAIN, .head_dim = 32, .theta = 10000.0};
     struct {
-        const struct ds_rope_config *cfg;
+        const struct ds_rope_table_config *cfg;
         int nh, nkv, T, with_k;
     } cases[] = {{&yarn, 64, 8, 5, 1}, {&plain, 4, 2, 3, 1}, {&plain, 4, 2, 1, 0},
                  {&yarn, 64, 8, 260, 1}};

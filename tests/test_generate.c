@@ -11,11 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ds/cli.h"
 #include "ds/rng.h"
 #include "harness.h"
 #include "model_naive.h"
-
-int ds_cmd_generate(int argc, char **argv);
 
 #define TARGET DS_SOURCE_DIR "/tests/fixtures/ckpt/target"
 #define LOGIT_RTOL 1e-5 // see test_gptoss.c: fp32 intermediates against all-double

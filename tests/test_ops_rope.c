@@ -4,12 +4,17 @@
 #include "ds/kernels.h"
 #include "test_ops_common.h"
 
-static const struct ds_rope_config gptoss_rope = {
-    .kind = DS_ROPE_YARN, .head_dim = 64, .theta = 150000.0, .factor = 32.0, .beta_fast = 32.0,
-    .beta_slow = 1.0, .original_max_pos = 4096, .truncate = false};
+static const struct ds_rope_table_config gptoss_rope = {.kind = DS_ROPE_TABLE_YARN,
+                                                        .head_dim = 64,
+                                                        .theta = 150000.0,
+                                                        .factor = 32.0,
+                                                        .beta_fast = 32.0,
+                                                        .beta_slow = 1.0,
+                                                        .original_max_pos = 4096,
+                                                        .truncate = false};
 
-static const struct ds_rope_config draft_rope = {.kind = DS_ROPE_PLAIN, .head_dim = 64,
-                                                 .theta = 10000.0};
+static const struct ds_rope_table_config draft_rope = {
+    .kind = DS_ROPE_TABLE_PLAIN, .head_dim = 64, .theta = 10000.0};
 
 // gpt-oss spec §4.4, "inv_freq test vector (float64)", 10 significant digits.
 static const double spec_inv_freq[32] = {
@@ -50,7 +55,7 @@ static void yarn_ramp_range_and_concentration(void) {
 
 // truncate = true (older vLLM behaviour) rounds the range to floor/ceil: 8 and 18.
 static void yarn_truncate_rounds_the_range(void) {
-    struct ds_rope_config c = gptoss_rope;
+    struct ds_rope_table_config c = gptoss_rope;
     c.truncate = true;
     struct ds_rope_freqs f;
     EXPECT_OK(ds_rope_freqs_compute(&c, &f));
@@ -156,12 +161,12 @@ static void rotation_matches_formula_and_is_row_independent(void) {
 }
 
 static void bad_arguments_are_reported(void) {
-    struct ds_rope_config odd = draft_rope;
+    struct ds_rope_table_config odd = draft_rope;
     odd.head_dim = 63;
     struct ds_rope_freqs f;
     EXPECT_STATUS(ds_rope_freqs_compute(&odd, &f), DS_ERR_ARG);
     EXPECT_ERROR_HAS("head_dim 63");
-    struct ds_rope_config bad = gptoss_rope;
+    struct ds_rope_table_config bad = gptoss_rope;
     bad.beta_fast = 0.5;
     EXPECT_STATUS(ds_rope_freqs_compute(&bad, &f), DS_ERR_ARG);
     EXPECT_ERROR_HAS("beta_fast");

@@ -17,7 +17,7 @@ static double yarn_correction_dim(double rotations, int dim, double theta, int m
     return (dim * log(max_pos / (rotations * two_pi))) / (2.0 * log(theta));
 }
 
-enum ds_status ds_rope_freqs_compute(const struct ds_rope_config *cfg,
+enum ds_status ds_rope_freqs_compute(const struct ds_rope_table_config *cfg,
                                      struct ds_rope_freqs *freqs_out) {
     static const char op[] = "rope";
     const int D = cfg->head_dim;
@@ -28,7 +28,7 @@ enum ds_status ds_rope_freqs_compute(const struct ds_rope_config *cfg,
         return ds_error_set(DS_ERR_ARG, "%s: rope_theta %g must be > 1", op, cfg->theta);
     struct ds_rope_freqs f = {.n_half = D / 2, .concentration = 1.0};
     for (int i = 0; i < f.n_half; i++) f.inv_freq[i] = 1.0 / pow(cfg->theta, (2.0 * i) / D);
-    if (cfg->kind == DS_ROPE_YARN) {
+    if (cfg->kind == DS_ROPE_TABLE_YARN) {
         if (!(cfg->factor >= 1.0))
             return ds_error_set(DS_ERR_ARG, "%s: YaRN factor %g must be >= 1", op, cfg->factor);
         if (!(cfg->beta_fast > cfg->beta_slow && cfg->beta_slow > 0.0))
@@ -54,14 +54,14 @@ enum ds_status ds_rope_freqs_compute(const struct ds_rope_config *cfg,
         f.concentration = cfg->attention_factor > 0.0 ? cfg->attention_factor
                           : cfg->factor > 1.0         ? 0.1 * log(cfg->factor) + 1.0
                                                       : 1.0;
-    } else if (cfg->kind != DS_ROPE_PLAIN) {
+    } else if (cfg->kind != DS_ROPE_TABLE_PLAIN) {
         return ds_error_set(DS_ERR_ARG, "%s: unknown rope kind %d", op, (int)cfg->kind);
     }
     *freqs_out = f;
     return DS_OK;
 }
 
-enum ds_status ds_rope_table_fill(const struct ds_rope_config *cfg, int n_pos, float *cos_out,
+enum ds_status ds_rope_table_fill(const struct ds_rope_table_config *cfg, int n_pos, float *cos_out,
                                   float *sin_out) {
     struct ds_rope_freqs f;
     REF_TRY(ds_rope_freqs_compute(cfg, &f));

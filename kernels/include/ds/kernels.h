@@ -70,16 +70,16 @@ enum ds_status ds_mxfp4_dequant_ref(const uint8_t *blocks, const uint8_t *scales
 // ---------------------------------------------------------------------------------------------
 // RoPE tables (host side, built once per model and uploaded)
 
-enum ds_rope_kind {
-    DS_ROPE_PLAIN = 0, // inv_freq_i = theta^(−2i/D): Llama, the EAGLE-3 drafts (theta 10000)
-    DS_ROPE_YARN,      // YaRN "NTK by parts" with concentration: gpt-oss
+enum ds_rope_table_kind {
+    DS_ROPE_TABLE_PLAIN = 0, // inv_freq_i = theta^(−2i/D): Llama, the EAGLE-3 drafts (theta 10000)
+    DS_ROPE_TABLE_YARN,      // YaRN "NTK by parts" with concentration: gpt-oss
 };
 
 #define DS_ROPE_MAX_HALF (DS_MAX_HEAD_DIM / 2)
 
-// RoPE parameters from a model config. For DS_ROPE_PLAIN only head_dim and theta are read.
-struct ds_rope_config {
-    enum ds_rope_kind kind;
+// RoPE parameters from a model config. For DS_ROPE_TABLE_PLAIN only head_dim and theta are read.
+struct ds_rope_table_config {
+    enum ds_rope_table_kind kind;
     int head_dim;            // D (even, <= DS_MAX_HEAD_DIM)
     double theta;            // rope_theta (150000 gpt-oss, 10000 drafts)
     double factor;           // YaRN: rope_scaling.factor (32)
@@ -104,13 +104,13 @@ struct ds_rope_freqs {
 //   clamped to [0, D−1]); r_i = clamp((i − low)/(high − low), 0, 1);
 //   inv_freq_i = r_i/(factor·f_i) + (1 − r_i)/f_i; concentration = 0.1·ln(factor) + 1.
 // DS_ERR_ARG for an odd/oversized head_dim, theta <= 1, factor < 1 or beta_fast <= beta_slow.
-enum ds_status ds_rope_freqs_compute(const struct ds_rope_config *cfg,
+enum ds_status ds_rope_freqs_compute(const struct ds_rope_table_config *cfg,
                                      struct ds_rope_freqs *freqs_out);
 
 // Fills cos/sin tables of n_pos positions × D/2 floats each (host memory, caller-allocated):
 // cos[p][i] = C·cos(p·inv_freq_i), sin[p][i] = C·sin(p·inv_freq_i), angles in double, rounded once
 // to float. Positions are absolute token indices from 0; size the table for the longest context.
-enum ds_status ds_rope_table_fill(const struct ds_rope_config *cfg, int n_pos, float *cos_out,
+enum ds_status ds_rope_table_fill(const struct ds_rope_table_config *cfg, int n_pos, float *cos_out,
                                   float *sin_out);
 
 // ---------------------------------------------------------------------------------------------
