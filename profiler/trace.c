@@ -430,6 +430,18 @@ cleanup:
     return st;
 }
 
+// Disables the kinds, flushes what CUPTI holds into the queue (freed with the trace) and detaches.
+static void cupti_stop(ds_trace_t *t) {
+    if (!t->cupti_on) return;
+    (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    (void)cupti_enable(false);
+    (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    pthread_mutex_lock(&g_mu);
+    if (g_active == t) g_active = NULL;
+    pthread_mutex_unlock(&g_mu);
+    t->cupti_on = false;
+}
+
 enum ds_status ds_trace_create(enum ds_rec_trace_level level, ds_recorder_t *rec,
                                const struct ds_trace_options *opt, ds_trace_t **trace_out) {
     if (!trace_out) return ds_error_set(DS_ERR_ARG, "trace: NULL argument");
@@ -448,10 +460,12 @@ enum ds_status ds_trace_create(enum ds_rec_trace_level level, ds_recorder_t *rec
                             o.buffer_bytes, o.max_buffer_bytes, o.max_ranges);
     if (level != DS_REC_TRACE_OFF && ds_cuda_device_count() == 0) {
         struct ds_device_info info;
-        enum ds_status ds = ds_device_resolve(DS_DEVICE_CUDA, &info);
-        return ds_error_set(DS_ERR_NODEVICE, "no GPU: tracing is off (--trace %s needs a CUDA "
-                            "device: %s)", level_names[level],
-                            ds ? ds_error_last() : "no device");
+        char why[256] = "no device";
+        if (ds_device_resolve(DS_DEVICE_CUDA, &info) != DS_OK)
+            snprintf(why, sizeof why, "%s", ds_error_last()); // a copy: the next call reuses it
+        return ds_error_set(DS_ERR_NODEVICE,
+                            "no GPU: tracing is off (--trace %s needs a CUDA device: %s)",
+                            level_names[level], why);
     }
 
     enum ds_status st = DS_OK;
@@ -475,17 +489,7 @@ enum ds_status ds_trace_create(enum ds_rec_trace_level level, ds_recorder_t *rec
         st = ds_error_set(DS_ERR_NOMEM, "trace: out of memory for %zu ranges", n);
         goto cleanup;
     }
-    // Events are made here, once: phase calls only record them.
-    cudaError_t e = cudaEventCreate(&t->anchor);
-    for (size_t i = 0; i < n && e == cudaSuccess; i++) {
-        e = cudaEventCreate(&t->ev_begin[i]);
-        if (e == cudaSuccess) e = cudaEventCreate(&t->ev_end[i]);
-    }
-    if (e != cudaSuccess) {
-        st = cuda_fail(e, "cudaEventCreate");
-        goto cleanup;
-    }
-
+    // CUPTI first: creating events starts the CUDA context, which may load modules.
     if (level == DS_REC_TRACE_KERNELS) {
         t->max_bufs = o.max_buffer_bytes / o.buffer_bytes;
         t->free_bufs = calloc(t->max_bufs, sizeof *t->free_bufs);
@@ -498,10 +502,23 @@ enum ds_status ds_trace_create(enum ds_rec_trace_level level, ds_recorder_t *rec
         }
         if ((st = cupti_start(t))) goto cleanup;
     }
+
+    // Events are made here, once: phase calls only record them.
+    cudaError_t e = cudaEventCreate(&t->anchor);
+    for (size_t i = 0; i < n && e == cudaSuccess; i++) {
+        e = cudaEventCreate(&t->ev_begin[i]);
+        if (e == cudaSuccess) e = cudaEventCreate(&t->ev_end[i]);
+    }
+    if (e != cudaSuccess) {
+        st = cuda_fail(e, "cudaEventCreate");
+        goto cleanup;
+    }
+
 done:
     *trace_out = t;
     return DS_OK;
 cleanup:
+    cupti_stop(t);
     free_trace(t);
     return st;
 }
@@ -515,14 +532,7 @@ void ds_trace_release(ds_trace_t *t) {
             (void)cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &id);
         nvtxRangePop();
     }
-    if (t->cupti_on) {
-        (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-        (void)cupti_enable(false);
-        (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-        pthread_mutex_lock(&g_mu);
-        if (g_active == t) g_active = NULL;
-        pthread_mutex_unlock(&g_mu);
-    }
+    cupti_stop(t);
     free_trace(t);
 }
 
@@ -706,10 +716,12 @@ static enum ds_status drain_buffers(ds_trace_t *t, bool discard) {
     CUptiResult r = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     if (r != CUPTI_SUCCESS) return cupti_fail(r, "cuptiActivityFlushAll");
     enum ds_status st = DS_OK;
-    for (;;) {
+    // In completion order; CUPTI's thread may append meanwhile, so the end is read under the lock.
+    for (size_t i = 0;;) {
         pthread_mutex_lock(&g_mu);
         struct done_buf b = {0};
-        if (t->n_done) b = t->done[--t->n_done];
+        if (i < t->n_done) b = t->done[i++];
+        else t->n_done = 0;
         pthread_mutex_unlock(&g_mu);
         if (!b.p) break;
         CUpti_Activity *rec = NULL;

@@ -37,6 +37,7 @@ static void without_gpu_tracing_says_it_is_off(void) {
     }
     ds_trace_t *t = (ds_trace_t *)(uintptr_t)1;
     EXPECT_STATUS(ds_trace_create(DS_REC_TRACE_PHASES, NULL, NULL, &t), DS_ERR_NODEVICE);
+    printf("  message: %s\n", ds_error_last());
     EXPECT_ERROR_HAS("no GPU: tracing is off");
     EXPECT_ERROR_HAS("phases");
     EXPECT(t == NULL);
