@@ -372,6 +372,9 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
         .n_batch_sizes = o->n_batch,
         .trace_level = DS_REC_TRACE_OFF,
     };
+    // Signals before the file exists: SIGXFSZ must already be ignored when a file-size limit
+    // hits the first write, and SIGINT must never kill the writer mid-flush.
+    if ((s = ds_recorder_catch_signals())) return fail(ds_error_last());
     struct ds_resume_info ri;
     if (o->resume) s = ds_recorder_open_resume(o->out, &meta, &ri, &g->rec);
     else s = ds_recorder_create(o->out, &meta, o->overwrite ? DS_RECORDER_OVERWRITE : 0, &g->rec);
@@ -390,7 +393,6 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
                                   .log = o->quiet ? NULL : stderr,
                                   .progress = &prog};
     struct ds_replay_stats st;
-    if ((s = ds_recorder_catch_signals())) return fail(ds_error_last());
     s = ds_replay_run(g->spec, g->h, g->tok, g->ds, &g->work, &rc, g->rec, o->resume ? &ri : NULL,
                       &st);
     char err[1024] = "";

@@ -1,0 +1,370 @@
+// `draftscope run` end to end (ds_cmd_run, in process, on the CPU reference with the golden tiny
+// pair): a sweep writes a file the summary reads; bad flags, missing files, a mismatched pair, an
+// unwritable or non-regular output path (/dev/full) each give one clear line and leave no file;
+// a file-size limit (RLIMIT_FSIZE) stops the run with a readable file; SIGINT closes the file
+// cleanly (exit 130) and --resume completes the sweep; after SIGKILL the file is readable and
+// --resume completes it with exactly one /requests row per (batch size, request).
+//
+// Runs that must be signalled or limited execute in a child process started from this very
+// binary (`test_run --run ARGS...`), never in a fork of a process that already used OpenMP.
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ds/record.h"
+#include "ds/summary.h"
+#include "harness.h"
+#include "run_util.h"
+
+int ds_cmd_run(int argc, char **argv);
+
+#define DIR DS_BINARY_DIR "/test_run"
+#define DATA DIR "/conv.jsonl"
+
+static const char CONVS[] =
+    "{\"id\": \"a\", \"conversations\": [{\"from\": \"human\", \"value\": \"hello world\"}]}\n"
+    "{\"id\": \"b\", \"conversations\": [{\"from\": \"human\", \"value\": \"hell or held\"}]}\n"
+    "{\"id\": \"c\", \"conversations\": [{\"from\": \"human\", \"value\": \"world\"}]}\n";
+
+static int exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+// argv for ds_cmd_run: the common inputs, then `extra` (NULL-terminated).
+static int build_argv(char **argv, const char *out, const char *const *extra) {
+    int n = 0;
+    argv[n++] = "run";
+    argv[n++] = "--target";
+    argv[n++] = RU_TARGET;
+    argv[n++] = "--draft";
+    argv[n++] = RU_DRAFT;
+    argv[n++] = "--tokenizer";
+    argv[n++] = RU_TOKENIZER;
+    argv[n++] = "--dataset";
+    argv[n++] = DATA;
+    argv[n++] = "--out";
+    argv[n++] = (char *)out;
+    argv[n++] = "--quiet";
+    argv[n++] = "--device";
+    argv[n++] = "cpu";
+    for (; extra && *extra; extra++)
+        argv[n++] = (char *)*extra;
+    argv[n] = NULL;
+    return n;
+}
+
+static int run_cli(const char *out, const char *const *extra, char *err, size_t cap) {
+    char *argv[64];
+    int argc = build_argv(argv, out, extra);
+    return ru_capture(ds_cmd_run, argc, argv, err, cap);
+}
+
+static void test_bad_flags(void) {
+    const char *out = DIR "/flags.h5";
+    char err[4096];
+    struct {
+        const char *a, *b, *needle;
+    } cases[] = {
+        {"--rule", "typical", "--rule"},
+        {"--draft-tokens", "0", "--draft-tokens"},
+        {"--draft-tokens", "17", "--draft-tokens"},
+        {"--batch-sizes", "", "--batch-sizes"},
+        {"--batch-sizes", "1,,2", "--batch-sizes"},
+        {"--batch-sizes", "0", "--batch-sizes"},
+        {"--temperature", "-1", "--temperature"},
+        {"--top-p", "1.5", "--top-p"},
+        {"--turns", "some", "--turns"},
+        {"--bogus", "1", "unknown option"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *extra[] = {cases[i].a, cases[i].b, NULL};
+        int rc = run_cli(out, extra, err, sizeof err);
+        EXPECT_EQ_INT(rc, 2);
+        if (!strstr(err, cases[i].needle))
+            DS_FAILF("%s %s: message lacks '%s': %s", cases[i].a, cases[i].b, cases[i].needle,
+                     err);
+    }
+    // A missing required option.
+    char *argv[] = {"run", "--target", RU_TARGET, NULL};
+    EXPECT_EQ_INT(ru_capture(ds_cmd_run, 3, argv, err, sizeof err), 2);
+    EXPECT(strstr(err, "--draft") != NULL);
+    EXPECT(!exists(out));
+}
+
+static void test_bad_inputs(void) {
+    char err[4096];
+    const char *out = DIR "/bad.h5";
+    // Missing target directory: one line naming it, exit 1, no file.
+    char *argv[64];
+    int argc = build_argv(argv, out, NULL);
+    argv[2] = DIR "/no-such-target";
+    EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 1);
+    EXPECT(strstr(err, "no-such-target") != NULL);
+    EXPECT(!exists(out));
+    // Missing dataset.
+    argc = build_argv(argv, out, NULL);
+    argv[8] = DIR "/no-such-data.jsonl";
+    EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 1);
+    EXPECT(strstr(err, "no-such-data.jsonl") != NULL);
+    EXPECT(!exists(out));
+    // A mismatched pair: the draft's config claims another hidden size than the target's.
+    const char *bad = DIR "/draft-mismatch";
+    mkdir(bad, 0755);
+    FILE *f = fopen(RU_DRAFT "/config.json", "r");
+    char cfg[8192] = "";
+    size_t n = f ? fread(cfg, 1, sizeof cfg - 1, f) : 0;
+    if (f) fclose(f);
+    cfg[n] = 0;
+    char *hs = strstr(cfg, "\"hidden_size\": 64");
+    EXPECT(hs != NULL);
+    if (hs) memcpy(hs, "\"hidden_size\": 32", 17);
+    EXPECT(ru_write(DIR "/draft-mismatch/config.json", cfg));
+    unlink(DIR "/draft-mismatch/model.safetensors");
+    EXPECT(symlink(RU_DRAFT "/model.safetensors", DIR "/draft-mismatch/model.safetensors") == 0);
+    argc = build_argv(argv, out, NULL);
+    argv[4] = (char *)bad;
+    EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 1);
+    printf("  mismatched pair: %s", err);
+    EXPECT(strstr(err, "draft-mismatch") != NULL);
+    EXPECT(strchr(err, '\n') == strrchr(err, '\n')); // one line
+    EXPECT(!exists(out));
+    // A tokenizer that does not exist.
+    argc = build_argv(argv, out, NULL);
+    argv[6] = DIR "/no-tokenizer.json";
+    EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 1);
+    EXPECT(strstr(err, "no-tokenizer.json") != NULL);
+    EXPECT(!exists(out));
+}
+
+static void test_bad_output(void) {
+    char err[4096];
+    // A directory that does not exist.
+    EXPECT_EQ_INT(run_cli(DIR "/no-dir/run.h5", NULL, err, sizeof err), 1);
+    EXPECT(strstr(err, "no-dir") != NULL);
+    // /dev/full and a directory: not regular files; refused before anything is written (the
+    // device node must survive: a cleanup that unlinks a half-created file must never reach it).
+    const char *ow[] = {"--overwrite", NULL};
+    EXPECT_EQ_INT(run_cli("/dev/full", ow, err, sizeof err), 1);
+    EXPECT(strstr(err, "/dev/full: not a regular file") != NULL);
+    struct stat sb;
+    EXPECT(stat("/dev/full", &sb) == 0 && S_ISCHR(sb.st_mode));
+    EXPECT_EQ_INT(run_cli(DIR, ow, err, sizeof err), 1);
+    EXPECT(strstr(err, "not a regular file") != NULL);
+    // An existing file is kept unless --overwrite or --resume.
+    EXPECT(ru_write(DIR "/keep.h5", "not a run file\n"));
+    EXPECT_EQ_INT(run_cli(DIR "/keep.h5", NULL, err, sizeof err), 1);
+    EXPECT(strstr(err, "file exists") != NULL);
+    // --resume of a file that is no run file: a format error, the file untouched.
+    const char *rs[] = {"--resume", NULL};
+    EXPECT_EQ_INT(run_cli(DIR "/keep.h5", rs, err, sizeof err), 1);
+    FILE *f = fopen(DIR "/keep.h5", "r");
+    char buf[32] = "";
+    if (f) {
+        if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
+        fclose(f);
+    }
+    EXPECT_EQ_STR(buf, "not a run file\n");
+}
+
+static void test_run_and_summary(void) {
+    char err[4096];
+    const char *out = DIR "/ok.h5";
+    unlink(out);
+    const char *extra[] = {"--batch-sizes", "1,2", "--max-new-tokens", "10", "--draft-tokens",
+                           "3", NULL};
+    int rc = run_cli(out, extra, err, sizeof err);
+    EXPECT_EQ_INT(rc, 0);
+    if (rc) printf("  %s", err);
+    struct ds_summary *s = NULL;
+    EXPECT_OK(ds_summary_compute(out, DS_SUMMARY_BY_BATCH, &s));
+    if (s) {
+        EXPECT_EQ_INT(s->all.requests, 6); // 3 conversations x 2 batch sizes
+        EXPECT_EQ_INT(s->n_groups, 2);
+        EXPECT_EQ_INT(s->k, 3);
+        EXPECT_EQ_STR(s->rule, "greedy");
+        EXPECT_EQ_INT(s->last_session_status, DS_REC_SESSION_CLOSED);
+        EXPECT(s->all.steps > 0);
+        EXPECT_EQ_INT(s->dropped_steps, 0);
+    }
+    ds_summary_free(s);
+    // A prompt beyond --max-context is skipped with a message, not a failure.
+    const char *small[] = {"--max-context", "8", "--overwrite", NULL};
+    char *argv[64];
+    int argc = build_argv(argv, out, small);
+    argv[11] = "--json"; // in place of --quiet, so that the skip notice is printed
+    EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 0);
+    EXPECT(strstr(err, "does not fit the context limit of 8 positions; skipped") != NULL);
+}
+
+// ---- child processes ----
+
+static pid_t spawn(const char *self, const char *out, const char *const *extra, long fsize) {
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    char *argv[64];
+    argv[0] = (char *)self;
+    argv[1] = "--run";
+    int n = build_argv(argv + 2, out, extra);
+    argv[n + 2] = NULL;
+    int fd = open("/dev/null", O_WRONLY);
+    if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+    if (fsize > 0) {
+        struct rlimit rl = {(rlim_t)fsize, (rlim_t)fsize};
+        if (setrlimit(RLIMIT_FSIZE, &rl)) _exit(94);
+    }
+    execv("/proc/self/exe", argv);
+    _exit(95);
+}
+
+static int wait_rc(pid_t pid) {
+    int st = 0;
+    if (waitpid(pid, &st, 0) != pid) return -1;
+    if (WIFEXITED(st)) return WEXITSTATUS(st);
+    if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+    return -1;
+}
+
+static void sleep_ms(long ms) {
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+// Exactly one /requests row per (batch size, dataset index, turn), n_want of them.
+static void expect_complete(const char *path, size_t n_want) {
+    size_t n = 0;
+    struct ds_rec_request *rq = ru_read_table(path, "requests", sizeof *rq, &n);
+    EXPECT(rq != NULL);
+    EXPECT_EQ_INT(n, n_want);
+    for (size_t i = 0; rq && i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            if (rq[i].batch_size == rq[j].batch_size &&
+                rq[i].dataset_index == rq[j].dataset_index && rq[i].turn == rq[j].turn)
+                DS_FAILF("request (B %u, index %u, turn %u) recorded twice", rq[i].batch_size,
+                         rq[i].dataset_index, rq[i].turn);
+    free(rq);
+}
+
+static const char *LONG_RUN[] = {"--batch-sizes", "1,2", "--max-new-tokens", "60", NULL};
+
+static void test_sigint_resume(const char *self) {
+    const char *out = DIR "/sigint.h5";
+    unlink(out);
+    pid_t pid = spawn(self, out, LONG_RUN, 0);
+    for (int i = 0; i < 12000 && !exists(out); i++)
+        sleep_ms(5);
+    sleep_ms(300);
+    kill(pid, SIGINT);
+    int rc = wait_rc(pid);
+    EXPECT_EQ_INT(rc, 130);
+    struct ds_summary *s = NULL;
+    EXPECT_OK(ds_summary_compute(out, DS_SUMMARY_BY_BATCH, &s));
+    if (s) {
+        EXPECT_EQ_INT(s->last_session_status, DS_REC_SESSION_INTERRUPTED);
+        printf("  interrupted with %llu of 6 requests recorded\n",
+               (unsigned long long)s->all.requests);
+        EXPECT(s->all.requests < 6);
+    }
+    ds_summary_free(s);
+    char err[4096];
+    const char *resume[] = {"--batch-sizes", "1,2", "--max-new-tokens", "60", "--resume", NULL};
+    rc = run_cli(out, resume, err, sizeof err);
+    EXPECT_EQ_INT(rc, 0);
+    if (rc) printf("  %s", err);
+    expect_complete(out, 6);
+    EXPECT_OK(ds_summary_compute(out, DS_SUMMARY_BY_BATCH, &s));
+    if (s) {
+        EXPECT_EQ_INT(s->n_sessions, 2);
+        EXPECT_EQ_INT(s->last_session_status, DS_REC_SESSION_CLOSED);
+    }
+    ds_summary_free(s);
+}
+
+static void test_sigkill_resume(const char *self) {
+    const char *out = DIR "/sigkill.h5";
+    unlink(out);
+    pid_t pid = spawn(self, out, LONG_RUN, 0);
+    // Wait until at least one request is flushed (the writer flushes about once a second).
+    uint64_t seen = 0;
+    for (int i = 0; i < 600 && seen == 0; i++) {
+        sleep_ms(50);
+        struct ds_summary *s = NULL;
+        if (exists(out) && ds_summary_compute(out, DS_SUMMARY_BY_BATCH, &s) == DS_OK)
+            seen = s->rows_requests;
+        ds_summary_free(s);
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            pid = -1;
+            break;
+        }
+    }
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        EXPECT_EQ_INT(wait_rc(pid), 128 + SIGKILL);
+    } else {
+        DS_FAILF("the run ended before it could be killed");
+    }
+    // Readable as it is (SWMR), and by plain readers after recovery.
+    struct ds_summary *s = NULL;
+    EXPECT_OK(ds_summary_compute(out, DS_SUMMARY_BY_BATCH, &s));
+    if (s) {
+        EXPECT_EQ_INT(s->last_session_status, DS_REC_SESSION_RUNNING);
+        EXPECT(s->all.requests >= 1 && s->all.requests < 6);
+    }
+    ds_summary_free(s);
+    EXPECT_OK(ds_recorder_recover(out));
+    char err[4096];
+    const char *resume[] = {"--batch-sizes", "1,2", "--max-new-tokens", "60", "--resume", NULL};
+    int rc = run_cli(out, resume, err, sizeof err);
+    EXPECT_EQ_INT(rc, 0);
+    if (rc) printf("  %s", err);
+    expect_complete(out, 6);
+}
+
+static void test_file_size_limit(const char *self) {
+    const char *out = DIR "/fsize.h5";
+    unlink(out);
+    // 96 KiB: room for the created file, not for the first flushed chunks of the tables.
+    pid_t pid = spawn(self, out, LONG_RUN, 96 * 1024);
+    int rc = wait_rc(pid);
+    EXPECT_EQ_INT(rc, 1);
+    if (exists(out)) { // whatever was flushed stays readable
+        EXPECT_OK(ds_recorder_recover(out));
+        struct ds_summary *s = NULL;
+        EXPECT_OK(ds_summary_compute(out, DS_SUMMARY_BY_BATCH, &s));
+        ds_summary_free(s);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--run")) return ds_cmd_run(argc - 2, argv + 2);
+    mkdir(DIR, 0755);
+    if (!ru_write(DATA, CONVS)) {
+        fprintf(stderr, "cannot write %s\n", DATA);
+        return 1;
+    }
+    DS_RUN(test_bad_flags);
+    DS_RUN(test_bad_inputs);
+    DS_RUN(test_bad_output);
+    DS_RUN(test_run_and_summary);
+#define RUN_SELF(fn)                                                                               \
+    do {                                                                                           \
+        ds_t_case_name = #fn;                                                                      \
+        ds_t_case_failures = 0;                                                                    \
+        fn(argv[0]);                                                                               \
+        if (ds_t_case_failures) ds_t_cases_failed++, fprintf(stderr, "not ok %s\n", #fn);          \
+        else ds_t_cases_passed++, printf("ok %s\n", #fn);                                          \
+    } while (0)
+    RUN_SELF(test_sigint_resume);
+    RUN_SELF(test_sigkill_resume);
+    RUN_SELF(test_file_size_limit);
+    return ds_test_end();
+}
