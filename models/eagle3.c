@@ -74,6 +74,11 @@ struct ds_eagle3 {
     unsigned char *h_slot_used; // (S)
     int last_rows, last_logit_rows;
     struct ds_gptoss_memory mem;
+
+    // The call being run (read by forward_ops).
+    int cur_T, cur_seq, cur_R, cur_src_rows, cur_in;
+    const void *cur_hidden;
+    struct ds_graph_cache graphs; // CUDA graphs of draft steps
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -221,8 +226,22 @@ static size_t carve_activations(ds_eagle3_t *d, char *base) {
     return off;
 }
 
-// The draft → target map from d2t (or identity for a full-vocabulary head).
-static enum ds_status build_map(ds_eagle3_t *d) {
+// The draft → target map from d2t (or identity for a full-vocabulary head); gen_d2t replaces
+// the checkpoint's tensor for generated drafts.
+static enum ds_status build_map(ds_eagle3_t *d, const struct ds_weight_gen *gen) {
+    if (gen) {
+        if (!gen->d2t && d->Dv != d->V)
+            return ds_error_set(DS_ERR_MISMATCH, "%s: draft vocabulary %d without d2t", d->label,
+                                d->Dv);
+        if (!gen->d2t) {
+            for (int i = 0; i < d->Dv; i++)
+                d->h_map[i] = i;
+            return DS_OK;
+        }
+        enum ds_status s = ds_d2t_to_map(gen->d2t, d->Dv, d->V, d->h_map);
+        if (s != DS_OK) ds_error_set(s, "%s: %s", d->label, ds_error_last());
+        return s;
+    }
     const struct ds_tensor_info *t = ds_safetensors_find(d->st, "d2t");
     if (!t) {
         if (d->Dv != d->V)
@@ -243,12 +262,13 @@ static enum ds_status build_map(ds_eagle3_t *d) {
     return s;
 }
 
-enum ds_status ds_eagle3_create(const char *dir, const ds_gptoss_t *target, struct ds_backend *be,
-                                const struct ds_eagle3_plan *plan,
-                                const struct ds_load_progress *progress, ds_eagle3_t **draft_out) {
-    if (draft_out) *draft_out = NULL;
-    if (!dir || !target || !plan || !draft_out)
-        return ds_error_set(DS_ERR_ARG, "eagle3: create with a NULL argument");
+// Creates a draft from DIR (gen NULL: config.json + safetensors) or from a config and a weight
+// generator (dir is then only the label).
+static enum ds_status create_impl(const char *dir, const struct ds_draft_config *gen_cfg,
+                                  const struct ds_weight_gen *gen, const ds_gptoss_t *target,
+                                  struct ds_backend *be, const struct ds_eagle3_plan *plan,
+                                  const struct ds_load_progress *progress,
+                                  ds_eagle3_t **draft_out) {
     enum ds_status s = ds_backend_check(be);
     if (s != DS_OK) return s;
     if (be != ds_gptoss_backend(target))
@@ -260,20 +280,27 @@ enum ds_status ds_eagle3_create(const char *dir, const ds_gptoss_t *target, stru
     ds_eagle3_t *d = calloc(1, sizeof *d);
     if (!d) return ds_error_set(DS_ERR_NOMEM, "%s: out of memory", dir);
     struct ds_problems problems = {0};
-    struct ds_weight_loader wl;
+    struct ds_weight_loader wl = {0};
     struct ds_pair_report report;
     snprintf(d->label, sizeof d->label, "%s", dir);
     d->be = be;
     d->target = target;
     d->plan = *plan;
     if (!d->plan.max_logit_rows) d->plan.max_logit_rows = d->plan.max_rows;
-    d->act = be->act;
-    d->esz = ds_elem_size(be->act);
+    // The draft reads the target's aux states and shares its numerics: the target's act.
+    d->act = ds_gptoss_act(target);
+    d->esz = ds_elem_size(d->act);
+    ds_graph_init(&d->graphs, be);
+    d->graphs.enabled = ds_gptoss_plan_of(target)->graphs;
 
-    if ((s = ds_draft_config_load(dir, &d->cfg)) != DS_OK) goto fail;
-    if ((s = ds_safetensors_open_dir(dir, &d->st)) != DS_OK) goto fail;
-    s = ds_checkpoint_check_draft(&d->cfg, d->st, dir, &problems);
-    if (s == DS_OK) s = ds_checkpoint_check_pair(tc, &d->cfg, d->st, dir, &report, &problems);
+    if (gen) {
+        d->cfg = *gen_cfg;
+    } else {
+        if ((s = ds_draft_config_load(dir, &d->cfg)) != DS_OK) goto fail;
+        if ((s = ds_safetensors_open_dir(dir, &d->st)) != DS_OK) goto fail;
+        s = ds_checkpoint_check_draft(&d->cfg, d->st, dir, &problems);
+        if (s == DS_OK) s = ds_checkpoint_check_pair(tc, &d->cfg, d->st, dir, &report, &problems);
+    }
     if (s != DS_OK) {
         if (problems.count > 1)
             ds_error_set(s, "%s (and %zu more problems)", problems.lines[0], problems.count - 1);
@@ -300,13 +327,18 @@ enum ds_status ds_eagle3_create(const char *dir, const ds_gptoss_t *target, stru
         s = ds_error_set(DS_ERR_NOMEM, "%s: out of memory", dir);
         goto fail;
     }
-    if ((s = build_map(d)) != DS_OK) goto fail;
+    if ((s = build_map(d, gen)) != DS_OK) goto fail;
 
-    ds_wl_init(&wl, be, d->st, d->label, progress ? progress->fn : NULL,
-               progress ? progress->user : NULL);
+    if (gen)
+        ds_wl_init_gen(&wl, be, gen, d->label, progress ? progress->fn : NULL,
+                       progress ? progress->user : NULL);
+    else
+        ds_wl_init(&wl, be, d->st, d->label, progress ? progress->fn : NULL,
+                   progress ? progress->user : NULL);
     if ((s = bind_all(d, &wl)) != DS_OK) goto fail;
     if ((s = ds_wl_begin_load(&wl, &d->weight_arena)) != DS_OK) goto fail;
     if ((s = bind_all(d, &wl)) != DS_OK) goto fail;
+    if ((s = ds_wl_finish(&wl)) != DS_OK) goto fail;
     d->mem.weights = wl.bytes;
 
     size_t per = ds_align256((size_t)d->plan.max_slots * (size_t)d->plan.max_pos * (size_t)d->NKV *
@@ -339,13 +371,40 @@ enum ds_status ds_eagle3_create(const char *dir, const ds_gptoss_t *target, stru
     return DS_OK;
 
 fail:
+    ds_wl_finish(&wl);
     ds_problems_free(&problems);
     ds_eagle3_release(d);
     return s;
 }
 
+enum ds_status ds_eagle3_create(const char *dir, const ds_gptoss_t *target, struct ds_backend *be,
+                                const struct ds_eagle3_plan *plan,
+                                const struct ds_load_progress *progress, ds_eagle3_t **draft_out) {
+    if (draft_out) *draft_out = NULL;
+    if (!dir || !target || !plan || !draft_out)
+        return ds_error_set(DS_ERR_ARG, "eagle3: create with a NULL argument");
+    return create_impl(dir, NULL, NULL, target, be, plan, progress, draft_out);
+}
+
+enum ds_status ds_eagle3_create_gen(const struct ds_draft_config *cfg,
+                                    const struct ds_weight_gen *gen, const char *label,
+                                    const ds_gptoss_t *target, struct ds_backend *be,
+                                    const struct ds_eagle3_plan *plan,
+                                    const struct ds_load_progress *progress,
+                                    ds_eagle3_t **draft_out) {
+    if (draft_out) *draft_out = NULL;
+    if (!cfg || !gen || !target || !plan || !draft_out)
+        return ds_error_set(DS_ERR_ARG, "eagle3: create with a NULL argument");
+    if (plan->own_embed)
+        return ds_error_set(DS_ERR_ARG, "%s: generated drafts use the target's embedding",
+                            label ? label : "synthetic draft");
+    return create_impl(label ? label : "synthetic draft", cfg, gen, target, be, plan, progress,
+                       draft_out);
+}
+
 void ds_eagle3_release(ds_eagle3_t *d) {
     if (!d) return;
+    ds_graph_clear(&d->graphs);
     if (d->be) {
         d->be->free(d->be, d->act_arena);
         d->be->free(d->be, d->kv_arena);
@@ -423,23 +482,19 @@ enum draft_input { FROM_TARGET, FROM_DRAFT };
 
 // The one draft layer over T rows whose hidden input g is prepared by the caller's mode
 // (eagle3.md §4 steps 1-9).
-static enum ds_status forward(ds_eagle3_t *d, const struct ds_batch *b, enum draft_input in,
-                              const void *hidden, int hidden_src_rows, const int32_t *hidden_rows) {
+// The op sequence of one call over the tables already on the device; depends on the host only
+// through cur_* (the CUDA-graph key).
+static enum ds_status forward_ops(void *user) {
+    ds_eagle3_t *d = user;
     struct ds_backend *be = d->be;
     const struct ds_draft_config *c = &d->cfg;
-    const int T = b->n_rows, H = d->H, QD = d->NH * d->D, KD = d->NKV * d->D;
-    d->last_rows = d->last_logit_rows = 0;
+    const int T = d->cur_T, H = d->H, QD = d->NH * d->D, KD = d->NKV * d->D, R = d->cur_R;
+    const int hidden_src_rows = d->cur_src_rows;
+    const void *hidden = d->cur_hidden;
     enum ds_status s;
-    if ((s = be->upload(be, d->d_tokens, b->tokens, (size_t)T * sizeof(int32_t)))) return s;
-    if ((s = be->upload(be, d->d_pos, d->h_pos, (size_t)T * sizeof(int32_t)))) return s;
-    if ((s = be->upload(be, d->d_seqs, b->seqs, (size_t)b->n_seq * sizeof *b->seqs))) return s;
-    if ((s = be->upload(be, d->d_hidx, hidden_rows, (size_t)T * sizeof(int32_t)))) return s;
-    if (b->n_logit_rows > 0 &&
-        (s = be->upload(be, d->d_rows, b->logit_rows, (size_t)b->n_logit_rows * sizeof(int32_t))))
-        return s;
 
     // The hidden input g.
-    if (in == FROM_DRAFT) {
+    if (d->cur_in == FROM_DRAFT) {
         // The previous call's output (h2, or n with norm_output) becomes this call's input.
         const void *prev = c->norm_output ? d->n : d->h2;
         if ((s = gather(d, T, hidden_src_rows, H, prev, d->d_hidx, d->g))) return s;
@@ -495,7 +550,7 @@ static enum ds_status forward(ds_eagle3_t *d, const struct ds_batch *b, enum dra
         .n_heads = d->NH,
         .n_kv_heads = d->NKV,
         .head_dim = d->D,
-        .n_seq = b->n_seq,
+        .n_seq = d->cur_seq,
         .seqs = d->d_seqs,
         .q = d->q,
         .k = d->k,
@@ -533,12 +588,43 @@ static enum ds_status forward(ds_eagle3_t *d, const struct ds_batch *b, enum dra
 
     // n = norm(h2) for every row (fed back with norm_output), logits for the chosen rows.
     if ((s = rmsnorm(d, T, H, d->h2, &d->final_norm, d->n))) return s;
-    if (b->n_logit_rows > 0) {
-        if ((s = gather(d, b->n_logit_rows, T, H, d->n, d->d_rows, d->gathered))) return s;
-        if ((s = matmul(d, b->n_logit_rows, H, d->Dv, d->gathered, &d->lm_head, NULL, NULL,
-                        d->logits)))
-            return s;
+    if (R > 0) {
+        if ((s = gather(d, R, T, H, d->n, d->d_rows, d->gathered))) return s;
+        if ((s = matmul(d, R, H, d->Dv, d->gathered, &d->lm_head, NULL, NULL, d->logits))) return s;
     }
+    return DS_OK;
+}
+
+// Uploads the call's tables, then runs the ops: draft steps (fed by the draft itself) through
+// the CUDA-graph cache, extends (whose row counts vary from round to round) eagerly.
+static enum ds_status forward(ds_eagle3_t *d, const struct ds_batch *b, enum draft_input in,
+                              const void *hidden, int hidden_src_rows, const int32_t *hidden_rows) {
+    struct ds_backend *be = d->be;
+    const int T = b->n_rows;
+    d->last_rows = d->last_logit_rows = 0;
+    enum ds_status s;
+    if ((s = be->upload(be, d->d_tokens, b->tokens, (size_t)T * sizeof(int32_t)))) return s;
+    if ((s = be->upload(be, d->d_pos, d->h_pos, (size_t)T * sizeof(int32_t)))) return s;
+    if ((s = be->upload(be, d->d_seqs, b->seqs, (size_t)b->n_seq * sizeof *b->seqs))) return s;
+    if ((s = be->upload(be, d->d_hidx, hidden_rows, (size_t)T * sizeof(int32_t)))) return s;
+    if (b->n_logit_rows > 0 &&
+        (s = be->upload(be, d->d_rows, b->logit_rows, (size_t)b->n_logit_rows * sizeof(int32_t))))
+        return s;
+    d->cur_T = T;
+    d->cur_seq = b->n_seq;
+    d->cur_R = b->n_logit_rows;
+    d->cur_in = (int)in;
+    d->cur_hidden = hidden;
+    // A step reads rows of the draft's own buffers (checked on the host against the last call):
+    // bounding the gather by the planned rows keeps the step's ops independent of that count.
+    d->cur_src_rows = in == FROM_DRAFT ? d->plan.max_rows : hidden_src_rows;
+    if (in == FROM_DRAFT) {
+        const long long key[DS_GRAPH_KEY] = {T, b->n_seq, b->n_logit_rows, 0, 0, 0};
+        s = ds_graph_run(&d->graphs, key, forward_ops, d);
+    } else {
+        s = forward_ops(d);
+    }
+    if (s != DS_OK) return s;
     d->last_rows = T;
     d->last_logit_rows = b->n_logit_rows;
     return DS_OK;
@@ -622,6 +708,24 @@ const struct ds_draft_config *ds_eagle3_config(const ds_eagle3_t *d) {
 }
 void ds_eagle3_memory_plan(const ds_eagle3_t *d, struct ds_gptoss_memory *out) {
     *out = d->mem;
+}
+
+void ds_eagle3_set_graphs(ds_eagle3_t *d, bool on) {
+    if (!on) ds_graph_clear(&d->graphs);
+    d->graphs.enabled = on;
+}
+
+void ds_eagle3_graph_stats(const ds_eagle3_t *d, long long *captures_out, long long *launches_out) {
+    if (captures_out) *captures_out = d->graphs.captures;
+    if (launches_out) *launches_out = d->graphs.launches;
+}
+
+enum ds_status ds_eagle3_clear_kv(ds_eagle3_t *d) {
+    return d->be->memset(d->be, d->kv_arena, 0, d->mem.kv);
+}
+
+enum ds_elem ds_eagle3_act(const ds_eagle3_t *d) {
+    return d->act;
 }
 
 enum ds_status ds_eagle3_scatter_logits(ds_eagle3_t *d, const void **full_out) {

@@ -79,6 +79,9 @@ struct ds_gptoss {
     unsigned char *h_slot_used; // (S) host scratch
     int last_rows, last_logit_rows;
     struct ds_gptoss_memory mem;
+
+    int cur_T, cur_seq, cur_R;    // the step being run (read by forward_ops)
+    struct ds_graph_cache graphs; // CUDA graphs of step shapes
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -232,9 +235,10 @@ static size_t carve_activations(ds_gptoss_t *m, char *base) {
     return off;
 }
 
+// Creates a model over a checkpoint (st) or a weight generator (gen, synthetic weights).
 static enum ds_status create_impl(const struct ds_target_config *cfg, const ds_safetensors_t *st,
-                                  const char *label, struct ds_backend *be,
-                                  const struct ds_gptoss_plan *plan,
+                                  const struct ds_weight_gen *gen, const char *label,
+                                  struct ds_backend *be, const struct ds_gptoss_plan *plan,
                                   const struct ds_load_progress *progress, ds_gptoss_t **out) {
     *out = NULL;
     enum ds_status s = ds_backend_check(be);
@@ -245,8 +249,14 @@ static enum ds_status create_impl(const struct ds_target_config *cfg, const ds_s
     m->cfg = *cfg;
     m->be = be;
     snprintf(m->label, sizeof m->label, "%s", label);
-    m->act = be->act;
-    m->esz = ds_elem_size(be->act);
+    ds_graph_init(&m->graphs, be);
+    m->graphs.enabled = plan->graphs;
+    s = ds_act_resolve(be, (int)plan->act, m->label, &m->act);
+    if (s != DS_OK) {
+        free(m);
+        return s;
+    }
+    m->esz = ds_elem_size(m->act);
     m->H = (int)cfg->hidden_size;
     m->NH = (int)cfg->num_attention_heads;
     m->NKV = (int)cfg->num_key_value_heads;
@@ -260,10 +270,10 @@ static enum ds_status create_impl(const struct ds_target_config *cfg, const ds_s
     if (m->plan.max_logit_rows == 0) m->plan.max_logit_rows = m->plan.max_rows;
 
     struct ds_problems problems = {0};
-    struct ds_weight_loader wl;
+    struct ds_weight_loader wl = {0};
     if ((s = check_config(m)) != DS_OK) goto fail;
     if ((s = check_plan(m, &m->plan)) != DS_OK) goto fail;
-    s = ds_checkpoint_check_target(&m->cfg, st, label, &problems);
+    if (st) s = ds_checkpoint_check_target(&m->cfg, st, label, &problems);
     if (s != DS_OK) {
         // Keep the first problem as the message; say how many there were.
         if (problems.count > 1)
@@ -281,11 +291,16 @@ static enum ds_status create_impl(const struct ds_target_config *cfg, const ds_s
     }
 
     // Weights: measure, allocate (when uploading), load.
-    ds_wl_init(&wl, be, st, m->label, progress ? progress->fn : NULL,
-               progress ? progress->user : NULL);
+    if (gen)
+        ds_wl_init_gen(&wl, be, gen, m->label, progress ? progress->fn : NULL,
+                       progress ? progress->user : NULL);
+    else
+        ds_wl_init(&wl, be, st, m->label, progress ? progress->fn : NULL,
+                   progress ? progress->user : NULL);
     if ((s = bind_all(m, &wl)) != DS_OK) goto fail;
     if ((s = ds_wl_begin_load(&wl, &m->weight_arena)) != DS_OK) goto fail;
     if ((s = bind_all(m, &wl)) != DS_OK) goto fail;
+    if ((s = ds_wl_finish(&wl)) != DS_OK) goto fail;
     m->mem.weights = wl.bytes;
 
     // KV caches: (S, P, NKV, D) per layer for K and for V, in the activation dtype.
@@ -333,6 +348,7 @@ static enum ds_status create_impl(const struct ds_target_config *cfg, const ds_s
     return DS_OK;
 
 fail:
+    ds_wl_finish(&wl);
     ds_problems_free(&problems);
     ds_gptoss_release(m);
     return s;
@@ -346,7 +362,7 @@ enum ds_status ds_gptoss_create_from(const struct ds_target_config *cfg, const d
     if (model_out) *model_out = NULL;
     if (!cfg || !st || !model_out)
         return ds_error_set(DS_ERR_ARG, "gptoss: create with a NULL config, checkpoint or out");
-    return create_impl(cfg, st, label ? label : "target", be, plan, progress, model_out);
+    return create_impl(cfg, st, NULL, label ? label : "target", be, plan, progress, model_out);
 }
 
 enum ds_status ds_gptoss_create(const char *dir, struct ds_backend *be,
@@ -359,7 +375,7 @@ enum ds_status ds_gptoss_create(const char *dir, struct ds_backend *be,
     if (s != DS_OK) return s;
     ds_safetensors_t *st = NULL;
     if ((s = ds_safetensors_open_dir(dir, &st)) != DS_OK) return s;
-    s = create_impl(&cfg, st, dir, be, plan, progress, model_out);
+    s = create_impl(&cfg, st, NULL, dir, be, plan, progress, model_out);
     if (s != DS_OK) {
         ds_safetensors_close(st);
         return s;
@@ -368,8 +384,21 @@ enum ds_status ds_gptoss_create(const char *dir, struct ds_backend *be,
     return DS_OK;
 }
 
+enum ds_status ds_gptoss_create_gen(const struct ds_target_config *cfg,
+                                    const struct ds_weight_gen *gen, const char *label,
+                                    struct ds_backend *be, const struct ds_gptoss_plan *plan,
+                                    const struct ds_load_progress *progress,
+                                    ds_gptoss_t **model_out) {
+    if (model_out) *model_out = NULL;
+    if (!cfg || !gen || !model_out)
+        return ds_error_set(DS_ERR_ARG, "gptoss: create with a NULL config, generator or out");
+    return create_impl(cfg, NULL, gen, label ? label : "synthetic target", be, plan, progress,
+                       model_out);
+}
+
 void ds_gptoss_release(ds_gptoss_t *m) {
     if (!m) return;
+    ds_graph_clear(&m->graphs);
     if (m->be) {
         m->be->free(m->be, m->act_arena);
         m->be->free(m->be, m->kv_arena);
@@ -523,21 +552,13 @@ static enum ds_status moe_block(ds_gptoss_t *m, int l, int T) {
     return be->moe(be, &a);
 }
 
-enum ds_status ds_gptoss_forward(ds_gptoss_t *m, const struct ds_batch *b) {
-    if (!m) return ds_error_set(DS_ERR_ARG, "gptoss: forward on a NULL model");
-    m->last_rows = m->last_logit_rows = 0;
-    enum ds_status s = check_batch(m, b);
-    if (s != DS_OK) return s;
+// The op sequence of one step over the tables already on the device: depends on the host only
+// through (cur_T, cur_seq, cur_R), the CUDA-graph key.
+static enum ds_status forward_ops(void *user) {
+    ds_gptoss_t *m = user;
     struct ds_backend *be = m->be;
-    const int T = b->n_rows;
-
-    // Small per-step tables.
-    if ((s = be->upload(be, m->d_tokens, b->tokens, (size_t)T * sizeof(int32_t)))) return s;
-    if ((s = be->upload(be, m->d_pos, m->h_pos, (size_t)T * sizeof(int32_t)))) return s;
-    if ((s = be->upload(be, m->d_seqs, b->seqs, (size_t)b->n_seq * sizeof *b->seqs))) return s;
-    if (b->n_logit_rows > 0 &&
-        (s = be->upload(be, m->d_rows, b->logit_rows, (size_t)b->n_logit_rows * sizeof(int32_t))))
-        return s;
+    const int T = m->cur_T, R = m->cur_R;
+    enum ds_status s;
 
     // x = embed_tokens[token] (no scaling, spec §4.1).
     struct ds_embed_args e = {
@@ -554,17 +575,17 @@ enum ds_status ds_gptoss_forward(ds_gptoss_t *m, const struct ds_batch *b) {
     if ((s = capture_aux(m, 0, T))) return s;
 
     for (int l = 0; l < m->L; l++) {
-        if ((s = attention_block(m, l, T, b->n_seq))) return s;
+        if ((s = attention_block(m, l, T, m->cur_seq))) return s;
         if ((s = moe_block(m, l, T))) return s;
         if ((s = capture_aux(m, l + 1, T))) return s;
     }
 
     // Final norm over every row (no-aux drafts read it), then the lm_head on the chosen rows.
     if ((s = rmsnorm(m, T, m->x, &m->final_norm, m->xn))) return s;
-    if (b->n_logit_rows > 0) {
+    if (R > 0) {
         struct ds_gather_rows_args g = {
             .act = m->act,
-            .n_rows = b->n_logit_rows,
+            .n_rows = R,
             .src_rows = T,
             .dim = m->H,
             .x = m->xn,
@@ -572,10 +593,33 @@ enum ds_status ds_gptoss_forward(ds_gptoss_t *m, const struct ds_batch *b) {
             .out = m->gathered,
         };
         if ((s = be->gather_rows(be, &g))) return s;
-        if ((s = matmul(m, b->n_logit_rows, m->H, m->V, m->gathered, &m->lm_head, NULL, NULL,
-                        m->logits)))
+        if ((s = matmul(m, R, m->H, m->V, m->gathered, &m->lm_head, NULL, NULL, m->logits)))
             return s;
     }
+    return DS_OK;
+}
+
+enum ds_status ds_gptoss_forward(ds_gptoss_t *m, const struct ds_batch *b) {
+    if (!m) return ds_error_set(DS_ERR_ARG, "gptoss: forward on a NULL model");
+    m->last_rows = m->last_logit_rows = 0;
+    enum ds_status s = check_batch(m, b);
+    if (s != DS_OK) return s;
+    struct ds_backend *be = m->be;
+    const int T = b->n_rows;
+
+    // Small per-step tables.
+    if ((s = be->upload(be, m->d_tokens, b->tokens, (size_t)T * sizeof(int32_t)))) return s;
+    if ((s = be->upload(be, m->d_pos, m->h_pos, (size_t)T * sizeof(int32_t)))) return s;
+    if ((s = be->upload(be, m->d_seqs, b->seqs, (size_t)b->n_seq * sizeof *b->seqs))) return s;
+    if (b->n_logit_rows > 0 &&
+        (s = be->upload(be, m->d_rows, b->logit_rows, (size_t)b->n_logit_rows * sizeof(int32_t))))
+        return s;
+
+    m->cur_T = T;
+    m->cur_seq = b->n_seq;
+    m->cur_R = b->n_logit_rows;
+    const long long key[DS_GRAPH_KEY] = {T, b->n_seq, b->n_logit_rows, 0, 0, 0};
+    if ((s = ds_graph_run(&m->graphs, key, forward_ops, m))) return s;
     m->last_rows = T;
     m->last_logit_rows = b->n_logit_rows;
     return DS_OK;
@@ -666,6 +710,21 @@ int ds_gptoss_last_logit_rows(const ds_gptoss_t *m) {
 const void *ds_gptoss_embed_table(const ds_gptoss_t *m, enum ds_elem *dtype_out) {
     if (dtype_out) *dtype_out = m->embed.e;
     return m->embed.p;
+}
+
+void ds_gptoss_set_graphs(ds_gptoss_t *m, bool on) {
+    if (!on) ds_graph_clear(&m->graphs);
+    m->graphs.enabled = on;
+    m->plan.graphs = on;
+}
+
+void ds_gptoss_graph_stats(const ds_gptoss_t *m, long long *captures_out, long long *launches_out) {
+    if (captures_out) *captures_out = m->graphs.captures;
+    if (launches_out) *launches_out = m->graphs.launches;
+}
+
+enum ds_status ds_gptoss_clear_kv(ds_gptoss_t *m) {
+    return m->be->memset(m->be, m->kv_arena, 0, m->mem.kv);
 }
 
 const void *ds_gptoss_lm_head(const ds_gptoss_t *m, enum ds_elem *dtype_out) {

@@ -2,13 +2,28 @@
 //
 // A weight is bound by name in two passes (measure, then load), so the memory plan is known before
 // the one arena is allocated. On a backend with map_host (the CPU reference) the mmapped
-// checkpoint pages are used in place and nothing is copied.
+// checkpoint pages are used in place and nothing is copied. On CUDA the pages are streamed to the
+// device through two pinned staging buffers; with a generator (synthetic weights) each tensor is
+// filled in place. The CUDA-graph cache of fixed-shape steps lives here too (weights.h).
 #include "weights.h"
 
+#include <cuda_runtime.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ds/gptoss.h"
 #include "ds/kernels.h"
+#include "ds/kernels_cuda.h"
+
+// Pinned double buffer of the CUDA streaming upload.
+struct ds_wl_stage {
+    cudaStream_t stream;
+    void *buf[2];
+    cudaEvent_t done[2]; // the copy out of buf[i] has finished
+    bool pending[2];
+    int next;
+};
 
 void ds_wl_init(struct ds_weight_loader *wl, struct ds_backend *be, const ds_safetensors_t *st,
                 const char *label, void (*progress_fn)(void *, uint64_t, uint64_t),
@@ -20,6 +35,103 @@ void ds_wl_init(struct ds_weight_loader *wl, struct ds_backend *be, const ds_saf
     wl->mapped = be->map_host != NULL;
     wl->progress_fn = progress_fn;
     wl->progress_user = progress_user;
+}
+
+void ds_wl_init_gen(struct ds_weight_loader *wl, struct ds_backend *be,
+                    const struct ds_weight_gen *gen, const char *label,
+                    void (*progress_fn)(void *, uint64_t, uint64_t), void *progress_user) {
+    ds_wl_init(wl, be, NULL, label, progress_fn, progress_user);
+    wl->gen = gen;
+    wl->mapped = false; // generated weights need memory of their own, even on the CPU
+}
+
+static void stage_free(struct ds_wl_stage *g) {
+    for (int i = 0; i < 2; i++) {
+        if (g->done[i]) cudaEventDestroy(g->done[i]);
+        if (g->buf[i]) cudaFreeHost(g->buf[i]);
+    }
+    free(g);
+}
+
+// The staging buffers, created at the first upload; NULL (plain uploads) when the backend is not
+// CUDA or pinned memory is short.
+static struct ds_wl_stage *stage_get(struct ds_weight_loader *wl) {
+    if (wl->stage) return wl->stage;
+    void *stream = ds_backend_cuda_stream(wl->be);
+    if (!stream) return NULL;
+    struct ds_wl_stage *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->stream = (cudaStream_t)stream;
+    for (int i = 0; i < 2; i++) {
+        if (cudaHostAlloc(&g->buf[i], DS_WL_STAGE_BYTES, cudaHostAllocDefault) != cudaSuccess ||
+            cudaEventCreateWithFlags(&g->done[i], cudaEventDisableTiming) != cudaSuccess) {
+            cudaGetLastError();
+            stage_free(g);
+            return NULL;
+        }
+    }
+    wl->stage = g;
+    return g;
+}
+
+enum ds_status ds_wl_finish(struct ds_weight_loader *wl) {
+    struct ds_wl_stage *g = wl->stage;
+    if (!g) return DS_OK;
+    wl->stage = NULL;
+    cudaError_t e = cudaStreamSynchronize(g->stream);
+    stage_free(g);
+    if (e != cudaSuccess)
+        return ds_error_set(DS_ERR_IO, "%s: weight upload failed: %s", wl->label,
+                            cudaGetErrorString(e));
+    return DS_OK;
+}
+
+// Copies one tensor host → device through the staging buffers: the memcpy into buffer i (which
+// reads the mmapped file) overlaps the DMA out of the other buffer.
+static enum ds_status stage_upload(struct ds_weight_loader *wl, struct ds_wl_stage *g, char *dst,
+                                   const char *src, size_t bytes, size_t done_before) {
+    for (size_t off = 0; off < bytes;) {
+        const size_t n = bytes - off < DS_WL_STAGE_BYTES ? bytes - off : DS_WL_STAGE_BYTES;
+        const int i = g->next;
+        g->next ^= 1;
+        if (g->pending[i] && cudaEventSynchronize(g->done[i]) != cudaSuccess)
+            return ds_error_set(DS_ERR_IO, "%s: staged copy failed: %s", wl->label,
+                                cudaGetErrorString(cudaGetLastError()));
+        memcpy(g->buf[i], src + off, n);
+        if (cudaMemcpyAsync(dst + off, g->buf[i], n, cudaMemcpyHostToDevice, g->stream) !=
+                cudaSuccess ||
+            cudaEventRecord(g->done[i], g->stream) != cudaSuccess)
+            return ds_error_set(DS_ERR_IO, "%s: staged copy failed: %s", wl->label,
+                                cudaGetErrorString(cudaGetLastError()));
+        g->pending[i] = true;
+        off += n;
+        if (wl->progress_fn) wl->progress_fn(wl->progress_user, done_before + off, wl->total);
+    }
+    return DS_OK;
+}
+
+// Binds one tensor of a generator: the shape the model expects, filled in the load pass.
+static enum ds_status gen_get(struct ds_weight_loader *wl, const char *name, unsigned want,
+                              uint64_t numel, bool optional, const void **ptr_out,
+                              enum ds_elem *elem_out) {
+    if (optional) return DS_OK; // variants the generator does not build
+    const enum ds_dtype dt = (want & (1u << DS_DTYPE_BF16)) ? DS_DTYPE_BF16 : DS_DTYPE_U8;
+    const size_t bytes = (size_t)numel * ds_dtype_size(dt);
+    if (elem_out) *elem_out = dt == DS_DTYPE_BF16 ? DS_ELEM_BF16 : DS_ELEM_COUNT;
+    wl->tensors++;
+    if (!wl->loading) {
+        *ptr_out = (const void *)(uintptr_t)1; // placeholder, replaced in the load pass
+        wl->bytes += ds_align256(bytes);
+        return DS_OK;
+    }
+    char *dst = (char *)wl->arena + wl->bytes;
+    enum ds_status s = wl->gen->fill(wl->gen->user, wl->be, name, dt, numel, dst);
+    if (s != DS_OK)
+        return ds_error_set(s, "%s: generating %s: %s", wl->label, name, ds_error_last());
+    wl->bytes += ds_align256(bytes);
+    *ptr_out = dst;
+    if (wl->progress_fn) wl->progress_fn(wl->progress_user, wl->bytes, wl->total);
+    return DS_OK;
 }
 
 enum ds_status ds_wl_begin_load(struct ds_weight_loader *wl, void **arena_out) {
@@ -55,6 +167,7 @@ enum ds_status ds_wl_get(struct ds_weight_loader *wl, const char *name, unsigned
                          enum ds_elem *elem_out) {
     *ptr_out = NULL;
     if (elem_out) *elem_out = DS_ELEM_COUNT;
+    if (wl->gen) return gen_get(wl, name, want, numel, optional, ptr_out, elem_out);
     const struct ds_tensor_info *t = ds_safetensors_find(wl->st, name);
     if (!t) {
         if (optional) return DS_OK;
@@ -86,12 +199,14 @@ enum ds_status ds_wl_get(struct ds_weight_loader *wl, const char *name, unsigned
         return DS_OK;
     }
     char *dst = (char *)wl->arena + wl->bytes;
-    enum ds_status s = wl->be->upload(wl->be, dst, t->data, bytes);
+    struct ds_wl_stage *g = stage_get(wl);
+    enum ds_status s = g ? stage_upload(wl, g, dst, t->data, bytes, wl->bytes)
+                         : wl->be->upload(wl->be, dst, t->data, bytes);
     if (s != DS_OK)
         return ds_error_set(s, "%s: uploading %s: %s", wl->label, name, ds_error_last());
     wl->bytes += ds_align256(bytes);
     *ptr_out = dst;
-    if (wl->progress_fn) wl->progress_fn(wl->progress_user, wl->bytes, wl->total);
+    if (!g && wl->progress_fn) wl->progress_fn(wl->progress_user, wl->bytes, wl->total);
     return DS_OK;
 }
 
@@ -206,5 +321,123 @@ enum ds_status ds_rows_check(const char *label, const struct ds_rows_limits *lim
         if (logit_rows[i] < 0 || logit_rows[i] >= n_rows)
             return ds_error_set(DS_ERR_RANGE, "%s: logit row %d is %d, outside 0..%d", label, i,
                                 logit_rows[i], n_rows - 1);
+    return DS_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activation dtype
+
+enum ds_status ds_act_resolve(struct ds_backend *be, int choice, const char *label,
+                              enum ds_elem *act_out) {
+    switch (choice) {
+    case DS_ACT_DEFAULT:
+        *act_out = be->act;
+        return DS_OK;
+    case DS_ACT_F32:
+        *act_out = DS_ELEM_F32;
+        return DS_OK;
+    case DS_ACT_BF16:
+        // A backend whose default is f32 is the reference, which implements f32 only.
+        if (be->act == DS_ELEM_F32)
+            return ds_error_set(DS_ERR_UNSUPPORTED,
+                                "%s: bf16 activations asked, backend %s computes in f32 only",
+                                label, be->name);
+        *act_out = DS_ELEM_BF16;
+        return DS_OK;
+    default:
+        return ds_error_set(DS_ERR_ARG, "%s: activation choice %d is not a ds_act_choice", label,
+                            choice);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// CUDA graphs
+
+void ds_graph_init(struct ds_graph_cache *g, struct ds_backend *be) {
+    memset(g, 0, sizeof *g);
+    g->stream = ds_backend_cuda_stream(be);
+}
+
+static void graph_drop(struct ds_graph_entry *e) {
+    if (e->exec) cudaGraphExecDestroy((cudaGraphExec_t)e->exec);
+    e->exec = NULL;
+}
+
+void ds_graph_clear(struct ds_graph_cache *g) {
+    for (int i = 0; i < g->n; i++)
+        graph_drop(&g->e[i]);
+    g->n = 0;
+}
+
+static struct ds_graph_entry *graph_find(struct ds_graph_cache *g,
+                                         const long long key[DS_GRAPH_KEY]) {
+    for (int i = 0; i < g->n; i++)
+        if (!memcmp(g->e[i].key, key, sizeof g->e[i].key)) return &g->e[i];
+    if (g->n < DS_GRAPH_MAX) {
+        struct ds_graph_entry *e = &g->e[g->n++];
+        memset(e, 0, sizeof *e);
+        memcpy(e->key, key, sizeof e->key);
+        return e;
+    }
+    int lru = 0;
+    for (int i = 1; i < g->n; i++)
+        if (g->e[i].used < g->e[lru].used) lru = i;
+    struct ds_graph_entry *e = &g->e[lru];
+    graph_drop(e);
+    memset(e, 0, sizeof *e);
+    memcpy(e->key, key, sizeof e->key);
+    return e;
+}
+
+// Captures ops(user) on the stream into e->exec. DS_OK with e->exec NULL when the runtime refused
+// the capture (the ops then did not run: the caller runs them eagerly).
+static enum ds_status graph_capture(struct ds_graph_cache *g, struct ds_graph_entry *e,
+                                    enum ds_status (*ops)(void *), void *user) {
+    cudaStream_t st = (cudaStream_t)g->stream;
+    cudaError_t ce = cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed);
+    if (ce != cudaSuccess) {
+        cudaGetLastError();
+        fprintf(stderr, "draftscope: CUDA graph capture unavailable (%s); running eagerly\n",
+                cudaGetErrorString(ce));
+        g->broken = true;
+        return DS_OK;
+    }
+    enum ds_status s = ops(user);
+    cudaGraph_t graph = NULL;
+    ce = cudaStreamEndCapture(st, &graph);
+    if (s != DS_OK) {
+        if (graph) cudaGraphDestroy(graph);
+        cudaGetLastError();
+        return s;
+    }
+    cudaGraphExec_t exec = NULL;
+    if (ce == cudaSuccess) ce = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (ce != cudaSuccess) {
+        cudaGetLastError();
+        fprintf(stderr, "draftscope: CUDA graph capture failed (%s); running eagerly\n",
+                cudaGetErrorString(ce));
+        g->broken = true;
+        return DS_OK;
+    }
+    e->exec = exec;
+    g->captures++;
+    return DS_OK;
+}
+
+enum ds_status ds_graph_run(struct ds_graph_cache *g, const long long key[DS_GRAPH_KEY],
+                            enum ds_status (*ops)(void *user), void *user) {
+    if (!g->stream || !g->enabled || g->broken) return ops(user);
+    struct ds_graph_entry *e = graph_find(g, key);
+    e->used = ++g->clock;
+    if (!e->exec && e->seen++ >= 1) {
+        enum ds_status s = graph_capture(g, e, ops, user);
+        if (s != DS_OK) return s;
+    }
+    if (!e->exec) return ops(user); // warm-up run, or the capture was refused
+    cudaError_t ce = cudaGraphLaunch((cudaGraphExec_t)e->exec, (cudaStream_t)g->stream);
+    if (ce != cudaSuccess)
+        return ds_error_set(DS_ERR_IO, "cuda graph launch failed: %s", cudaGetErrorString(ce));
+    g->launches++;
     return DS_OK;
 }

@@ -113,6 +113,18 @@ const struct ds_draft_config *ds_eagle3_config(const ds_eagle3_t *draft);
 // Bytes planned: weights (the target's borrowed tables not counted), KV, activations.
 void ds_eagle3_memory_plan(const ds_eagle3_t *draft, struct ds_gptoss_memory *out);
 
+// The activation dtype: always the target's (ds_gptoss_act), whose aux states the draft reads.
+enum ds_elem ds_eagle3_act(const ds_eagle3_t *draft);
+
+// CUDA graphs of draft steps (ds_eagle3_step: one row per sequence, a fixed shape per batch size);
+// extends run eagerly. Initially on when the target's plan has graphs on. No-op elsewhere.
+void ds_eagle3_set_graphs(ds_eagle3_t *draft, bool on);
+void ds_eagle3_graph_stats(const ds_eagle3_t *draft, long long *captures_out,
+                           long long *launches_out);
+
+// Zeroes the draft's KV cache (see ds_gptoss_clear_kv).
+enum ds_status ds_eagle3_clear_kv(ds_eagle3_t *draft);
+
 // ---------------------------------------------------------------------------------------------
 // Greedy chain speculation (eagle3.md §11; DESIGN §5 `greedy`): the bookkeeping the profiler's
 // loop runs per step, for a batch of sequences, with topk = 1 and K drafts.

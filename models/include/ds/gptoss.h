@@ -48,6 +48,12 @@ struct ds_load_progress {
     void *user;
 };
 
+// Activation dtype of a model (and of its KV cache): the backend's default (f32 on the CPU
+// reference, bf16 on CUDA) or an override. The CUDA ops also take f32 activations, so DS_ACT_F32
+// on CUDA runs the same math as the CPU reference on identical inputs (the GPU model tests);
+// DS_ACT_BF16 on the f32-only reference backend is DS_ERR_UNSUPPORTED at create.
+enum ds_act_choice { DS_ACT_DEFAULT = 0, DS_ACT_F32, DS_ACT_BF16 };
+
 // What to plan for. Every field is checked at create (DS_ERR_ARG / DS_ERR_RANGE).
 struct ds_gptoss_plan {
     int max_slots;      // sequences in flight (KV-cache slots), >= 1
@@ -56,6 +62,12 @@ struct ds_gptoss_plan {
     int max_logit_rows; // rows that may ask for logits per step; 0 = max_rows
     int n_aux;          // aux boundaries to capture, 0 .. DS_GPTOSS_MAX_AUX
     int aux_boundaries[DS_GPTOSS_MAX_AUX]; // ascending, each in 0 .. num_hidden_layers
+    enum ds_act_choice act;                // activation dtype (default: the backend's)
+    // CUDA graphs (CUDA backend only; ignored elsewhere): the op sequence of a step shape (rows,
+    // sequences, logit rows) runs eagerly once, is captured the second time and replayed after,
+    // the per-step tables uploaded into the same device buffers. Bitwise the same results as
+    // eager launches (tests/gpu_invariance.c). false = always eager (debugging).
+    bool graphs;
 };
 
 // The memory plan in bytes (device memory on CUDA, host memory on the CPU reference).
@@ -135,6 +147,17 @@ int ds_gptoss_last_logit_rows(const ds_gptoss_t *model); // n_logit_rows of the 
 // an EAGLE-3 draft borrows.
 const void *ds_gptoss_embed_table(const ds_gptoss_t *model, enum ds_elem *dtype_out);
 const void *ds_gptoss_lm_head(const ds_gptoss_t *model, enum ds_elem *dtype_out);
+
+// Turns CUDA graphs on or off after create (see ds_gptoss_plan.graphs); turning them off drops
+// the captured graphs. No-op on backends without graphs.
+void ds_gptoss_set_graphs(ds_gptoss_t *model, bool on);
+// Graphs captured and graph launches so far (both 0 when graphs never ran). Out-params may be NULL.
+void ds_gptoss_graph_stats(const ds_gptoss_t *model, long long *captures_out,
+                           long long *launches_out);
+
+// Sets every KV-cache entry to zero (a defined state for benchmarks that start at a position
+// without a prefill). Queued on the backend like an op.
+enum ds_status ds_gptoss_clear_kv(ds_gptoss_t *model);
 
 // Converts n elements of dtype `src_elem` (host memory, a downloaded act buffer) to float.
 void ds_act_to_float(enum ds_elem src_elem, const void *src, size_t n, float *out);
