@@ -1,8 +1,12 @@
 // draftscope bench --ops: times every CUDA op at the real gpt-oss / EAGLE-3 shapes on synthetic
 // inputs and prints achieved bandwidth next to the H200's ~4.3 TB/s copy ceiling.
+// draftscope bench --steps: times whole steps of a synthetic gpt-oss target and EAGLE-3 draft at
+// the real shapes (models/synthetic.c), with and without CUDA graphs (see bench_steps below).
 //
 //   draftscope bench --ops [--shape 20b|120b] [--rows 1,4,32,256] [--iters N] [--kv L]
 //                    [--device N] [--json]
+//   draftscope bench --steps [--shape 20b|120b] [--batches 1,8,32,64] [--iters N] [--kv L]
+//                    [--graphs on|off|both] [--layers N] [--seed S] [--device N] [--json]
 //
 // For each row count T every op gets freshly allocated buffers filled on the GPU from a seed
 // (ds_cuda_fill_uniform / ds_cuda_fill_bytes: every input byte is defined), runs twice to warm
@@ -19,14 +23,20 @@
 #include <cuda_runtime.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "ds/backend.h"
 #include "ds/cli.h"
+#include "ds/eagle3.h"
+#include "ds/gptoss.h"
 #include "ds/kernels.h"
 #include "ds/kernels_cuda.h"
+#include "ds/synthetic.h"
 
 #define BENCH_CEIL_GBS 4300.0 // H200 measured copy bandwidth
 #define BENCH_MAX_ROWS_LIST 16
@@ -463,13 +473,322 @@ static int cmp_float(const void *a, const void *b) {
 static void usage(FILE *f) {
     fprintf(f, "usage: draftscope bench --ops [--shape 20b|120b] [--rows 1,4,32,256] [--iters N]\n"
                "                        [--kv L] [--device N] [--json]\n"
-               "  times every CUDA op at the real shapes on synthetic inputs; --iters 0 only\n"
-               "  checks that each op runs\n");
+               "       draftscope bench --steps [--shape 20b|120b] [--batches 1,8,32,64]\n"
+               "                        [--iters N] [--kv L] [--graphs on|off|both] [--layers N]\n"
+               "                        [--seed S] [--device N] [--json]\n"
+               "  --ops times every CUDA op at the real shapes on synthetic inputs; --iters 0\n"
+               "  only checks that each op runs. --steps times whole target decode / verify steps\n"
+               "  and draft extend / step calls of a synthetic model (--layers: a slice)\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// --steps: whole steps of a synthetic target + draft.
+//
+// Method. The synthetic target and draft of the preset (models/synthetic.c; --layers keeps a
+// slice) are planned for the largest batch at context L (--kv) and their KV caches zeroed, so
+// every sequence sits at position L without a prefill (attention reads L keys of zeros: the same
+// work as real keys). For each batch size B and graph mode, each step kind runs twice (warm-up;
+// with graphs the second run captures) and then `iters` times; each timed run is one host call
+// plus a stream sync, timed on the host clock (so launch overhead counts, which is what graphs
+// remove). Reported: the median ms per step, tokens/s (rows processed: B for decode and draft
+// steps, 4B for a verify, 2B for the 2-row extends), the weight bytes the step must read, that
+// over the copy bandwidth measured at the start (a device-to-device cudaMemcpy of 1 GiB: 2 bytes
+// moved per byte copied) as the floor, the achieved weight GB/s and its share of that bandwidth.
+// Weight bytes of a target step: embedding rows, every layer's attention, norms and router, the
+// distinct experts the step's rows touched (read back from the router's choices), the final norm
+// and the lm_head; of a draft call: the draft's whole weight arena (its lm_head over 32,000 ids
+// included) plus the target embedding rows it reads.
+
+struct step_row {
+    const char *kind;
+    int batch, rows;
+    bool graphs;
+    double ms, bytes;
+};
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+// Device copy bandwidth in GB/s (2 bytes moved per byte copied), median of 5.
+static double copy_bandwidth(cudaStream_t st) {
+    const size_t n = (size_t)1 << 30;
+    void *a = NULL, *b = NULL;
+    double t[5], gbs = 0;
+    if (cudaMalloc(&a, n) != cudaSuccess || cudaMalloc(&b, n) != cudaSuccess) goto done;
+    cudaMemsetAsync(a, 1, n, st);
+    cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, st);
+    cudaStreamSynchronize(st);
+    for (int i = 0; i < 5; i++) {
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0), cudaEventCreate(&e1);
+        cudaEventRecord(e0, st);
+        cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, st);
+        cudaEventRecord(e1, st);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        t[i] = ms;
+        cudaEventDestroy(e0), cudaEventDestroy(e1);
+    }
+    qsort(t, 5, sizeof *t, cmp_double);
+    gbs = 2.0 * (double)n / (t[2] * 1e-3) / 1e9;
+done:
+    cudaGetLastError();
+    if (a) cudaFree(a);
+    if (b) cudaFree(b);
+    return gbs;
+}
+
+struct step_ctx {
+    ds_gptoss_t *t;
+    ds_eagle3_t *d;
+    struct ds_backend *be;
+    int V, H, L, E, KE, I, QD, KD, max_b, kv;
+    uint64_t seed;
+    int32_t *tok, *rows, *hrows, *s_pos, *s_slot, *s_prev, *experts;
+    struct ds_attn_seq *seqs;
+};
+
+// Weight bytes a target step over the last forward's rows reads (see the method above).
+static double target_step_bytes(struct step_ctx *c, int T) {
+    const double H = c->H, bf = 2.0;
+    const double attn = bf * (H + (double)c->QD * H + c->QD + 2.0 * ((double)c->KD * H + c->KD) +
+                              H * c->QD + H + 64.0 /* sinks */ + H /* mlp norm */) +
+                        bf * ((double)c->E * H + c->E); // router
+    const double expert = (double)2 * c->I * H / 2 + (double)2 * c->I * H / 32 + bf * 2 * c->I +
+                          (double)H * c->I / 2 + (double)H * c->I / 32 + bf * H;
+    double bytes = bf * T * H + bf * H + bf * (double)c->V * H; // embed rows, final norm, lm_head
+    if (ds_gptoss_download_expert_ids(c->t, c->experts) != DS_OK) return 0;
+    char *used = calloc((size_t)c->E, 1);
+    if (!used) return 0;
+    for (int l = 0; l < c->L; l++) {
+        memset(used, 0, (size_t)c->E);
+        int n = 0;
+        for (int i = 0; i < T * c->KE; i++) {
+            const int32_t e = c->experts[(size_t)l * T * c->KE + i];
+            if (e >= 0 && e < c->E && !used[e]) used[e] = 1, n++;
+        }
+        bytes += attn + n * expert;
+    }
+    free(used);
+    return bytes;
+}
+
+enum step_kind { SK_DECODE, SK_VERIFY, SK_EXTEND, SK_DSTEP };
+static const char *const step_names[] = {"target decode", "target verify (4 rows)",
+                                         "draft extend (2 rows)", "draft step"};
+
+// One call of a step kind over B sequences.
+static enum ds_status step_once(struct step_ctx *c, enum step_kind k, int B, int iter) {
+    const int n = k == SK_VERIFY ? 4 : k == SK_EXTEND ? 2 : 1;
+    for (int i = 0; i < B; i++) {
+        c->seqs[i] = (struct ds_attn_seq){i * n, n, k == SK_EXTEND ? c->kv - 2 : c->kv, i};
+        for (int r = 0; r < n; r++) {
+            c->tok[i * n + r] =
+                (int32_t)(ds_fill_hash(c->seed + 17, (uint64_t)(iter * 4096 + i * n + r)) %
+                          (uint64_t)c->V);
+            c->rows[i * n + r] = i * n + r;
+            c->hrows[i * n + r] = i * 4 + r; // extend: the verify's first rows of sequence i
+        }
+        c->s_pos[i] = c->kv, c->s_slot[i] = i, c->s_prev[i] = i;
+    }
+    if (k == SK_DECODE || k == SK_VERIFY) {
+        struct ds_batch b = {.n_rows = B * n,
+                             .tokens = c->tok,
+                             .n_seq = B,
+                             .seqs = c->seqs,
+                             .n_logit_rows = B * n,
+                             .logit_rows = c->rows};
+        return ds_gptoss_forward(c->t, &b);
+    }
+    if (k == SK_EXTEND) {
+        for (int i = 0; i < B; i++)
+            c->rows[i] = i * n + n - 1;
+        struct ds_batch b = {.n_rows = B * n,
+                             .tokens = c->tok,
+                             .n_seq = B,
+                             .seqs = c->seqs,
+                             .n_logit_rows = B,
+                             .logit_rows = c->rows};
+        return ds_eagle3_extend(c->d, &b, ds_gptoss_aux(c->t), ds_gptoss_last_rows(c->t), c->hrows);
+    }
+    return ds_eagle3_step(c->d, B, c->tok, c->s_pos, c->s_slot, c->s_prev);
+}
+
+// Times `iters` calls of a step kind; *ms_out the median ms per call (host wall, call + sync).
+static enum ds_status time_step(struct step_ctx *c, enum step_kind k, int B, int iters,
+                                double *times, double *ms_out) {
+    enum ds_status s = DS_OK;
+    for (int w = 0; w < 2 && s == DS_OK; w++) // warm-up; the second call captures with graphs
+        if ((s = step_once(c, k, B, w)) == DS_OK) s = c->be->sync(c->be);
+    for (int it = 0; it < iters && s == DS_OK; it++) {
+        const double t0 = now_ms();
+        s = step_once(c, k, B, it + 2);
+        if (s == DS_OK) s = c->be->sync(c->be);
+        times[it] = now_ms() - t0;
+    }
+    if (s != DS_OK) return s;
+    qsort(times, (size_t)iters, sizeof *times, cmp_double);
+    *ms_out = iters ? times[iters / 2] : 0.0;
+    return DS_OK;
+}
+
+static void load_dots(void *user, uint64_t done, uint64_t total) {
+    (void)user;
+    fprintf(stderr, "\rgenerating synthetic weights: %3.0f%%",
+            total ? 100.0 * (double)done / (double)total : 100.0);
+    if (done >= total) fputc('\n', stderr);
+}
+
+static int bench_steps(const char *shape, const int *batches, int n_batches, int iters, int kv,
+                       int graphs_mode, int layers, uint64_t seed, int device, int json) {
+    int rc = 1, max_b = 1;
+    for (int i = 0; i < n_batches; i++)
+        if (batches[i] > max_b) max_b = batches[i];
+    struct ds_backend *be = NULL;
+    struct step_ctx c = {.max_b = max_b, .kv = kv, .seed = seed};
+    struct step_row *out = NULL;
+    double *times = malloc(sizeof(double) * (size_t)(iters > 0 ? iters : 1));
+    json_t *js = json_array();
+    char arg[64];
+    if (layers > 0)
+        snprintf(arg, sizeof arg, "%s:%llu:%d", shape, (unsigned long long)seed, layers);
+    else
+        snprintf(arg, sizeof arg, "%s:%llu", shape, (unsigned long long)seed);
+    struct ds_synthetic_spec spec;
+    struct ds_target_config tc;
+    struct ds_aux_plan aux;
+    if (ds_synthetic_parse(arg, &spec) != DS_OK ||
+        ds_synthetic_target_config(&spec, &tc) != DS_OK ||
+        ds_synthetic_aux_plan(&tc, &aux) != DS_OK || ds_backend_cuda_create(device, &be) != DS_OK) {
+        fprintf(stderr, "draftscope bench: %s\n", ds_error_last());
+        goto cleanup;
+    }
+    c.be = be;
+    const double copy_gbs = copy_bandwidth((cudaStream_t)ds_backend_cuda_stream(be));
+    struct ds_gptoss_plan tp = {.max_slots = max_b,
+                                .max_pos = kv + 8,
+                                .max_rows = 4 * max_b,
+                                .max_logit_rows = 4 * max_b,
+                                .graphs = graphs_mode != 0};
+    ds_gptoss_plan_aux(&tp, &aux);
+    struct ds_eagle3_plan dp = {
+        .max_slots = max_b, .max_pos = kv + 8, .max_rows = 2 * max_b, .max_logit_rows = max_b};
+    struct ds_load_progress prog = {load_dots, NULL};
+    if (ds_synthetic_target_create(&spec, be, &tp, json ? NULL : &prog, &c.t) != DS_OK ||
+        ds_synthetic_draft_create(&spec, c.t, be, &dp, NULL, &c.d) != DS_OK ||
+        ds_gptoss_clear_kv(c.t) != DS_OK || ds_eagle3_clear_kv(c.d) != DS_OK) {
+        fprintf(stderr, "draftscope bench: %s\n", ds_error_last());
+        goto cleanup;
+    }
+    c.V = (int)tc.vocab_size, c.H = (int)tc.hidden_size, c.L = (int)tc.num_hidden_layers;
+    c.E = (int)tc.num_local_experts, c.KE = (int)tc.num_experts_per_tok;
+    c.I = (int)tc.intermediate_size, c.QD = (int)(tc.num_attention_heads * tc.head_dim);
+    c.KD = (int)(tc.num_key_value_heads * tc.head_dim);
+    const size_t R = 4 * (size_t)max_b;
+    c.tok = malloc(R * sizeof(int32_t)), c.rows = malloc(R * sizeof(int32_t));
+    c.hrows = malloc(R * sizeof(int32_t)), c.s_pos = malloc(R * sizeof(int32_t));
+    c.s_slot = malloc(R * sizeof(int32_t)), c.s_prev = malloc(R * sizeof(int32_t));
+    c.seqs = malloc((size_t)max_b * sizeof *c.seqs);
+    c.experts = malloc((size_t)c.L * R * (size_t)c.KE * sizeof(int32_t));
+    out = calloc((size_t)n_batches * 8, sizeof *out);
+    if (!times || !js || !c.tok || !c.rows || !c.hrows || !c.s_pos || !c.s_slot || !c.s_prev ||
+        !c.seqs || !c.experts || !out) {
+        fprintf(stderr, "draftscope bench: out of memory\n");
+        goto cleanup;
+    }
+    struct ds_gptoss_memory tm, dm;
+    ds_gptoss_memory_plan(c.t, &tm);
+    ds_eagle3_memory_plan(c.d, &dm);
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    const double draft_bytes = (double)dm.weights;
+    if (!json)
+        printf("draftscope bench --steps: synthetic gpt-oss-%s (%d layers, %d experts), seed %llu,"
+               " context %d\n"
+               "memory: target weights %.2f GB, KV %.2f GB, activations %.2f GB; draft weights "
+               "%.2f GB, KV %.2f GB, activations %.2f GB; free %.2f of %.2f GB\n"
+               "copy bandwidth measured: %.0f GB/s\n"
+               "%-24s %5s %5s %6s %9s %10s %9s %9s %8s %6s\n",
+               shape, c.L, c.E, (unsigned long long)seed, kv, tm.weights / 1e9, tm.kv / 1e9,
+               tm.activations / 1e9, dm.weights / 1e9, dm.kv / 1e9, dm.activations / 1e9,
+               free_b / 1e9, total_b / 1e9, copy_gbs, "step", "B", "rows", "graphs", "ms/step",
+               "tokens/s", "weight GB", "floor ms", "GB/s", "%copy");
+    int n_out = 0;
+    for (int bi = 0; bi < n_batches; bi++) {
+        const int B = batches[bi];
+        for (int gm = 0; gm < 2; gm++) {
+            const bool g = gm == 1;
+            if ((graphs_mode == 0 && g) || (graphs_mode == 1 && !g)) continue;
+            ds_gptoss_set_graphs(c.t, g);
+            ds_eagle3_set_graphs(c.d, g);
+            for (int k = SK_DECODE; k <= SK_DSTEP; k++) {
+                if (k == SK_EXTEND && g) continue; // extends always run eagerly
+                if (k == SK_DSTEP) {               // steps follow an extend (their hidden source)
+                    if (step_once(&c, SK_VERIFY, B, 0) != DS_OK ||
+                        step_once(&c, SK_EXTEND, B, 0) != DS_OK) {
+                        fprintf(stderr, "draftscope bench: %s\n", ds_error_last());
+                        goto cleanup;
+                    }
+                }
+                double ms = 0;
+                if (time_step(&c, (enum step_kind)k, B, iters, times, &ms) != DS_OK) {
+                    fprintf(stderr, "draftscope bench: %s B=%d: %s\n", step_names[k], B,
+                            ds_error_last());
+                    goto cleanup;
+                }
+                const int rows = B * (k == SK_VERIFY ? 4 : k == SK_EXTEND ? 2 : 1);
+                double bytes =
+                    k <= SK_VERIFY ? target_step_bytes(&c, rows) : draft_bytes + 2.0 * rows * c.H;
+                struct step_row *r = &out[n_out++];
+                *r = (struct step_row){step_names[k], B, rows, g, ms, bytes};
+                const double floor_ms = bytes / (copy_gbs * 1e9) * 1e3;
+                const double gbs = ms > 0 ? bytes / (ms * 1e-3) / 1e9 : 0;
+                if (json) {
+                    json_array_append_new(
+                        js,
+                        json_pack("{s:s, s:i, s:i, s:b, s:f, s:f, s:f, s:f, s:f, s:f}", "step",
+                                  r->kind, "batch", B, "rows", rows, "graphs", g, "ms", ms,
+                                  "tokens_s", ms > 0 ? rows / (ms * 1e-3) : 0.0, "weight_bytes",
+                                  bytes, "floor_ms", floor_ms, "gb_s", gbs, "copy_gb_s", copy_gbs));
+                } else {
+                    printf("%-24s %5d %5d %6s %9.3f %10.0f %9.3f %9.3f %8.0f %5.0f%%\n", r->kind, B,
+                           rows, g ? "on" : "off", ms, ms > 0 ? rows / (ms * 1e-3) : 0.0,
+                           bytes / 1e9, floor_ms, gbs, copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0);
+                    fflush(stdout);
+                }
+            }
+        }
+    }
+    if (json) {
+        char *text = json_dumps(js, JSON_INDENT(2));
+        if (text) puts(text);
+        free(text);
+    }
+    rc = 0;
+cleanup:
+    ds_eagle3_release(c.d);
+    ds_gptoss_release(c.t);
+    ds_backend_release(be);
+    free(c.tok), free(c.rows), free(c.hrows), free(c.s_pos), free(c.s_slot), free(c.s_prev);
+    free(c.seqs), free(c.experts), free(out), free(times);
+    json_decref(js);
+    return rc;
 }
 
 int ds_cmd_bench(int argc, char **argv) {
-    int ops = 0, json = 0, iters = 20, kv = 4096, device = 0;
+    int ops = 0, steps = 0, json = 0, iters = 20, kv = 4096, device = 0, graphs = 2, layers = 0;
+    unsigned long long seed = 0;
     int rows[BENCH_MAX_ROWS_LIST] = {1, 4, 32, 256}, n_rows = 4;
+    int batches[BENCH_MAX_ROWS_LIST] = {1, 8, 32, 64}, n_batches = 4;
     const char *shape = "20b";
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
@@ -479,6 +798,39 @@ int ds_cmd_bench(int argc, char **argv) {
             return 0;
         } else if (!strcmp(o, "--ops")) {
             ops = 1;
+        } else if (!strcmp(o, "--steps")) {
+            steps = 1;
+        } else if (v && !strcmp(o, "--graphs")) {
+            graphs = !strcmp(v, "off")    ? 0
+                     : !strcmp(v, "on")   ? 1
+                     : !strcmp(v, "both") ? 2
+                                          : -1,
+            i++;
+            if (graphs < 0) {
+                fprintf(stderr, "draftscope bench: --graphs wants on, off or both, got '%s'\n", v);
+                return 2;
+            }
+        } else if (v && !strcmp(o, "--layers")) {
+            layers = atoi(v), i++;
+            if (layers < 0 || layers > 256) {
+                fprintf(stderr, "draftscope bench: --layers wants 0..256, got '%s'\n", v);
+                return 2;
+            }
+        } else if (v && !strcmp(o, "--seed")) {
+            seed = strtoull(v, NULL, 10), i++;
+        } else if (v && !strcmp(o, "--batches")) {
+            n_batches = 0;
+            for (const char *p = v; *p && n_batches < BENCH_MAX_ROWS_LIST;) {
+                char *end;
+                long r = strtol(p, &end, 10);
+                if (end == p || r < 1 || r > 256) {
+                    fprintf(stderr, "draftscope bench: --batches: bad entry in '%s' (1..256)\n", v);
+                    return 2;
+                }
+                batches[n_batches++] = (int)r;
+                p = *end == ',' ? end + 1 : end;
+            }
+            i++;
         } else if (!strcmp(o, "--json")) {
             json = 1;
         } else if (v && !strcmp(o, "--shape")) {
@@ -508,8 +860,8 @@ int ds_cmd_bench(int argc, char **argv) {
             return 2;
         }
     }
-    if (!ops) {
-        fprintf(stderr, "draftscope bench: say what to time (--ops)\n");
+    if (ops == steps) {
+        fprintf(stderr, "draftscope bench: say what to time (--ops or --steps)\n");
         usage(stderr);
         return 2;
     }
@@ -524,6 +876,14 @@ int ds_cmd_bench(int argc, char **argv) {
     if (iters < 0 || iters > 10000 || kv < 1) {
         fprintf(stderr, "draftscope bench: --iters must be in [0, 10000] and --kv >= 1\n");
         return 2;
+    }
+    if (steps) {
+        if (kv < 8) {
+            fprintf(stderr, "draftscope bench: --steps needs --kv >= 8\n");
+            return 2;
+        }
+        return bench_steps(shape, batches, n_batches, iters, kv, graphs, layers, seed, device,
+                           json);
     }
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || device < 0 || device >= n_dev) {
