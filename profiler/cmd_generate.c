@@ -8,6 +8,14 @@
 // config's eos ids when there is no tokenizer), after --max-new-tokens, or at the context limit.
 // --logits-out writes every generated position's logits to HDF5: `logits` [n, V] f32, `ids` [n]
 // i32 (the token chosen from each row) and `prompt_ids`.
+//
+// --synthetic-weights 20b|120b[:SEED[:LAYERS]] (or a config.json) runs a model of real shapes with
+// weights generated on the device (ds/synthetic.h) instead of --target; without a prompt option it
+// decodes from a fixed 16-token prompt. --batch B decodes B copies of the prompt in lockstep in
+// one batch (KV slots for B sequences) and reports whether every copy chose the same tokens (they
+// must: the numerics are batch invariant). The memory plan (weights, KV, activations, and the
+// device's free memory after planning) is printed before decoding. On CUDA the decode steps run as
+// CUDA graphs unless --no-graphs.
 #include <errno.h>
 #include <getopt.h>
 #include <hdf5.h>
@@ -28,13 +36,16 @@
 #include "ds/harmony.h"
 #include "ds/kernels_cuda.h"
 #include "ds/rng.h"
+#include "ds/synthetic.h"
 #include "ds/tokenizer.h"
+#include <cuda_runtime.h>
 
 #define PREFILL_CHUNK 512 // rows per prefill step: bounds the activation memory
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: draftscope generate --target DIR (--prompt TEXT | --prompt-ids 1,2,3 |\n"
+            "usage: draftscope generate (--target DIR | --synthetic-weights SPEC)\n"
+            "                           (--prompt TEXT | --prompt-ids 1,2,3 |\n"
             "                           --dataset FILE --index I) [options]\n"
             "\n"
             "Plain decoding with the target (no draft): prints the prompt and generated ids and\n"
@@ -43,7 +54,12 @@ static void usage(FILE *f) {
             "directory without tokenizer.json needs --tokenizer FILE for text.\n"
             "\n"
             "options:\n"
-            "  -t, --target DIR          the gpt-oss checkpoint (required)\n"
+            "  -t, --target DIR          the gpt-oss checkpoint\n"
+            "      --synthetic-weights S 20b|120b[:SEED[:LAYERS]] or a config.json: weights of\n"
+            "                            real shapes generated on the device (no prompt option:\n"
+            "                            a fixed 16-token prompt)\n"
+            "      --batch B             decode B copies of the prompt in one batch (default 1)\n"
+            "      --no-graphs           launch every op eagerly (no CUDA graphs)\n"
             "  -p, --prompt TEXT         a user message\n"
             "  -i, --prompt-ids LIST     comma-separated token ids\n"
             "      --dataset FILE        ShareGPT or question JSON/JSONL\n"
@@ -71,7 +87,9 @@ static int usage_error(const char *what, const char *arg) {
 }
 
 struct gen_opts {
-    const char *target, *prompt, *prompt_ids, *dataset, *tokenizer, *logits_out;
+    const char *target, *prompt, *prompt_ids, *dataset, *tokenizer, *logits_out, *synthetic;
+    long long batch;
+    bool no_graphs;
     long long index;
     bool raw, json;
     long long max_new, max_context;
@@ -200,8 +218,12 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+// The progress bar and load rate on stderr, redrawn at most every 0.1 s (and at the end).
 static void load_progress(void *user, uint64_t done, uint64_t total) {
-    double t0 = *(double *)user, dt = now_s() - t0;
+    static double last_draw;
+    double t0 = *(double *)user, now = now_s(), dt = now - t0;
+    if (done < total && now - last_draw < 0.1 && last_draw >= t0) return;
+    last_draw = now;
     fprintf(stderr, "\rloading weights: %3.0f%% (%.2f of %.2f GB, %.2f GB/s)",
             total ? 100.0 * (double)done / (double)total : 100.0, (double)done / 1e9,
             (double)total / 1e9, dt > 0 ? (double)done / 1e9 / dt : 0.0);
@@ -233,9 +255,13 @@ struct gen_state {
     struct logits_file lf;
     bool lf_open;
     float *row;        // (V) host
-    float *probs_host; // (V) host
-    void *probs_dev;   // (V) f32 device
-    int32_t *id_dev;   // (1) device
+    float *probs_host; // (B, V) host
+    void *probs_dev;   // (B, V) f32 device
+    int32_t *id_dev;   // (B) device
+    int32_t *ids, *rows;      // (B) host: the copies' tokens, logit rows
+    struct ds_attn_seq *seqs; // (B)
+    long long disagree_at;    // first step where the copies chose different tokens, or -1
+    size_t free_bytes;        // device memory free after planning (0 on the CPU)
 };
 
 static int fail(const char *msg) {
@@ -285,10 +311,11 @@ static bool file_exists(const char *dir, const char *name, char *buf, size_t cap
     return stat(buf, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-// One forward over rows [row0, row0+n) of the sequence at positions pos0.. with logits for the
-// last row when `logits`.
-static enum ds_status step(ds_gptoss_t *m, const int32_t *ids, int n, int pos0, bool logits) {
-    struct ds_attn_seq q = {.row0 = 0, .n_rows = n, .pos0 = pos0, .slot = 0};
+// One forward over n rows of the sequence in `slot` at positions pos0.. with logits for the last
+// row when `logits`.
+static enum ds_status step(ds_gptoss_t *m, const int32_t *ids, int n, int pos0, bool logits,
+                           int slot) {
+    struct ds_attn_seq q = {.row0 = 0, .n_rows = n, .pos0 = pos0, .slot = slot};
     int32_t last = n - 1;
     struct ds_batch b = {.n_rows = n,
                          .tokens = ids,
@@ -297,6 +324,32 @@ static enum ds_status step(ds_gptoss_t *m, const int32_t *ids, int n, int pos0, 
                          .n_logit_rows = logits ? 1 : 0,
                          .logit_rows = &last};
     return ds_gptoss_forward(m, &b);
+}
+
+// One decode row for each of the B copies (slots 0..B-1, all at `pos`), logits for every row.
+static enum ds_status step_batch(ds_gptoss_t *m, const int32_t *ids, int B, int pos,
+                                 struct ds_attn_seq *seqs, int32_t *rows) {
+    for (int i = 0; i < B; i++) {
+        seqs[i] = (struct ds_attn_seq){.row0 = i, .n_rows = 1, .pos0 = pos, .slot = i};
+        rows[i] = i;
+    }
+    struct ds_batch b = {.n_rows = B,
+                         .tokens = ids,
+                         .n_seq = B,
+                         .seqs = seqs,
+                         .n_logit_rows = B,
+                         .logit_rows = rows};
+    return ds_gptoss_forward(m, &b);
+}
+
+// The fixed prompt of a synthetic run without a prompt option.
+static enum ds_status synthetic_prompt(int64_t vocab, struct ds_token_vec *out) {
+    for (int i = 0; i < 16; i++) {
+        enum ds_status s =
+            ds_token_vec_push(out, (int32_t)(ds_fill_hash(2024, (uint64_t)i) % (uint64_t)vocab));
+        if (s != DS_OK) return s;
+    }
+    return DS_OK;
 }
 
 static const char *stop_name(int32_t id, const int32_t *stops, const char *const *names, int n) {
@@ -308,26 +361,40 @@ static const char *stop_name(int32_t id, const int32_t *stops, const char *const
 static int run(struct gen_state *g, const struct gen_opts *o) {
     enum ds_status s;
     struct ds_target_config cfg;
-    if ((s = ds_target_config_load(o->target, &cfg)) != DS_OK) return fail(ds_error_last());
+    struct ds_synthetic_spec spec;
+    const char *model = o->target ? o->target : o->synthetic; // names the model in messages
+    if (o->synthetic) {
+        if ((s = ds_synthetic_parse(o->synthetic, &spec)) != DS_OK ||
+            (s = ds_synthetic_target_config(&spec, &cfg)) != DS_OK)
+            return fail(ds_error_last());
+    } else if ((s = ds_target_config_load(o->target, &cfg)) != DS_OK) {
+        return fail(ds_error_last());
+    }
     char path[4096];
     const char *tok_path = o->tokenizer;
-    if (!tok_path && file_exists(o->target, "tokenizer.json", path, sizeof path)) tok_path = path;
+    if (!tok_path && o->target && file_exists(o->target, "tokenizer.json", path, sizeof path))
+        tok_path = path;
     if (tok_path) {
         if ((s = ds_tokenizer_load(tok_path, &g->tok)) != DS_OK) return fail(ds_error_last());
         if ((s = ds_harmony_create(g->tok, &g->h)) != DS_OK) return fail(ds_error_last());
     }
-    if ((s = load_prompt(g, o, &cfg)) != DS_OK) return fail(ds_error_last());
-    const int V = (int)cfg.vocab_size;
+    if (o->synthetic && !o->prompt && !o->prompt_ids && !o->dataset)
+        s = synthetic_prompt(cfg.vocab_size, &g->prompt);
+    else
+        s = load_prompt(g, o, &cfg);
+    if (s != DS_OK) return fail(ds_error_last());
+    const int V = (int)cfg.vocab_size, B = (int)o->batch;
     for (size_t i = 0; i < g->prompt.n; i++)
         if (g->prompt.ids[i] >= V) {
             ds_error_set(DS_ERR_MISMATCH,
                          "%s: prompt token %d outside the model's vocabulary "
                          "of %d (tokenizer and model do not match)",
-                         o->target, g->prompt.ids[i], V);
+                         model, g->prompt.ids[i], V);
             return fail(ds_error_last());
         }
 
-    // Context: the prompt must fit; generation stops at the limit.
+    // Context: the prompt must fit; generation stops at the limit. An explicit --max-context
+    // sizes the KV cache for that many positions (the memory plan of a serving configuration).
     long long limit = cfg.max_position_embeddings;
     if (o->max_context > 0 && o->max_context < limit) limit = o->max_context;
     const long long np = (long long)g->prompt.n;
@@ -335,34 +402,62 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
         ds_error_set(DS_ERR_RANGE,
                      "%s: prompt of %lld tokens does not fit the context limit of "
                      "%lld positions",
-                     o->dataset ? o->dataset : o->target, np, limit);
+                     o->dataset ? o->dataset : model, np, limit);
         return fail(ds_error_last());
     }
     long long max_pos = np + o->max_new < limit ? np + o->max_new : limit;
+    if (o->max_context > 0) max_pos = limit;
 
     struct ds_device_info info;
     if ((s = open_backend(o, &g->be, &info)) != DS_OK) return fail(ds_error_last());
     double t_load = now_s();
     struct ds_load_progress prog = {load_progress, &t_load};
+    const int chunk = np < PREFILL_CHUNK ? (int)np : PREFILL_CHUNK;
     struct ds_gptoss_plan plan = {
-        .max_slots = 1,
+        .max_slots = B,
         .max_pos = (int)max_pos,
-        .max_rows = np < PREFILL_CHUNK ? (int)np : PREFILL_CHUNK,
-        .max_logit_rows = 1,
+        .max_rows = chunk > B ? chunk : B,
+        .max_logit_rows = B,
+        .graphs = !o->no_graphs,
     };
-    if ((s = ds_gptoss_create(o->target, g->be, &plan, o->json ? NULL : &prog, &g->m)) != DS_OK)
-        return fail(ds_error_last());
+    if (o->synthetic)
+        s = ds_synthetic_target_create(&spec, g->be, &plan, o->json ? NULL : &prog, &g->m);
+    else
+        s = ds_gptoss_create(o->target, g->be, &plan, o->json ? NULL : &prog, &g->m);
+    if (s != DS_OK) return fail(ds_error_last());
     t_load = now_s() - t_load;
+    const size_t BV = (size_t)B * (size_t)V;
     g->row = malloc(sizeof(float) * (size_t)V);
-    g->probs_host = malloc(sizeof(float) * (size_t)V);
-    if (!g->row || !g->probs_host) return fail("out of memory");
-    if ((s = g->be->alloc(g->be, sizeof(float) * (size_t)V, &g->probs_dev)) != DS_OK ||
-        (s = g->be->alloc(g->be, sizeof(int32_t), (void **)&g->id_dev)) != DS_OK)
+    g->probs_host = malloc(sizeof(float) * BV);
+    g->ids = malloc(sizeof(int32_t) * (size_t)B);
+    g->rows = malloc(sizeof(int32_t) * (size_t)B);
+    g->seqs = malloc(sizeof(struct ds_attn_seq) * (size_t)B);
+    if (!g->row || !g->probs_host || !g->ids || !g->rows || !g->seqs) return fail("out of memory");
+    if ((s = g->be->alloc(g->be, sizeof(float) * BV, &g->probs_dev)) != DS_OK ||
+        (s = g->be->alloc(g->be, sizeof(int32_t) * (size_t)B, (void **)&g->id_dev)) != DS_OK)
         return fail(ds_error_last());
     if (o->logits_out) {
-        if ((s = lf_open(&g->lf, o->logits_out, V, &g->prompt, o->target)) != DS_OK)
+        if ((s = lf_open(&g->lf, o->logits_out, V, &g->prompt, model)) != DS_OK)
             return fail(ds_error_last());
         g->lf_open = true;
+    }
+
+    // The memory plan, before anything runs.
+    struct ds_gptoss_memory mem;
+    ds_gptoss_memory_plan(g->m, &mem);
+    size_t free_b = 0, total_b = 0;
+    if (info.kind == DS_DEVICE_CUDA && cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
+        cudaGetLastError();
+    g->free_bytes = free_b;
+    if (!o->json) {
+        printf("memory plan on %s: weights %.2f GB, KV %.2f GB (%s, %d slots x %lld positions, "
+               "every layer full length), activations %.2f GB",
+               info.name, (double)mem.weights / 1e9, (double)mem.kv / 1e9,
+               ds_gptoss_act(g->m) == DS_ELEM_BF16 ? "bf16" : "f32", B, max_pos,
+               (double)mem.activations / 1e9);
+        if (total_b) printf("; free %.2f of %.2f GB", (double)free_b / 1e9, (double)total_b / 1e9);
+        printf("\n");
+        fflush(stdout);
     }
 
     // Stop set: harmony's by name when there is a tokenizer, else the config's eos ids.
@@ -379,22 +474,28 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
             stops[n_stops] = (int32_t)cfg.eos_token_ids[i], stop_names[n_stops++] = "eos";
     }
 
+    // Prefill: every copy's prompt but its last token alone in its slot, then the last token of
+    // all copies as one batched step that gives the first logits of every copy.
     double t0 = now_s();
-    for (long long p = 0; p < np; p += PREFILL_CHUNK) {
-        int n = np - p < PREFILL_CHUNK ? (int)(np - p) : PREFILL_CHUNK;
-        if ((s = step(g->m, g->prompt.ids + p, n, (int)p, p + n == np)) != DS_OK)
-            return fail(ds_error_last());
-    }
+    for (int c = 0; c < B; c++)
+        for (long long p = 0; p < np - 1; p += PREFILL_CHUNK) {
+            int n = np - 1 - p < PREFILL_CHUNK ? (int)(np - 1 - p) : PREFILL_CHUNK;
+            if ((s = step(g->m, g->prompt.ids + p, n, (int)p, false, c)) != DS_OK)
+                return fail(ds_error_last());
+        }
+    for (int c = 0; c < B; c++)
+        g->ids[c] = g->prompt.ids[np - 1];
+    if ((s = step_batch(g->m, g->ids, B, (int)np - 1, g->seqs, g->rows)) != DS_OK)
+        return fail(ds_error_last());
     double t_prefill = now_s() - t0;
     const char *stop = "max_new_tokens";
     const enum ds_elem act = ds_gptoss_act(g->m);
     for (long long i = 0; i < o->max_new; i++) {
         const long long pos = np + i; // the position of the token being chosen
-        int32_t id;
         if (o->temperature > 0) {
             struct ds_softmax_args sm = {
                 .act = act,
-                .n_rows = 1,
+                .n_rows = B,
                 .vocab = V,
                 .temperature = (float)o->temperature,
                 .top_k = 0,
@@ -403,21 +504,25 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
                 .probs = g->probs_dev,
             };
             if ((s = g->be->softmax(g->be, &sm)) == DS_OK)
-                s = g->be->download(g->be, g->probs_host, g->probs_dev, sizeof(float) * (size_t)V);
+                s = g->be->download(g->be, g->probs_host, g->probs_dev, sizeof(float) * BV);
             if (s != DS_OK) return fail(ds_error_last());
-            id = sample(g->probs_host, V, o->seed, (int)pos);
+            for (int c = 0; c < B; c++)
+                g->ids[c] = sample(g->probs_host + (size_t)c * V, V, o->seed, (int)pos);
         } else {
             struct ds_argmax_args am = {
                 .act = act,
-                .n_rows = 1,
+                .n_rows = B,
                 .vocab = V,
                 .x = ds_gptoss_logits(g->m),
                 .ids = g->id_dev,
             };
             if ((s = g->be->argmax(g->be, &am)) == DS_OK)
-                s = g->be->download(g->be, &id, g->id_dev, sizeof id);
+                s = g->be->download(g->be, g->ids, g->id_dev, sizeof(int32_t) * (size_t)B);
             if (s != DS_OK) return fail(ds_error_last());
         }
+        const int32_t id = g->ids[0];
+        for (int c = 1; c < B; c++)
+            if (g->ids[c] != id && g->disagree_at < 0) g->disagree_at = i;
         if (g->lf_open) {
             if ((s = ds_gptoss_download_logits(g->m, 1, g->row)) != DS_OK ||
                 (s = lf_append(&g->lf, g->row, id, o->logits_out)) != DS_OK)
@@ -434,7 +539,10 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
             stop = "context_limit";
             break;
         }
-        if ((s = step(g->m, &id, 1, (int)pos, true)) != DS_OK) return fail(ds_error_last());
+        for (int c = 0; c < B; c++) // every copy continues with copy 0's token
+            g->ids[c] = id;
+        if ((s = step_batch(g->m, g->ids, B, (int)pos, g->seqs, g->rows)) != DS_OK)
+            return fail(ds_error_last());
     }
     double t_decode = now_s() - t0 - t_prefill;
 
@@ -446,15 +554,16 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
         ds_utf8_stream_feed(&us, raw.data, raw.n, &text);
         ds_utf8_stream_finish(&us, &text);
     }
-    struct ds_gptoss_memory mem;
-    ds_gptoss_memory_plan(g->m, &mem);
     if (o->json) {
         json_t *r = json_object(), *pi = json_array(), *gi = json_array();
         for (size_t i = 0; i < g->prompt.n; i++)
             json_array_append_new(pi, json_integer(g->prompt.ids[i]));
         for (size_t i = 0; i < g->out.n; i++)
             json_array_append_new(gi, json_integer(g->out.ids[i]));
-        json_object_set_new(r, "target", json_string(o->target));
+        json_object_set_new(r, "target", json_string(model));
+        json_object_set_new(r, "synthetic", json_boolean(o->synthetic != NULL));
+        json_object_set_new(r, "batch", json_integer(B));
+        json_object_set_new(r, "batch_rows_agree", json_boolean(g->disagree_at < 0));
         json_object_set_new(r, "device", json_string(info.name));
         json_object_set_new(r, "prompt_ids", pi);
         json_object_set_new(r, "ids", gi);
@@ -468,6 +577,7 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
         json_object_set_new(mj, "weights", json_integer((json_int_t)mem.weights));
         json_object_set_new(mj, "kv", json_integer((json_int_t)mem.kv));
         json_object_set_new(mj, "activations", json_integer((json_int_t)mem.activations));
+        json_object_set_new(mj, "free", json_integer((json_int_t)g->free_bytes));
         json_object_set_new(r, "memory_bytes", mj);
         json_object_set_new(r, "load_seconds", json_real(t_load));
         json_object_set_new(r, "prefill_seconds", json_real(t_prefill));
@@ -476,7 +586,7 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
         fputc('\n', stdout);
         json_decref(r);
     } else {
-        printf("target %s on %s: weights %.3f GB, KV %.3f GB, activations %.3f GB\n", o->target,
+        printf("target %s on %s: weights %.3f GB, KV %.3f GB, activations %.3f GB\n", model,
                info.name, (double)mem.weights / 1e9, (double)mem.kv / 1e9,
                (double)mem.activations / 1e9);
         printf("prompt (%zu ids):", g->prompt.n);
@@ -493,7 +603,14 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
         printf("stop: %s", stop);
         if (!strcmp(stop, "context_limit")) printf(" (%lld positions)", max_pos);
         printf("; prefill %.3f s, %.1f tokens/s decode\n", t_prefill,
-               t_decode > 0 ? (double)g->out.n / t_decode : 0.0);
+               t_decode > 0 ? (double)g->out.n * B / t_decode : 0.0);
+        if (B > 1) {
+            if (g->disagree_at < 0)
+                printf("batch: all %d copies chose the same tokens\n", B);
+            else
+                printf("batch: the %d copies chose different tokens from step %lld on\n", B,
+                       g->disagree_at);
+        }
     }
     ds_byte_vec_free(&text);
     ds_byte_vec_free(&esc);
@@ -511,7 +628,10 @@ int ds_cmd_generate(int argc, char **argv) {
         O_SEED,
         O_MAXCTX,
         O_LOGITS,
-        O_DEVICE
+        O_DEVICE,
+        O_SYNTH,
+        O_BATCH,
+        O_NOGRAPHS
     };
     static const struct option long_opts[] = {
         {"target", required_argument, NULL, 't'},
@@ -528,10 +648,13 @@ int ds_cmd_generate(int argc, char **argv) {
         {"logits-out", required_argument, NULL, O_LOGITS},
         {"json", no_argument, NULL, 'j'},
         {"device", required_argument, NULL, O_DEVICE},
+        {"synthetic-weights", required_argument, NULL, O_SYNTH},
+        {"batch", required_argument, NULL, O_BATCH},
+        {"no-graphs", no_argument, NULL, O_NOGRAPHS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    struct gen_opts o = {.index = -1, .max_new = 64, .device = DS_DEVICE_AUTO};
+    struct gen_opts o = {.index = -1, .max_new = 64, .device = DS_DEVICE_AUTO, .batch = 1};
     long long ll;
     optind = 0;
     opterr = 0;
@@ -589,6 +712,16 @@ int ds_cmd_generate(int argc, char **argv) {
             if (ds_device_parse(optarg, &o.device) != DS_OK)
                 return usage_error("--device wants auto, cpu or cuda", optarg);
             break;
+        case O_SYNTH:
+            o.synthetic = optarg;
+            break;
+        case O_BATCH:
+            if (!parse_ll(optarg, 1, 1024, &o.batch))
+                return usage_error("--batch wants an integer in 1..1024", optarg);
+            break;
+        case O_NOGRAPHS:
+            o.no_graphs = true;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -597,15 +730,16 @@ int ds_cmd_generate(int argc, char **argv) {
         }
     }
     if (optind < argc) return usage_error("unexpected argument", argv[optind]);
-    if (!o.target) return usage_error("--target DIR is required", NULL);
+    if (!o.target == !o.synthetic)
+        return usage_error("give exactly one of --target DIR and --synthetic-weights SPEC", NULL);
     int sources = (o.prompt != NULL) + (o.prompt_ids != NULL) + (o.dataset != NULL);
-    if (sources != 1)
+    if (sources > 1 || (sources == 0 && !o.synthetic))
         return usage_error("give exactly one of --prompt, --prompt-ids, --dataset", NULL);
     if (o.dataset && o.index < 0) return usage_error("--dataset needs --index I", NULL);
     if (!o.dataset && o.index >= 0) return usage_error("--index needs --dataset", NULL);
     if (o.raw && !o.prompt) return usage_error("--raw applies to --prompt only", NULL);
 
-    struct gen_state g = {0};
+    struct gen_state g = {.disagree_at = -1};
     int rc = run(&g, &o);
     fflush(stdout);
     if (g.lf_open) lf_close(&g.lf);
@@ -622,5 +756,8 @@ int ds_cmd_generate(int argc, char **argv) {
     ds_token_vec_free(&g.out);
     free(g.row);
     free(g.probs_host);
+    free(g.ids);
+    free(g.rows);
+    free(g.seqs);
     return rc;
 }
