@@ -203,6 +203,35 @@ static void pair_chain(void) {
     EXPECT(!memcmp(acc[0], acc[1], sizeof acc[0]));
 }
 
+// Plan options on the reference backend: bf16 activations are refused at create (it computes in
+// f32 only); graphs are accepted and ignored (no capture, no launch).
+static void cpu_plan_options(void) {
+    struct ds_synthetic_spec s;
+    EXPECT_OK(ds_synthetic_parse(FIXTURE, &s));
+    struct ds_gptoss_plan p = {.max_slots = 1, .max_pos = 8, .max_rows = 4, .act = DS_ACT_BF16};
+    ds_gptoss_t *m = NULL;
+    EXPECT_STATUS(ds_synthetic_target_create(&s, be, &p, NULL, &m), DS_ERR_UNSUPPORTED);
+    EXPECT_ERROR_HAS("bf16 activations");
+    EXPECT(m == NULL);
+    p.act = DS_ACT_F32;
+    p.graphs = true;
+    EXPECT_OK(ds_synthetic_target_create(&s, be, &p, NULL, &m));
+    if (!m) return;
+    EXPECT_EQ_INT(ds_gptoss_act(m), DS_ELEM_F32);
+    int32_t ids[2] = {3, 4}, row = 1;
+    struct ds_attn_seq q = {.row0 = 0, .n_rows = 2, .pos0 = 0, .slot = 0};
+    struct ds_batch b = {
+        .n_rows = 2, .tokens = ids, .n_seq = 1, .seqs = &q, .n_logit_rows = 1, .logit_rows = &row};
+    for (int i = 0; i < 3; i++)
+        EXPECT_OK(ds_gptoss_forward(m, &b));
+    long long captures = -1, launches = -1;
+    ds_gptoss_graph_stats(m, &captures, &launches);
+    EXPECT_EQ_INT(captures, 0);
+    EXPECT_EQ_INT(launches, 0);
+    EXPECT_OK(ds_gptoss_clear_kv(m));
+    ds_gptoss_release(m);
+}
+
 int main(void) {
     if (ds_backend_ref_create(&be) != DS_OK) {
         fprintf(stderr, "%s\n", ds_error_last());
@@ -212,6 +241,7 @@ int main(void) {
     DS_RUN(presets);
     DS_RUN(target_deterministic);
     DS_RUN(pair_chain);
+    DS_RUN(cpu_plan_options);
     ds_backend_release(be);
     return ds_test_end();
 }
