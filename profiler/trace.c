@@ -753,7 +753,7 @@ static enum ds_status resolve_kernels(ds_trace_t *t) {
     for (size_t i = 0; i < t->n_waiting; i++) {
         struct waiting_kernel *w = &t->waiting[i];
         uint64_t ext = 0, step = 0;
-        enum ds_rec_phase phase;
+        enum ds_rec_phase phase = DS_REC_PHASE_PREFILL; // written by the decode on success
         unsigned dstep = 0;
         bool found = corr_get(t->corr_cur, w->row.correlation, &ext) ||
                      corr_get(t->corr_prev, w->row.correlation, &ext);
