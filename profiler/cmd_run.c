@@ -36,6 +36,7 @@
 #include "ds/spec.h"
 #include "ds/summary.h"
 #include "ds/tokenizer.h"
+#include "ds/trace.h"
 
 // The subcommand's entry point (to be listed in ds/cli.h with the others).
 int ds_cmd_run(int argc, char **argv);
@@ -85,6 +86,13 @@ static void usage(FILE *f) {
         "      --resume                continue an interrupted run in the same file (same\n"
         "                              models, dataset, seed, K, rule, temperature, top-p)\n"
         "      --device D              auto (default), cpu or cuda\n"
+        "tracing (docs/tracing.md):\n"
+        "      --trace LEVEL           off (default), phases (per-phase GPU times in the steps\n"
+        "                              rows and /ranges) or kernels (also CUPTI kernel records\n"
+        "                              in /kernels); its overhead against off is measured first\n"
+        "                              and stored. Without a GPU: one line, and tracing is off\n"
+        "      --baseline              time plain target decoding (no draft) at each batch size\n"
+        "                              first; the summary then shows the predicted speedup\n"
         "  -q, --quiet                 no progress line, no memory plan\n"
         "  -j, --json                  print the summary as one JSON object\n"
         "  -h, --help                  this text\n"
@@ -116,6 +124,8 @@ struct run_opts {
     enum ds_dataset_turns turns;
     enum ds_reasoning reasoning;
     enum ds_device_kind device;
+    enum ds_rec_trace_level trace;
+    bool baseline;
 };
 
 static bool parse_ll(const char *s, long long lo, long long hi, long long *out) {
@@ -211,6 +221,7 @@ struct run_state {
     ds_eagle3_t *draft;
     ds_spec_t *spec;
     ds_recorder_t *rec;
+    ds_trace_t *trace;
     char *cmdline, *options;
 };
 
@@ -219,6 +230,7 @@ static void free_state(struct run_state *g) {
     ds_eagle3_release(g->draft);
     ds_gptoss_release(g->target);
     ds_backend_release(g->be);
+    ds_trace_release(g->trace); // after the backend: CUPTI flushes its last buffers on release
     ds_replay_work_free(&g->work);
     ds_dataset_release(g->ds);
     ds_harmony_release(g->h);
@@ -294,6 +306,18 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     // Models and the step engine, planned once for the largest batch size.
     struct ds_device_info info;
     if ((s = ds_device_resolve(o->device, &info))) return fail(ds_error_last());
+    // The trace before the backend: CUPTI must be enabled before any CUDA module loads.
+    enum ds_rec_trace_level level = info.kind == DS_DEVICE_CUDA ? o->trace : DS_REC_TRACE_OFF;
+    if (o->trace != DS_REC_TRACE_OFF && info.kind != DS_DEVICE_CUDA)
+        fprintf(stderr, "draftscope run: no GPU: tracing is off (--trace %s needs the cuda "
+                        "device; running on %s)\n", ds_trace_level_name(o->trace), info.name);
+    s = ds_trace_create(level, NULL, NULL, &g->trace);
+    if (s == DS_ERR_NODEVICE) {
+        fprintf(stderr, "draftscope run: %s\n", ds_error_last());
+        level = DS_REC_TRACE_OFF;
+        s = ds_trace_create(level, NULL, NULL, &g->trace);
+    }
+    if (s) return fail(ds_error_last());
     s = info.kind == DS_DEVICE_CUDA ? ds_backend_cuda_create(info.cuda_device, &g->be)
                                     : ds_backend_ref_create(&g->be);
     if (s) return fail(ds_error_last());
@@ -305,6 +329,32 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
         (s = ds_eagle3_create(o->draft, g->target, g->be, &dp, NULL, &g->draft)) ||
         (s = ds_spec_create(g->target, g->draft, &o->spec, &g->spec)))
         return fail(ds_error_last());
+    if (info.kind == DS_DEVICE_CUDA &&
+        (s = ds_trace_set_stream(g->trace, ds_backend_cuda_stream(g->be))))
+        return fail(ds_error_last());
+
+    // Baseline and trace overhead before the replay (they double as its warm-up), so both go
+    // into the file's options_json, written at creation.
+    struct ds_trace_baseline base[MAX_BATCH_SIZES];
+    if (o->baseline) {
+        if ((s = ds_trace_baseline_run(g->target, o->batch_sizes, o->n_batch, NULL, base)))
+            return fail(ds_error_last());
+        if (!o->quiet)
+            for (size_t i = 0; i < o->n_batch; i++)
+                fprintf(o->json ? stderr : stdout,
+                        "baseline: B %u, plain decode step %.3f ms (median of %u)\n",
+                        base[i].batch_size, (double)base[i].median_ns / 1e6, base[i].steps);
+    }
+    double overhead = NAN;
+    if (level != DS_REC_TRACE_OFF) {
+        if ((s = ds_trace_measure_overhead(g->trace, g->target, o->batch_sizes[0], 0, 0,
+                                           &overhead)) ||
+            (s = ds_trace_discard(g->trace)))
+            return fail(ds_error_last());
+        fprintf(o->json ? stderr : stdout, "trace %s: overhead %+.2f%% (decode tokens/s against "
+                "off, B %u)\n", ds_trace_level_name(level), 100.0 * overhead, o->batch_sizes[0]);
+    }
+
     struct ds_gptoss_memory tm, dm;
     ds_gptoss_memory_plan(g->target, &tm);
     ds_eagle3_memory_plan(g->draft, &dm);
@@ -341,6 +391,21 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     json_object_set_new(opt, "prefill_chunk", json_integer(o->spec.prefill_chunk));
     json_object_set_new(opt, "tokenizer", json_string(tok_path));
     json_object_set_new(opt, "device", json_string(info.name));
+    json_object_set_new(opt, "trace", json_string(ds_trace_level_name(level)));
+    if (!isnan(overhead)) json_object_set_new(opt, "trace_overhead", json_real(overhead));
+    if (o->baseline) {
+        json_t *arr = json_array();
+        for (size_t i = 0; i < o->n_batch; i++) {
+            json_t *b = json_object();
+            json_object_set_new(b, "batch_size", json_integer(base[i].batch_size));
+            json_object_set_new(b, "steps", json_integer(base[i].steps));
+            json_object_set_new(b, "median_ns", json_integer((json_int_t)base[i].median_ns));
+            json_object_set_new(b, "mean_ns", json_integer((json_int_t)base[i].mean_ns));
+            json_object_set_new(b, "min_ns", json_integer((json_int_t)base[i].min_ns));
+            json_array_append_new(arr, b);
+        }
+        json_object_set_new(opt, "baseline", arr);
+    }
     g->options = json_dumps(opt, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(opt);
     if (!g->cmdline || !g->options) return fail("out of memory");
@@ -370,7 +435,7 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
         .top_p = o->spec.top_p,
         .batch_sizes = o->batch_sizes,
         .n_batch_sizes = o->n_batch,
-        .trace_level = DS_REC_TRACE_OFF,
+        .trace_level = level,
     };
     // Signals before the file exists: SIGXFSZ must already be ignored when a file-size limit
     // hits the first write, and SIGINT must never kill the writer mid-flush.
@@ -379,6 +444,9 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     if (o->resume) s = ds_recorder_open_resume(o->out, &meta, &ri, &g->rec);
     else s = ds_recorder_create(o->out, &meta, o->overwrite ? DS_RECORDER_OVERWRITE : 0, &g->rec);
     if (s) return fail(ds_error_last());
+    // The trace writes its rows into the file from here on (its clock becomes the session's).
+    if ((s = ds_trace_set_recorder(g->trace, g->rec)) || (s = ds_trace_discard(g->trace)))
+        return fail(ds_error_last());
     if (o->resume && !o->quiet)
         fprintf(info_f, "resuming %s: session %u, %zu requests already recorded\n", o->out,
                 ri.session, ri.n_done);
@@ -391,14 +459,35 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
                                   .max_new_tokens = (int)o->max_new,
                                   .sys = &sys,
                                   .log = o->quiet ? NULL : stderr,
-                                  .progress = &prog};
+                                  .progress = &prog,
+                                  .trace = level != DS_REC_TRACE_OFF ? g->trace : NULL};
     struct ds_replay_stats st;
     s = ds_replay_run(g->spec, g->h, g->tok, g->ds, &g->work, &rc, g->rec, o->resume ? &ri : NULL,
                       &st);
     char err[1024] = "";
     if (s != DS_OK && s != DS_ERR_INTERRUPTED) snprintf(err, sizeof err, "%s", ds_error_last());
-    if (s == DS_ERR_INTERRUPTED) {
-        struct ds_run_end end = {.status = DS_REC_SESSION_INTERRUPTED, .trace_overhead = NAN};
+    // The last ranges and kernels (a request's final prefill may follow the last step).
+    if (level != DS_REC_TRACE_OFF && (s == DS_OK || s == DS_ERR_INTERRUPTED)) {
+        const struct ds_trace_step_times *tt;
+        size_t nt;
+        enum ds_status ts = ds_trace_collect(g->trace, &tt, &nt);
+        if (ts != DS_OK) {
+            s = ts;
+            snprintf(err, sizeof err, "%s", ds_error_last());
+        }
+        struct ds_trace_stats ts_st;
+        ds_trace_stats(g->trace, &ts_st);
+        if (!o->quiet || ts_st.dropped_records || ts_st.dropped_ranges)
+            fprintf(info_f, "trace %s: %llu ranges, %llu kernels, %llu CUPTI records dropped, "
+                            "%llu ranges dropped\n", ds_trace_level_name(level),
+                    (unsigned long long)ts_st.ranges, (unsigned long long)ts_st.kernels,
+                    (unsigned long long)ts_st.dropped_records,
+                    (unsigned long long)ts_st.dropped_ranges);
+    }
+    if (s == DS_OK || s == DS_ERR_INTERRUPTED) { // a failed write keeps the status "failed"
+        struct ds_run_end end = {.status = s == DS_ERR_INTERRUPTED ? DS_REC_SESSION_INTERRUPTED
+                                                                   : DS_REC_SESSION_CLOSED,
+                                 .trace_overhead = overhead};
         ds_recorder_set_end(g->rec, &end);
     }
     enum ds_status cs = ds_recorder_close(g->rec);
@@ -438,7 +527,9 @@ int ds_cmd_run(int argc, char **argv) {
         O_CHUNK,
         O_OVERWRITE,
         O_RESUME,
-        O_DEVICE
+        O_DEVICE,
+        O_TRACE,
+        O_BASELINE
     };
     static const struct option long_opts[] = {
         {"target", required_argument, NULL, 't'},
@@ -462,6 +553,8 @@ int ds_cmd_run(int argc, char **argv) {
         {"overwrite", no_argument, NULL, O_OVERWRITE},
         {"resume", no_argument, NULL, O_RESUME},
         {"device", required_argument, NULL, O_DEVICE},
+        {"trace", required_argument, NULL, O_TRACE},
+        {"baseline", no_argument, NULL, O_BASELINE},
         {"quiet", no_argument, NULL, 'q'},
         {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
@@ -555,6 +648,11 @@ int ds_cmd_run(int argc, char **argv) {
             if (ds_device_parse(optarg, &o.device) != DS_OK)
                 return usage_error("--device wants auto, cpu or cuda", optarg);
             break;
+        case O_TRACE:
+            if (ds_trace_level_parse(optarg, &o.trace) != DS_OK)
+                return usage_error("--trace wants off, phases or kernels", optarg);
+            break;
+        case O_BASELINE: o.baseline = true; break;
         case 'q': o.quiet = true; break;
         case 'j': o.json = true; break;
         case 'h': usage(stdout); return 0;

@@ -324,6 +324,7 @@ static enum ds_status admit(struct replay *r, int *admitted) {
         r->slot_of[n_new++] = (int32_t)slot;
     }
     if (n_new == 0) return DS_OK;
+    ds_spec_set_trace(r->sp, r->cfg->trace, r->step_id); // prefill: the step that admits it
     if ((s = ds_spec_prefill(r->sp, n_new, r->newp, r->prompts, r->lens))) return s;
     for (int j = 0; j < n_new; j++) {
         const int slot = r->slot_of[j];
@@ -363,8 +364,19 @@ static enum ds_status step(struct replay *r) {
             r->slot_of[n++] = (int32_t)slot;
         }
     if (n == 0) return DS_OK;
+    ds_spec_set_trace(r->sp, r->cfg->trace, r->step_id);
     if ((s = ds_spec_step(r->sp, n, r->seqp, r->res))) return s;
     const uint64_t step_id = r->step_id++;
+    // Phase times of this step (its prefill included): collected here, on the recorder's thread,
+    // once the step's results are downloaded (collect then waits for nothing new).
+    const struct ds_trace_step_times *tt = NULL;
+    if (r->cfg->trace) {
+        const struct ds_trace_step_times *times;
+        size_t nt;
+        if ((s = ds_trace_collect(r->cfg->trace, &times, &nt))) return s;
+        for (size_t i = 0; i < nt; i++)
+            if (times[i].step == step_id) tt = &times[i];
+    }
     size_t nd = 0, ns = 0;
     for (int i = 0; i < n; i++) {
         const int slot = r->slot_of[i];
@@ -392,6 +404,7 @@ static enum ds_status step(struct replay *r) {
             sr->emitted = (uint8_t)emitted;
             sr->nonfinite = res->nonfinite;
             memcpy(sr->distinct_experts, res->distinct_experts, sizeof sr->distinct_experts);
+            ds_trace_step_fill(tt, sr); // NULL (not traced): the phase times stay 0
             for (int j = 0; j < res->drafted; j++) {
                 struct ds_rec_draft *d = &r->drows[nd++];
                 *d = res->drafts[j];

@@ -27,6 +27,9 @@ enum { O_ARG_ID, O_ARG_VAL, O_TOP_ID, O_TOP_VAL = O_TOP_ID + 2, O_ENT_P = O_TOP_
        O_OVL, O_PD, O_QD, O_WORDS };
 
 struct ds_spec {
+    ds_trace_t *trace; // phases of the next prefill/step (NULL: none)
+    uint64_t tr_step;
+    int tr_open; // phases this engine opened and has not closed
     ds_gptoss_t *target;
     ds_eagle3_t *draft;
     struct ds_backend *be;
@@ -389,8 +392,40 @@ static enum ds_status stage_rows(ds_spec_t *sp, int slot, int src_row, int rows)
 // ---------------------------------------------------------------------------------------------
 // Prefill
 
+void ds_spec_set_trace(ds_spec_t *sp, ds_trace_t *trace, uint64_t step) {
+    if (!sp) return;
+    sp->trace = trace;
+    sp->tr_step = step;
+}
+
+// Phase brackets; a begin that fails (only on a bug: bad phase, nesting) opens nothing.
+static void ph_begin(ds_spec_t *sp, enum ds_rec_phase phase, int k, int batch) {
+    if (sp->trace &&
+        ds_trace_phase_begin(sp->trace, sp->tr_step, phase, (unsigned)k, (unsigned)batch) == DS_OK)
+        sp->tr_open++;
+}
+
+static void ph_end(ds_spec_t *sp) {
+    if (sp->tr_open > 0) {
+        ds_trace_phase_end(sp->trace);
+        sp->tr_open--;
+    }
+}
+
+static enum ds_status prefill_impl(ds_spec_t *sp, int n, struct ds_spec_seq *const *seqs,
+                                   const int32_t *const *prompts, const int *lens);
+
 enum ds_status ds_spec_prefill(ds_spec_t *sp, int n, struct ds_spec_seq *const *seqs,
                                const int32_t *const *prompts, const int *lens) {
+    if (!sp) return ds_error_set(DS_ERR_ARG, "spec: prefill with a NULL engine");
+    ph_begin(sp, DS_REC_PHASE_PREFILL, 0, n);
+    enum ds_status s = prefill_impl(sp, n, seqs, prompts, lens);
+    while (sp->tr_open > 0) ph_end(sp); // an error path leaves its phase open
+    return s;
+}
+
+static enum ds_status prefill_impl(ds_spec_t *sp, int n, struct ds_spec_seq *const *seqs,
+                                   const int32_t *const *prompts, const int *lens) {
     if (!sp || n < 0 || n > sp->S || (n > 0 && (!seqs || !prompts || !lens)))
         return ds_error_set(DS_ERR_ARG, "spec: prefill of %d sequences (plan %d)", n,
                             sp ? sp->S : 0);
@@ -550,8 +585,20 @@ static int popcount_bits(const uint64_t *b, int words) {
     return n;
 }
 
+static enum ds_status step_impl(ds_spec_t *sp, int n, struct ds_spec_seq *const *seqs,
+                                struct ds_spec_result *res);
+
 enum ds_status ds_spec_step(ds_spec_t *sp, int n, struct ds_spec_seq *const *seqs,
                             struct ds_spec_result *res) {
+    enum ds_status s = step_impl(sp, n, seqs, res);
+    while (sp && sp->tr_open > 0) ph_end(sp); // an error path leaves its phase open
+    return s;
+}
+
+// Phases: draft_extend (extend + first choice), draft_step j, verify (the target forward), sample
+// (statistics of the verify rows on the backend and their download), accept (the rules, commit).
+static enum ds_status step_impl(ds_spec_t *sp, int n, struct ds_spec_seq *const *seqs,
+                                struct ds_spec_result *res) {
     if (!sp || n < 1 || n > sp->S || !seqs || !res)
         return ds_error_set(DS_ERR_ARG, "spec: step over %d sequences (plan %d)", n,
                             sp ? sp->S : 0);
@@ -600,8 +647,10 @@ enum ds_status ds_spec_step(ds_spec_t *sp, int n, struct ds_spec_seq *const *seq
                           .seqs = sp->seqs,
                           .n_logit_rows = m,
                           .logit_rows = sp->rows};
+    ph_begin(sp, DS_REC_PHASE_DRAFT_EXTEND, 0, n);
     if ((s = ds_eagle3_extend(sp->draft, &xb, sp->stage, S * (K + 1), sp->rows2))) return s;
     if (m > 0 && (s = choose_drafts(sp, 0, m, seqs))) return s;
+    ph_end(sp);
 
     // 2. Draft steps j = 1..K-1 over the sequences that draft more than j tokens (a subset of
     //    the previous call's, in the same order); the hidden state of each one's previous row.
@@ -620,9 +669,11 @@ enum ds_status ds_spec_step(ds_spec_t *sp, int n, struct ds_spec_seq *const *seq
         if (m2 == 0) break;
         memcpy(sp->sub, sp->sub_prev, (size_t)m2 * sizeof(int32_t));
         m = m2;
+        ph_begin(sp, DS_REC_PHASE_DRAFT_STEP, j, n);
         if ((s = ds_eagle3_step(sp->draft, m, sp->s_tok, sp->s_pos, sp->s_slot, sp->s_prev)) ||
             (s = choose_drafts(sp, j, m, seqs)))
             return s;
+        ph_end(sp);
     }
 
     // 3. Verify [b, d_1..d_k] at positions C..C+k.
@@ -643,9 +694,12 @@ enum ds_status ds_spec_step(ds_spec_t *sp, int n, struct ds_spec_seq *const *seq
                           .seqs = sp->seqs,
                           .n_logit_rows = R,
                           .logit_rows = sp->rows};
+    ph_begin(sp, DS_REC_PHASE_VERIFY, 0, n);
     if ((s = ds_gptoss_forward(sp->target, &vb))) return s;
+    ph_end(sp);
 
     // 4. Statistics of every verify row on the backend, then one download.
+    ph_begin(sp, DS_REC_PHASE_SAMPLE, 0, n);
     const size_t Rv = (size_t)sp->Rv;
     int32_t *qsrc = sp->idx_host, *pidx = sp->idx_host + Rv, *qidx = sp->idx_host + 2 * Rv;
     for (int i = 0; i < n; i++) {
@@ -713,6 +767,7 @@ enum ds_status ds_spec_step(ds_spec_t *sp, int n, struct ds_spec_seq *const *seq
         (s = be->download(be, sp->out_host, o, O_WORDS * Rv * sizeof(float))) ||
         (s = ds_gptoss_download_expert_ids(sp->target, sp->experts)))
         return s;
+    ph_end(sp);
     const float *oh = sp->out_host;
     const int32_t *arg_id = (const int32_t *)(oh + O_ARG_ID * Rv);
     const float *arg_val = oh + O_ARG_VAL * Rv, *top_val = oh + O_TOP_VAL * Rv;
@@ -720,6 +775,7 @@ enum ds_status ds_spec_step(ds_spec_t *sp, int n, struct ds_spec_seq *const *seq
     const float *pd = oh + O_PD * Rv, *qd = oh + O_QD * Rv;
 
     // 5. Accept, record, commit.
+    ph_begin(sp, DS_REC_PHASE_ACCEPT, 0, n);
     for (int i = 0; i < n; i++) {
         struct ds_spec_seq *q = seqs[i];
         struct ds_spec_result *r = &res[i];
@@ -820,5 +876,6 @@ enum ds_status ds_spec_step(ds_spec_t *sp, int n, struct ds_spec_seq *const *seq
         q->n_ext = a + 1;
         memcpy(q->ext_tokens, r->emitted, (size_t)(a + 1) * sizeof(int32_t));
     }
+    ph_end(sp);
     return DS_OK;
 }

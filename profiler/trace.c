@@ -442,6 +442,14 @@ static void cupti_stop(ds_trace_t *t) {
     t->cupti_on = false;
 }
 
+enum ds_status ds_trace_set_recorder(ds_trace_t *t, ds_recorder_t *rec) {
+    if (!t || t->depth)
+        return ds_error_set(DS_ERR_ARG, "trace: set recorder with %s",
+                            t ? "a phase open" : "a NULL trace");
+    t->rec = rec;
+    return DS_OK;
+}
+
 enum ds_status ds_trace_create(enum ds_rec_trace_level level, ds_recorder_t *rec,
                                const struct ds_trace_options *opt, ds_trace_t **trace_out) {
     if (!trace_out) return ds_error_set(DS_ERR_ARG, "trace: NULL argument");

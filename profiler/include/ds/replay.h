@@ -92,6 +92,8 @@ struct ds_replay_config {
     struct ds_progress *progress; // NULL: none
     ds_replay_finish_fn on_finish; // NULL: none
     void *user;
+    ds_trace_t *trace; // phases of every prefill/step, collected after each step into the steps
+                       // rows' phase times (NULL or level off: times 0); rec must be its recorder
 };
 
 // What a replay did (all batch sizes).

@@ -50,6 +50,7 @@
 #include "ds/harmony.h"
 #include "ds/record.h"
 #include "ds/status.h"
+#include "ds/trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -127,6 +128,11 @@ size_t ds_spec_device_bytes(const ds_spec_t *sp);
 // Slots and positions of the plans (the context limit is max_pos).
 int ds_spec_max_slots(const ds_spec_t *sp);
 int ds_spec_max_pos(const ds_spec_t *sp);
+
+// Tracing (ds/trace.h): the next prefill and step bracket their phases (prefill; draft_extend,
+// draft_step 1..K-1, verify, sample, accept) with ds_trace_phase_begin/end under step id `step`.
+// trace NULL: no phases. The engine never collects; the caller does, between steps.
+void ds_spec_set_trace(ds_spec_t *sp, ds_trace_t *trace, uint64_t step);
 
 // Prefills newcomers: seqs[i] (slot and key set, distinct slots) gets prompts[i][0..lens[i]) in
 // forwards of at most prefill_chunk rows; the draft KV of every prompt position but the last is

@@ -100,6 +100,12 @@ const char *ds_trace_phase_name(enum ds_rec_phase phase);
 enum ds_status ds_trace_create(enum ds_rec_trace_level level, ds_recorder_t *rec,
                                const struct ds_trace_options *opt, ds_trace_t **trace_out);
 
+// Gives the trace its recorder when the file is created after the trace (the run creates the
+// trace before the models, and the file after the baseline). Call it between collects, outside
+// any phase; then ds_trace_discard, so that no row mixes the two clocks. Errors: DS_ERR_ARG (NULL
+// trace, or a phase open).
+enum ds_status ds_trace_set_recorder(ds_trace_t *trace, ds_recorder_t *rec);
+
 // The stream whose work the phases bracket (a cudaStream_t; the CUDA backend's stream). Needed at
 // levels phases/kernels before the first phase (phases before it get no events, no ranges);
 // waits for the stream once and records an anchor event. No-op at level off.
