@@ -6,7 +6,7 @@
 // scripts/tiny/make_tiny.py (TARGET, DRAFT): hidden 256, 6 layers alternating sliding (window
 // 32, layer 0 sliding) and full, 8 experts top-4, 8 query heads x 32 with 2 KV heads, YaRN
 // factor 4 over 256 positions, MXFP4 experts; the draft in the SpecForge layout with output-of
-// aux ids [1, 2, 4] and a 2048-token vocabulary. The prompt text is harmony's default system
+// aux ids [1, 2, 4] and a draft vocabulary of half the target's (1952 of 3904). The prompt text is harmony's default system
 // message (openai/harmony test-data/test_simple_convo.txt).
 #include "harness.h"
 
@@ -64,7 +64,8 @@ static void draft_config_is_specforge_with_three_aux_layers(void) {
     EXPECT_EQ_STR(d.architecture, "LlamaForCausalLMEagle3");
     EXPECT_EQ_INT(d.hidden_size, 256);
     EXPECT_EQ_INT(d.vocab_size, c.vocab_size);
-    EXPECT_EQ_INT(d.draft_vocab_size, 2048);
+    // make_tiny caps the draft vocabulary at half the target vocabulary (3904 / 2 = 1952).
+    EXPECT_EQ_INT(d.draft_vocab_size, c.vocab_size / 2);
     EXPECT(d.draft_vocab_size < d.vocab_size);
     EXPECT_EQ_INT(d.aux_source, DS_AUX_SOURCE_EAGLE_CONFIG);
     EXPECT_EQ_INT(d.num_aux_ids, 3);
