@@ -205,6 +205,39 @@ static void test_run_and_summary(void) {
     EXPECT(strstr(err, "does not fit the context limit of 8 positions; skipped") != NULL);
 }
 
+// --trace kernels without a GPU: one line saying tracing is off, then a plain run: no /kernels
+// or /ranges rows, every steps row's phase times 0 (docs/tracing.md). --baseline runs on the CPU.
+static void test_trace_on_cpu(void) {
+    char err[4096];
+    const char *out = DIR "/trace_cpu.h5";
+    unlink(out);
+    const char *extra[] = {"--max-new-tokens", "6", "--trace", "kernels", "--baseline", NULL};
+    int rc = run_cli(out, extra, err, sizeof err);
+    EXPECT_EQ_INT(rc, 0);
+    if (rc) printf("  %s", err);
+    EXPECT(strstr(err, "no GPU: tracing is off (--trace kernels") != NULL);
+    size_t n = 99;
+    void *k = ru_read_table(out, "kernels", sizeof(struct ds_rec_kernel), &n);
+    EXPECT_EQ_INT(n, 0);
+    free(k);
+    n = 99;
+    void *rg = ru_read_table(out, "ranges", sizeof(struct ds_rec_range), &n);
+    EXPECT_EQ_INT(n, 0);
+    free(rg);
+    struct ds_rec_step *st = ru_read_table(out, "steps", sizeof *st, &n);
+    EXPECT(st != NULL && n > 0);
+    for (size_t i = 0; st && i < n; i++) {
+        if (st[i].draft_ns || st[i].verify_ns || st[i].accept_ns || st[i].total_ns) {
+            EXPECT(!"phase times must be 0 when not traced");
+            break;
+        }
+    }
+    free(st);
+    const char *bad[] = {"--trace", "everything", NULL};
+    EXPECT_EQ_INT(run_cli(out, bad, err, sizeof err), 2);
+    EXPECT(strstr(err, "--trace wants off, phases or kernels") != NULL);
+}
+
 // ---- child processes ----
 
 static pid_t spawn(const char *self, const char *out, const char *const *extra, long fsize) {
@@ -355,6 +388,7 @@ int main(int argc, char **argv) {
     DS_RUN(test_bad_inputs);
     DS_RUN(test_bad_output);
     DS_RUN(test_run_and_summary);
+    DS_RUN(test_trace_on_cpu);
 #define RUN_SELF(fn)                                                                               \
     do {                                                                                           \
         ds_t_case_name = #fn;                                                                      \
