@@ -35,10 +35,14 @@
 // logits) is rounded to 8 mantissa bits, a relative error of at most 2^-9 (0.2%) per rounding.
 // Through the tiny models' 4 layers a logit passes some 40 such roundings; partly independent,
 // they add to about 0.2% · sqrt(40) ≈ 1.3% of the logit scale. 4% of the largest |golden logit|
-// is that with a 3x margin; a real mistake (a lost bias, a wrong position) moves logits by 10% of
-// the scale or more (and the fp32 run above checks the math tightly).
-#define BF16_LOGIT_REL 0.04
-#define BF16_HIDDEN_REL 0.04
+// is that with a 3x margin for independent roundings. But the roundings are not all independent:
+// the router's top-4 can flip where two expert logits are closer than the bf16 error (golden B's
+// smallest router gap is 6.5e-4), and a flipped expert moves that row by up to the swapped
+// expert's weighted output. The first H200 run measured up to 4.3% (model B, 6 layers, prompt 2;
+// A stayed under 1%), so the bound is 8%: still below the >= 10% of a real mistake (a lost bias,
+// a wrong position), and the fp32 run above checks the math to 2e-4.
+#define BF16_LOGIT_REL 0.08
+#define BF16_HIDDEN_REL 0.08
 // CPU reference (double accumulation) against CUDA fp32 (fp32 accumulation) on identical
 // synthetic weights: a relative 1e-5 per op over a few ops; 1e-4 of the scale leaves 10x margin,
 // while weights that differ between the host and device fills move logits by O(1).
