@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "ds/backend.h"
@@ -643,6 +644,8 @@ static enum ds_status time_step(struct step_ctx *c, enum step_kind k, int B, int
 
 static void load_dots(void *user, uint64_t done, uint64_t total) {
     (void)user;
+    // A redrawn line only on a terminal; a log gets the final line alone.
+    if (done < total && !isatty(STDERR_FILENO)) return;
     fprintf(stderr, "\rgenerating synthetic weights: %3.0f%%",
             total ? 100.0 * (double)done / (double)total : 100.0);
     if (done >= total) fputc('\n', stderr);

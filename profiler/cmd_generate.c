@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -223,6 +224,7 @@ static void load_progress(void *user, uint64_t done, uint64_t total) {
     static double last_draw;
     double t0 = *(double *)user, now = now_s(), dt = now - t0;
     if (done < total && now - last_draw < 0.1 && last_draw >= t0) return;
+    if (done < total && !isatty(STDERR_FILENO)) return; // a log gets the final line alone
     last_draw = now;
     fprintf(stderr, "\rloading weights: %3.0f%% (%.2f of %.2f GB, %.2f GB/s)",
             total ? 100.0 * (double)done / (double)total : 100.0, (double)done / 1e9,
