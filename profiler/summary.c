@@ -119,6 +119,20 @@ double ds_summary_expected_at(const struct ds_summary_group *g, uint32_t i) {
     return ratio(g->pos_expected[i], (double)g->pos_drafts[i]);
 }
 
+double ds_summary_mean_draft_ns(const struct ds_summary_group *g) {
+    return ratio((double)g->draft_ns_sum, (double)g->timed_steps);
+}
+
+double ds_summary_mean_verify_ns(const struct ds_summary_group *g) {
+    return ratio((double)g->verify_ns_sum, (double)g->timed_steps);
+}
+
+double ds_summary_predicted_speedup(const struct ds_summary_group *g) {
+    double spec = ds_summary_mean_draft_ns(g) + ds_summary_mean_verify_ns(g);
+    if (isnan(spec) || isnan(g->base_step_ns) || !(spec > 0)) return NAN;
+    return ds_summary_mean_acceptance_length(g) * g->base_step_ns / spec;
+}
+
 double ds_summary_expected_channel(const struct ds_summary_group *g, int channel) {
     if (channel < 0 || channel >= DS_REC_CHANNEL_COUNT) return NAN;
     return ratio(g->ch_expected[channel], (double)g->ch_drafts[channel]);
@@ -133,6 +147,7 @@ struct req_row {
     uint16_t batch_size, turn;
 };
 struct step_row {
+    uint64_t step, draft_ns, verify_ns;
     uint32_t request;
     uint16_t batch_size;
     uint8_t drafted, accepted, emitted, nonfinite;
@@ -231,6 +246,34 @@ cleanup:
     if (ft >= 0) H5Tclose(ft);
     if (a >= 0) H5Aclose(a);
     return rc;
+}
+
+// A string attribute as a malloc'd copy (options_json has no size limit); NULL if absent.
+static char *read_attr_alloc(hid_t f, const char *name) {
+    if (H5Aexists(f, name) <= 0) return NULL;
+    hid_t a = H5Aopen(f, name, H5P_DEFAULT), ft = H5I_INVALID_HID, mt = H5I_INVALID_HID;
+    char *out = NULL;
+    if (a < 0 || (ft = H5Aget_type(a)) < 0 || H5Tget_class(ft) != H5T_STRING) goto cleanup;
+    if (H5Tis_variable_str(ft) > 0) {
+        char *p = NULL;
+        if ((mt = H5Tcopy(H5T_C_S1)) < 0 || H5Tset_size(mt, H5T_VARIABLE) < 0 ||
+            H5Tset_cset(mt, H5Tget_cset(ft)) < 0 || H5Aread(a, mt, &p) < 0)
+            goto cleanup;
+        out = strdup(p ? p : "");
+        H5free_memory(p);
+    } else {
+        size_t size = H5Tget_size(ft);
+        out = calloc(1, size + 1);
+        if (out && H5Aread(a, ft, out) < 0) {
+            free(out);
+            out = NULL;
+        }
+    }
+cleanup:
+    if (mt >= 0) H5Tclose(mt);
+    if (ft >= 0) H5Tclose(ft);
+    if (a >= 0) H5Aclose(a);
+    return out;
 }
 
 static int read_attr_num(hid_t f, const char *name, hid_t native, void *v) {
@@ -335,6 +378,63 @@ static enum ds_status table_read(struct ctx *c, const struct table *t, hsize_t s
     return st;
 }
 
+// options_json: trace_overhead and baseline (docs/tracing.md). Absent keys leave NaN / no
+// baseline; keys of the wrong type are a format error naming the file.
+static enum ds_status read_options(struct ctx *c) {
+    struct ds_summary *s = c->s;
+    s->trace_overhead = NAN;
+    s->n_baseline = 0;
+    char *text = read_attr_alloc(c->file, "options_json");
+    if (!text || !text[0]) {
+        free(text);
+        return DS_OK;
+    }
+    json_error_t err;
+    json_t *o = json_loads(text, 0, &err);
+    free(text);
+    enum ds_status st = DS_OK;
+    if (!o || !json_is_object(o)) {
+        st = ds_error_set(DS_ERR_FORMAT, "%s: options_json is not a JSON object (%s)", c->path,
+                          o ? "another JSON value" : err.text);
+        goto cleanup;
+    }
+    json_t *ov = json_object_get(o, "trace_overhead");
+    if (ov && json_is_number(ov)) s->trace_overhead = json_number_value(ov);
+    json_t *base = json_object_get(o, "baseline");
+    if (!base) goto cleanup;
+    if (!json_is_array(base) || json_array_size(base) > DS_SUMMARY_MAX_BASELINE) {
+        st = ds_error_set(DS_ERR_FORMAT,
+                          "%s: options_json.baseline is not a list of at most %d batch sizes",
+                          c->path, DS_SUMMARY_MAX_BASELINE);
+        goto cleanup;
+    }
+    for (size_t i = 0; i < json_array_size(base); i++) {
+        json_t *e = json_array_get(base, i);
+        json_t *b = json_object_get(e, "batch_size"), *n = json_object_get(e, "steps");
+        json_t *med = json_object_get(e, "median_ns"), *mean = json_object_get(e, "mean_ns");
+        json_t *min = json_object_get(e, "min_ns");
+        if (!json_is_integer(b) || json_integer_value(b) < 1 ||
+            json_integer_value(b) > UINT16_MAX || !json_is_number(med) ||
+            !(json_number_value(med) > 0)) {
+            st = ds_error_set(DS_ERR_FORMAT,
+                              "%s: options_json.baseline[%zu] needs batch_size (1..65535) and a "
+                              "positive median_ns",
+                              c->path, i);
+            goto cleanup;
+        }
+        s->baseline[s->n_baseline++] = (struct ds_summary_baseline){
+            .batch_size = (uint32_t)json_integer_value(b),
+            .steps = json_is_integer(n) ? (uint64_t)json_integer_value(n) : 0,
+            .median_ns = json_number_value(med),
+            .mean_ns = json_is_number(mean) ? json_number_value(mean) : NAN,
+            .min_ns = json_is_number(min) ? json_number_value(min) : NAN,
+        };
+    }
+cleanup:
+    json_decref(o);
+    return st;
+}
+
 static enum ds_status read_attributes(struct ctx *c) {
     struct ds_summary *s = c->s;
     char schema[64];
@@ -362,7 +462,7 @@ static enum ds_status read_attributes(struct ctx *c) {
     read_attr_str(c->file, "tool_version", s->tool_version, sizeof s->tool_version);
     read_attr_str(c->file, "git_commit", s->git_commit, sizeof s->git_commit);
     read_attr_str(c->file, "gpu_name", s->gpu_name, sizeof s->gpu_name);
-    return DS_OK;
+    return read_options(c);
 }
 
 static enum ds_status read_sessions(struct ctx *c) {
@@ -458,6 +558,7 @@ static enum ds_status group_init(struct ctx *c, struct ds_summary_group *g, uint
     size_t n = (size_t)c->s->k + 1;
     memset(g, 0, sizeof *g);
     g->key = key;
+    g->base_step_ns = NAN;
     g->hist = calloc(4 * n, sizeof *g->hist);
     g->pos_expected = calloc(n, sizeof *g->pos_expected);
     if (!g->hist || !g->pos_expected) {
@@ -565,6 +666,14 @@ static void mark_seen(struct ctx *c, int32_t gi, int64_t ri) {
 }
 
 static void add_step(struct ds_summary_group *g, const struct step_row *r) {
+    // Phase times once per step id (every sequence of the step repeats them).
+    if ((r->draft_ns || r->verify_ns) && !(g->has_last_step && g->last_step == r->step)) {
+        g->timed_steps++;
+        g->draft_ns_sum += r->draft_ns;
+        g->verify_ns_sum += r->verify_ns;
+        g->last_step = r->step;
+        g->has_last_step = 1;
+    }
     g->steps++;
     g->drafted += r->drafted;
     g->accepted += r->accepted;
@@ -593,6 +702,9 @@ static void add_draft(struct ds_summary_group *g, const struct draft_row *r) {
 static enum ds_status scan_steps(struct ctx *c, void *buf) {
     const struct col cols[] = {
         {"request", offsetof(struct step_row, request), H5T_NATIVE_UINT32, 0},
+        {"step", offsetof(struct step_row, step), H5T_NATIVE_UINT64, 0},
+        {"draft_ns", offsetof(struct step_row, draft_ns), H5T_NATIVE_UINT64, 0},
+        {"verify_ns", offsetof(struct step_row, verify_ns), H5T_NATIVE_UINT64, 0},
         {"batch_size", offsetof(struct step_row, batch_size), H5T_NATIVE_UINT16, 0},
         {"drafted", offsetof(struct step_row, drafted), H5T_NATIVE_UINT8, 0},
         {"accepted", offsetof(struct step_row, accepted), H5T_NATIVE_UINT8, 0},
@@ -601,7 +713,7 @@ static enum ds_status scan_steps(struct ctx *c, void *buf) {
     };
     struct ds_summary *s = c->s;
     struct table t;
-    enum ds_status st = table_open(c, "steps", cols, 6, sizeof(struct step_row), &t);
+    enum ds_status st = table_open(c, "steps", cols, 9, sizeof(struct step_row), &t);
     if (st) return st;
     s->rows_steps = t.rows;
     struct step_row *rows = buf;
@@ -742,6 +854,17 @@ static int cmp_label(const void *a, const void *b) {
     return d ? d : cmp_key(a, b);
 }
 
+// The baseline's median step time for groups keyed by a batch size (batch, step-batch); "all"
+// gets it when it is that one group.
+static void attach_baseline(struct ds_summary *s) {
+    if (s->by != DS_SUMMARY_BY_BATCH && s->by != DS_SUMMARY_BY_STEP_BATCH) return;
+    for (size_t i = 0; i < s->n_groups; i++)
+        for (size_t j = 0; j < s->n_baseline; j++)
+            if (s->baseline[j].batch_size == s->groups[i].key)
+                s->groups[i].base_step_ns = s->baseline[j].median_ns;
+    if (s->n_groups == 1) s->all.base_step_ns = s->groups[0].base_step_ns;
+}
+
 // Metadata read attempts in SWMR mode. A reader retries a metadata block whose checksum fails,
 // with growing sleeps, in case the writer was in the middle of writing it; HDF5's default of 100
 // turns a corrupted file into a wait of many minutes. A few attempts cover a concurrent flush.
@@ -816,6 +939,7 @@ enum ds_status ds_summary_compute(const char *path, enum ds_summary_by by,
         qsort(s->groups, s->n_groups, sizeof *s->groups,
               by == DS_SUMMARY_BY_CATEGORY ? cmp_label : cmp_key);
     if (!ds_summary_by_is_request_level(by)) s->all.requests = c->n_req;
+    attach_baseline(s);
     *summary_out = s;
     s = NULL;
 cleanup:
@@ -859,6 +983,31 @@ static const char *num(char *buf, size_t n, double v, int prec) {
     return buf;
 }
 
+// Step times and the predicted speedup (docs/metrics.md).
+static void print_step_times(const struct ds_summary *s, const struct ds_summary_group *g,
+                             FILE *f) {
+    char a[32], b[32], d[32];
+    if (!s->all.timed_steps) {
+        fprintf(f, "  step times: not measured (run with --trace phases or kernels)\n");
+        return;
+    }
+    fprintf(f, "  step time per step      (draft + verify, %" PRIu64 " timed steps)  %s + %s ms\n",
+            g->timed_steps, num(a, sizeof a, ds_summary_mean_draft_ns(g) / 1e6, 4),
+            num(b, sizeof b, ds_summary_mean_verify_ns(g) / 1e6, 4));
+    if (!isnan(g->base_step_ns))
+        fprintf(f,
+                "  predicted speedup       (tau x base step / (draft + verify))      %s  (base "
+                "decode step %s ms)\n",
+                num(a, sizeof a, ds_summary_predicted_speedup(g), 3),
+                num(d, sizeof d, g->base_step_ns / 1e6, 4));
+    else if (s->n_baseline && g == &s->all)
+        fprintf(f, "  predicted speedup: per batch size only (see each batch group)\n");
+    else if (s->n_baseline && s->by != DS_SUMMARY_BY_BATCH && s->by != DS_SUMMARY_BY_STEP_BATCH)
+        fprintf(f, "  predicted speedup: per batch size only (summary --by batch)\n");
+    else
+        fprintf(f, "  predicted speedup: no baseline for this batch size (run with --baseline)\n");
+}
+
 static void print_group(const struct ds_summary *s, const struct ds_summary_group *g, FILE *f) {
     char a[32], b[32], d[32], e[32];
     int drafts_only = ds_summary_by_is_drafts_only(s->by) && g != &s->all;
@@ -898,6 +1047,7 @@ static void print_group(const struct ds_summary *s, const struct ds_summary_grou
         for (uint32_t j = 0; j <= s->k; j++)
             fprintf(f, " %u:%" PRIu64, j, g->hist[j]);
         fputc('\n', f);
+        print_step_times(s, g, f);
     } else {
         fprintf(f,
                 "  acceptance of drafted tokens (accepted/drafts)                    %s  (%" PRIu64
@@ -930,6 +1080,9 @@ enum ds_status ds_summary_print_text(const struct ds_summary *s, FILE *f) {
             "  rows: %" PRIu64 " steps, %" PRIu64 " drafts, %" PRIu64 " requests; dropped "
             "(request unfinished): %" PRIu64 " steps, %" PRIu64 " drafts\n",
             s->rows_steps, s->rows_drafts, s->rows_requests, s->dropped_steps, s->dropped_drafts);
+    if (!isnan(s->trace_overhead))
+        fprintf(f, "  trace overhead: %.2f%% (tokens/s lost to tracing, measured in the run)\n",
+                100.0 * s->trace_overhead);
     for (size_t i = 0; i < s->n_groups; i++)
         print_group(s, &s->groups[i], f);
     print_group(s, &s->all, f);
@@ -998,6 +1151,11 @@ static json_t *group_json(const struct ds_summary *s, const struct ds_summary_gr
         json_array_append_new(pos, p);
     }
     json_object_set_new(o, "positions", pos);
+    json_object_set_new(o, "timed_steps", u64(g->timed_steps));
+    json_object_set_new(o, "mean_draft_ns", real_or_null(ds_summary_mean_draft_ns(g)));
+    json_object_set_new(o, "mean_verify_ns", real_or_null(ds_summary_mean_verify_ns(g)));
+    json_object_set_new(o, "base_step_ns", real_or_null(g->base_step_ns));
+    json_object_set_new(o, "predicted_speedup", real_or_null(ds_summary_predicted_speedup(g)));
     json_t *d = json_object();
     json_object_set_new(d, "rows", u64(g->drafts));
     json_object_set_new(d, "accepted", u64(g->drafts_accepted));
@@ -1038,6 +1196,19 @@ enum ds_status ds_summary_print_json(const struct ds_summary *s, FILE *f) {
     json_object_set_new(run, "sessions", json_integer(s->n_sessions));
     json_object_set_new(run, "last_session_status",
                         json_string(session_name(s->last_session_status)));
+    json_object_set_new(run, "trace_overhead", real_or_null(s->trace_overhead));
+    json_t *base = json_array();
+    for (size_t i = 0; i < s->n_baseline; i++) {
+        const struct ds_summary_baseline *b = &s->baseline[i];
+        json_t *e = json_object();
+        json_object_set_new(e, "batch_size", json_integer(b->batch_size));
+        json_object_set_new(e, "steps", u64(b->steps));
+        json_object_set_new(e, "median_ns", real_or_null(b->median_ns));
+        json_object_set_new(e, "mean_ns", real_or_null(b->mean_ns));
+        json_object_set_new(e, "min_ns", real_or_null(b->min_ns));
+        json_array_append_new(base, e);
+    }
+    json_object_set_new(run, "baseline", base);
     json_object_set_new(o, "run", run);
     json_t *rows = json_object();
     json_object_set_new(rows, "steps", u64(s->rows_steps));

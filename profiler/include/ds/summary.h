@@ -93,7 +93,26 @@ struct ds_summary_group {
     uint64_t ch_drafts[DS_REC_CHANNEL_COUNT];
     uint64_t ch_accepted[DS_REC_CHANNEL_COUNT];
     double ch_expected[DS_REC_CHANNEL_COUNT];
+    // Phase times from /steps (trace level phases or kernels), one row per step id: every sequence
+    // of a step carries the step's times, so only the first row of each step id in the group is
+    // counted (the rows of one step are contiguous in the file). Rows with draft_ns and verify_ns
+    // both 0 were not timed and are skipped.
+    uint64_t timed_steps;     // distinct step ids with phase times
+    uint64_t draft_ns_sum;    // sum of steps.draft_ns over those steps
+    uint64_t verify_ns_sum;   // sum of steps.verify_ns over those steps
+    uint64_t last_step;       // reading state: step id of the group's last timed row
+    int has_last_step;        //   (0 before the first)
+    double base_step_ns;      // the baseline's median decode step time at this batch size; NaN
+                              //   if none (no baseline, or the key is not a batch size)
 };
+
+// One options_json.baseline entry: plain target decoding at one batch size.
+struct ds_summary_baseline {
+    uint32_t batch_size;
+    uint64_t steps;
+    double median_ns, mean_ns, min_ns;
+};
+#define DS_SUMMARY_MAX_BASELINE 64
 
 // A run's summary: run settings, row counts, the groups sorted by key (category: by label) and
 // the "all" group over every kept row.
@@ -115,6 +134,10 @@ struct ds_summary {
     // Rows in the file, and rows dropped because their request has no /requests row.
     uint64_t rows_steps, rows_drafts, rows_requests;
     uint64_t dropped_steps, dropped_drafts;
+    // options_json: the measured trace overhead (NaN when absent) and the decode baseline.
+    double trace_overhead;
+    size_t n_baseline;
+    struct ds_summary_baseline baseline[DS_SUMMARY_MAX_BASELINE];
     size_t n_groups;
     struct ds_summary_group *groups;
     struct ds_summary_group all;
@@ -155,6 +178,14 @@ double ds_summary_drafts_rate(const struct ds_summary_group *g);
 double ds_summary_expected(const struct ds_summary_group *g);
 double ds_summary_expected_at(const struct ds_summary_group *g, uint32_t i);
 double ds_summary_expected_channel(const struct ds_summary_group *g, int channel);
+
+// Step times (docs/metrics.md "Step times and predicted speedup"): mean draft_ns and verify_ns
+// per timed step; NaN when no step was timed.
+double ds_summary_mean_draft_ns(const struct ds_summary_group *g);
+double ds_summary_mean_verify_ns(const struct ds_summary_group *g);
+// Predicted speedup over plain decoding = tau x base step time / (mean draft + mean verify), with
+// tau the mean acceptance length; NaN without timed steps or without a baseline for the group.
+double ds_summary_predicted_speedup(const struct ds_summary_group *g);
 
 // Harmony channel name ("header", "analysis", ...), NULL if out of range.
 const char *ds_summary_channel_name(int channel);
