@@ -217,37 +217,6 @@ __attribute__((format(printf, 2, 3))) static enum ds_status h5_fail(struct ctx *
     return ds_error_set(DS_ERR_IO, "%s: %s: %s", c->path, what, reason);
 }
 
-static int read_attr_str(hid_t f, const char *name, char *buf, size_t n) {
-    buf[0] = '\0';
-    if (H5Aexists(f, name) <= 0) return -1;
-    hid_t a = H5Aopen(f, name, H5P_DEFAULT), ft = H5I_INVALID_HID, mt = H5I_INVALID_HID;
-    int rc = -1;
-    if (a < 0 || (ft = H5Aget_type(a)) < 0 || H5Tget_class(ft) != H5T_STRING) goto cleanup;
-    if (H5Tis_variable_str(ft) > 0) {
-        char *p = NULL;
-        if ((mt = H5Tcopy(H5T_C_S1)) < 0 || H5Tset_size(mt, H5T_VARIABLE) < 0 ||
-            H5Tset_cset(mt, H5Tget_cset(ft)) < 0 || H5Aread(a, mt, &p) < 0)
-            goto cleanup;
-        snprintf(buf, n, "%s", p ? p : "");
-        H5free_memory(p);
-        rc = 0;
-    } else {
-        size_t size = H5Tget_size(ft);
-        char *tmp = calloc(1, size + 1);
-        if (!tmp) goto cleanup;
-        if (H5Aread(a, ft, tmp) >= 0) {
-            snprintf(buf, n, "%s", tmp);
-            rc = 0;
-        }
-        free(tmp);
-    }
-cleanup:
-    if (mt >= 0) H5Tclose(mt);
-    if (ft >= 0) H5Tclose(ft);
-    if (a >= 0) H5Aclose(a);
-    return rc;
-}
-
 // A string attribute as a malloc'd copy (options_json has no size limit); NULL if absent.
 static char *read_attr_alloc(hid_t f, const char *name) {
     if (H5Aexists(f, name) <= 0) return NULL;
@@ -274,6 +243,15 @@ cleanup:
     if (ft >= 0) H5Tclose(ft);
     if (a >= 0) H5Aclose(a);
     return out;
+}
+
+static int read_attr_str(hid_t f, const char *name, char *buf, size_t n) {
+    buf[0] = '\0';
+    char *p = read_attr_alloc(f, name);
+    if (!p) return -1;
+    snprintf(buf, n, "%s", p);
+    free(p);
+    return 0;
 }
 
 static int read_attr_num(hid_t f, const char *name, hid_t native, void *v) {

@@ -581,6 +581,158 @@ static void refuses_rows_breaking_the_schema(void) {
 }
 
 // The command's exit codes: 0 for a good file (text and JSON), 1 for a bad file, 2 for usage.
+// ---- step times and predicted speedup ----
+//
+// K 3, sweep batch sizes 1 and 2; options_json holds a baseline for B 1 only (median 2.0 ms) and a
+// trace overhead of 0.025. Step rows (step id, request, B, accepted, draft_ns, verify_ns):
+//   step 0: r0 B1 acc 3, 400000, 1000000
+//   step 1: r0 B1 acc 1, 600000, 1200000
+//   step 2: r1 B2 acc 2 and r2 B2 acc 0, both 500000, 1500000      <- one step, two sequences
+//   step 3: r1 B2 acc 3 and r2 B2 acc 1, both 700000, 1700000
+//   step 4: r1 B2 acc 1, 0, 0                                      <- not timed
+// By hand:
+//   B 1: tau = 1 + 4/2 = 3; draft (0.4 + 0.6)/2 = 0.5 ms, verify (1.0 + 1.2)/2 = 1.1 ms;
+//        speedup = 3 x 2.0 / (0.5 + 1.1) = 3.75
+//   B 2: tau = 1 + 7/5 = 2.4; 2 timed steps: draft 0.6 ms, verify 1.6 ms; no baseline
+//   all: 4 timed steps: draft (0.4+0.6+0.5+0.7)/4 = 0.55 ms, verify (1.0+1.2+1.5+1.7)/4 = 1.35 ms;
+//        two batch sizes, so no single base step: no speedup
+static enum ds_status write_timed_run(const char *path, const char *options_json) {
+    static const struct {
+        uint64_t step;
+        uint32_t request;
+        uint16_t bs;
+        uint8_t accepted;
+        uint64_t draft_ns, verify_ns;
+    } rows[] = {
+        {0, 0, 1, 3, 400000, 1000000},
+        {1, 0, 1, 1, 600000, 1200000},
+        {2, 1, 2, 2, 500000, 1500000},
+        {2, 2, 2, 0, 500000, 1500000},
+        {3, 1, 2, 3, 700000, 1700000},
+        {3, 2, 2, 1, 700000, 1700000},
+        {4, 1, 2, 1, 0, 0},
+    };
+    struct ds_run_meta meta = hand_meta();
+    meta.options_json = options_json;
+    meta.trace_level = DS_REC_TRACE_PHASES;
+    ds_recorder_t *rec = NULL;
+    enum ds_status st = ds_recorder_create(path, &meta, 0, &rec);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0] && !st; i++) {
+        struct ds_rec_step s;
+        memset(&s, 0, sizeof s);
+        s.step = rows[i].step;
+        s.request = rows[i].request;
+        s.batch_size = rows[i].bs;
+        s.drafted = 3;
+        s.accepted = rows[i].accepted;
+        s.emitted = (uint8_t)(rows[i].accepted + 1);
+        s.draft_ns = rows[i].draft_ns;
+        s.verify_ns = rows[i].verify_ns;
+        s.total_ns = rows[i].draft_ns + rows[i].verify_ns;
+        st = ds_recorder_append_steps(rec, &s, 1);
+    }
+    const struct ds_rec_request reqs[] = {
+        {.request = 0, .generated_len = 7, .steps = 2, .batch_size = 1},
+        {.request = 1, .generated_len = 10, .steps = 3, .batch_size = 2},
+        {.request = 2, .generated_len = 4, .steps = 2, .batch_size = 2},
+    };
+    if (!st) st = ds_recorder_append_requests(rec, reqs, 3);
+    enum ds_status cst = ds_recorder_close(rec);
+    return st ? st : cst;
+}
+
+static const char *timed_options = "{\"baseline\":[{\"batch_size\":1,\"mean_ns\":2100000,"
+                                   "\"median_ns\":2000000,\"min_ns\":1900000,\"steps\":20}],"
+                                   "\"trace\":\"phases\",\"trace_overhead\":0.025}";
+
+static void step_times_and_speedup(void) {
+    const char *path = tmp_path("timed.h5"), *out = tmp_path("timed.txt");
+    EXPECT_OK(write_timed_run(path, timed_options));
+    struct ds_summary *s = NULL;
+    EXPECT_OK(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s));
+    if (!s) return;
+    // Exact: sums of integers divided once; the speedup's three doubles are within 1 ulp.
+    const struct ds_summary_group *b1 = group_labelled(s, "1"), *b2 = group_labelled(s, "2");
+    EXPECT(b1 && b2);
+    if (b1 && b2) {
+        EXPECT_EQ_INT(b1->timed_steps, 2);
+        EXPECT_NEAR(ds_summary_mean_draft_ns(b1), 500000, 0);
+        EXPECT_NEAR(ds_summary_mean_verify_ns(b1), 1100000, 0);
+        EXPECT_NEAR(ds_summary_predicted_speedup(b1), 3.75, 1e-12);
+        EXPECT_EQ_INT(b2->timed_steps, 2);
+        EXPECT_NEAR(ds_summary_mean_draft_ns(b2), 600000, 0);
+        EXPECT_NEAR(ds_summary_mean_verify_ns(b2), 1600000, 0);
+        EXPECT(isnan(ds_summary_predicted_speedup(b2)));
+    }
+    EXPECT_EQ_INT(s->all.timed_steps, 4);
+    EXPECT_NEAR(ds_summary_mean_draft_ns(&s->all), 550000, 0);
+    EXPECT_NEAR(ds_summary_mean_verify_ns(&s->all), 1350000, 0);
+    EXPECT(isnan(ds_summary_predicted_speedup(&s->all)));
+    EXPECT_NEAR(s->trace_overhead, 0.025, 0);
+    FILE *f = fopen(out, "w");
+    EXPECT(f != NULL);
+    if (f) {
+        EXPECT_OK(ds_summary_print_text(s, f));
+        fclose(f);
+    }
+    char *text = NULL;
+    size_t n = 0;
+    EXPECT(read_whole(out, &text, &n) == 0);
+    if (text) {
+        text[n ? n - 1 : 0] = '\0';
+        EXPECT(strstr(text, "trace overhead: 2.50%") != NULL);
+        EXPECT(strstr(text, "(draft + verify, 2 timed steps)  0.5000 + 1.1000 ms") != NULL);
+        EXPECT(strstr(text, "3.750  (base decode step 2.0000 ms)") != NULL);
+        EXPECT(strstr(text, "no baseline for this batch size (run with --baseline)") != NULL);
+        free(text);
+    }
+    f = fopen(out, "w");
+    if (f) {
+        EXPECT_OK(ds_summary_print_json(s, f));
+        fclose(f);
+    }
+    ds_summary_free(s);
+    json_error_t err;
+    json_t *j = json_load_file(out, 0, &err);
+    EXPECT(j != NULL);
+    if (j) {
+        json_t *g0 = json_array_get(json_object_get(j, "groups"), 0);
+        json_t *g1 = json_array_get(json_object_get(j, "groups"), 1);
+        EXPECT_NEAR(json_real_value(json_object_get(g0, "predicted_speedup")), 3.75, 1e-12);
+        EXPECT_NEAR(json_real_value(json_object_get(g0, "base_step_ns")), 2000000, 0);
+        EXPECT_NEAR(json_real_value(json_object_get(g1, "mean_verify_ns")), 1600000, 0);
+        EXPECT(json_is_null(json_object_get(g1, "predicted_speedup")));
+        json_t *run = json_object_get(j, "run");
+        EXPECT_NEAR(json_real_value(json_object_get(run, "trace_overhead")), 0.025, 0);
+        EXPECT_EQ_INT(json_array_size(json_object_get(run, "baseline")), 1);
+        json_decref(j);
+    }
+    // Untimed file: the text says how to get step times.
+    path = tmp_path("timed.h5"); // removes the previous file
+    EXPECT_OK(write_hand_run(path));
+    EXPECT_OK(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s));
+    f = fopen(out, "w");
+    if (s && f) EXPECT_OK(ds_summary_print_text(s, f));
+    if (f) fclose(f);
+    ds_summary_free(s);
+    EXPECT(read_whole(out, &text, &n) == 0);
+    if (text) {
+        text[n ? n - 1 : 0] = '\0';
+        EXPECT(strstr(text, "step times: not measured (run with --trace phases or kernels)"));
+        EXPECT(!strstr(text, "speedup"));
+        free(text);
+    }
+    // A baseline entry without a usable batch size is refused with a line naming it.
+    path = tmp_path("timed.h5"); // removes the previous file
+    EXPECT_OK(write_timed_run(path, "{\"baseline\":[{\"batch_size\":0,\"median_ns\":5}]}"));
+    EXPECT_STATUS(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
+    EXPECT_ERROR_HAS("timed.h5: options_json.baseline[0]");
+    path = tmp_path("timed.h5"); // removes the previous file
+    EXPECT_OK(write_timed_run(path, "[1,2]"));
+    EXPECT_STATUS(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
+    EXPECT_ERROR_HAS("timed.h5: options_json is not a JSON object");
+}
+
 static void command_exit_codes(void) {
     const char *path = tmp_path("cmd.h5");
     EXPECT_OK(write_hand_run(path));
@@ -883,13 +1035,15 @@ int main(int argc, char **argv) {
     DS_RUN(live_and_killed_files);
     DS_RUN(refuses_bad_files);
     DS_RUN(refuses_rows_breaking_the_schema);
+    DS_RUN(step_times_and_speedup);
     DS_RUN(command_exit_codes);
     int rc = ds_test_end();
     if (rc == 0) {
         // Keep the files of a failing run for inspection; remove them otherwise.
         const char *names[] = {"hand.h5",     "hand_keys.h5", "hand_json.h5", "hand.json",
                                "live.h5",     "text.h5",      "plain.h5",     "v2.h5",
-                               "bad_step.h5", "bad_draft.h5", "empty.h5",     "cmd.h5"};
+                               "bad_step.h5", "bad_draft.h5", "empty.h5",     "cmd.h5",
+                               "timed.h5",    "timed.txt"};
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
             unlink(tmp_path(names[i]));
         rmdir(dir);

@@ -97,13 +97,13 @@ struct ds_summary_group {
     // of a step carries the step's times, so only the first row of each step id in the group is
     // counted (the rows of one step are contiguous in the file). Rows with draft_ns and verify_ns
     // both 0 were not timed and are skipped.
-    uint64_t timed_steps;     // distinct step ids with phase times
-    uint64_t draft_ns_sum;    // sum of steps.draft_ns over those steps
-    uint64_t verify_ns_sum;   // sum of steps.verify_ns over those steps
-    uint64_t last_step;       // reading state: step id of the group's last timed row
-    int has_last_step;        //   (0 before the first)
-    double base_step_ns;      // the baseline's median decode step time at this batch size; NaN
-                              //   if none (no baseline, or the key is not a batch size)
+    uint64_t timed_steps;   // distinct step ids with phase times
+    uint64_t draft_ns_sum;  // sum of steps.draft_ns over those steps
+    uint64_t verify_ns_sum; // sum of steps.verify_ns over those steps
+    uint64_t last_step;     // reading state: step id of the group's last timed row
+    int has_last_step;      //   (0 before the first)
+    double base_step_ns;    // the baseline's median decode step time at this batch size; NaN
+                            //   if none (no baseline, or the key is not a batch size)
 };
 
 // One options_json.baseline entry: plain target decoding at one batch size.
