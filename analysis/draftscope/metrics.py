@@ -15,12 +15,14 @@ Grouping keys (`by`):
 `summary_dict(run, by)` (all keys but "context") returns exactly what `draftscope summary --json`
 prints; a test compares the two on the same file.
 """
+import json
 import math
 
 import numpy as np
 import pandas as pd
 
 from . import schema
+from .reader import DraftscopeFormatError
 
 REQUEST_KEYS = ("batch", "turn", "category")
 ROW_KEYS = ("step-batch", "position", "channel", "context")
@@ -140,6 +142,16 @@ def _group_sums(k, steps, drafts, requests):
     exp = drafts["expected_accept"].to_numpy().astype(np.float64)
     ch = drafts["channel"].cat.codes.to_numpy().astype(np.int64)
     nch = len(schema.ENUMS["channel"])
+    # Phase times once per step id: the first of each run of rows of the same step among the
+    # group's timed rows (file order), as the C summary counts them.
+    timed = steps[(steps["draft_ns"].to_numpy() != 0) | (steps["verify_ns"].to_numpy() != 0)]
+    sid = timed["step"].to_numpy()
+    first = np.ones(len(sid), dtype=bool)
+    first[1:] = sid[1:] != sid[:-1]
+    g["timed_steps"] = int(first.sum())
+    g["draft_ns_sum"] = int(timed["draft_ns"].to_numpy()[first].astype(np.uint64).sum())
+    g["verify_ns_sum"] = int(timed["verify_ns"].to_numpy()[first].astype(np.uint64).sum())
+    g["base_step_ns"] = float("nan")
     g.update({
         "drafts": len(drafts), "drafts_accepted": int(dac.sum()), "drafts_expected": exp.sum(),
         "pos_drafts": np.bincount(pos, minlength=k + 1)[: k + 1],
@@ -178,6 +190,11 @@ def _group_dict(k, key, label, n_requests, g):
         },
         "channels": [],
     }
+    tau = 1.0 + g["accepted"] / g["steps"] if g["steps"] else float("nan")
+    draft = _nan_ratio(g["draft_ns_sum"], g["timed_steps"])
+    verify = _nan_ratio(g["verify_ns_sum"], g["timed_steps"])
+    spec = draft + verify
+    speedup = tau * g["base_step_ns"] / spec if spec > 0 else float("nan")
     for i in range(1, k + 1):
         d["positions"].append({
             "position": i,
@@ -196,7 +213,33 @@ def _group_dict(k, key, label, n_requests, g):
             "rate": _num(_nan_ratio(g["ch_accepted"][c], g["ch_drafts"][c])),
             "expected": _num(_nan_ratio(g["ch_expected"][c], g["ch_drafts"][c])),
         })
+    d.update({
+        "timed_steps": g["timed_steps"], "mean_draft_ns": _num(draft),
+        "mean_verify_ns": _num(verify), "base_step_ns": _num(g["base_step_ns"]),
+        "predicted_speedup": _num(speedup),
+    })
     return d
+
+
+def run_options(run):
+    """options_json as a dict ({} when absent or empty)."""
+    text = run.meta.get("options_json") or ""
+    if not text:
+        return {}
+    try:
+        o = json.loads(text)
+    except ValueError as e:
+        raise DraftscopeFormatError(f"{run.path}: options_json is not a JSON object ({e})")
+    if not isinstance(o, dict):
+        raise DraftscopeFormatError(f"{run.path}: options_json is not a JSON object")
+    return o
+
+
+def baseline(run):
+    """{batch size: baseline median decode step time in ns} from options_json (see
+    docs/tracing.md); {} without a baseline."""
+    return {int(b["batch_size"]): float(b["median_ns"])
+            for b in run_options(run).get("baseline", [])}
 
 
 def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
@@ -217,6 +260,8 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
     if by == "category":  # the C summary's key is the category's string id
         for name, sid in zip(requests["category_name"], requests["category"]):
             cat_id[name if name else "(none)"] = int(sid)
+    opts = run_options(run)
+    base = baseline(run)
     groups = []
     for key in _sorted_keys(keys, by):
         s = steps[skey == key] if skey is not None else steps.iloc[:0]
@@ -228,9 +273,16 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
             r = None
             n_req = len(set(s["request"].tolist()) | set(d["request"].tolist()))
         g = _group_sums(k, s, d, r)
+        if by in ("batch", "step-batch"):
+            g["base_step_ns"] = base.get(int(key), float("nan"))
         out_key = cat_id[key] if by == "category" else int(key)
         groups.append(_group_dict(k, out_key, _label(by, key, context_bins), n_req, g))
     all_g = _group_sums(k, steps, drafts, requests)
+    if by in ("batch", "step-batch") and len(groups) == 1:
+        all_g["base_step_ns"] = groups[0]["base_step_ns"]
+        all_g["base_step_ns"] = float("nan") if all_g["base_step_ns"] is None \
+            else all_g["base_step_ns"]
+    overhead = opts.get("trace_overhead")
     meta = run.meta
     status = run.sessions["status"].iloc[-1] if len(run.sessions) else "running"
     return {
@@ -244,6 +296,12 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
             "seed": int(meta.get("seed", 0)), "tool_version": meta.get("tool_version", ""),
             "git_commit": meta.get("git_commit", ""), "gpu_name": meta.get("gpu_name", ""),
             "sessions": len(run.sessions), "last_session_status": str(status),
+            "trace_overhead": _num(overhead) if isinstance(overhead, (int, float)) else None,
+            "baseline": [{"batch_size": int(b["batch_size"]), "steps": int(b.get("steps", 0)),
+                          "median_ns": _num(b["median_ns"]),
+                          "mean_ns": _num(b.get("mean_ns", float("nan"))),
+                          "min_ns": _num(b.get("min_ns", float("nan")))}
+                         for b in opts.get("baseline", [])],
         },
         "rows": {
             "steps": len(steps) + run.dropped["steps"] * (not run.keep_unfinished),

@@ -200,10 +200,13 @@ def kernel_time(run):
 def predicted_speedup(run, baseline_ns=None):
     """Predicted speedup against batch size: τ × base step time ÷ (draft + verify time).
 
-    baseline_ns: {batch size: plain decoding step time in ns} from a baseline run. Without it the
-    verify time stands in for the base step (a memory-bound decode step reads the same weights as
-    a K+1-token verify; an upper bound for MoE targets, whose verify touches more experts), and
-    the plot says so."""
+    baseline_ns: {batch size: plain decoding step time in ns}; by default the baseline the run
+    measured (`draftscope run --baseline`, stored in options_json). Without one the verify time
+    stands in for the base step (a memory-bound decode step reads the same weights as a K+1-token
+    verify; an upper bound for MoE targets, whose verify touches more experts), and the plot says
+    so."""
+    if baseline_ns is None:
+        baseline_ns = metrics.baseline(run)
     fig, ax = _figure("Predicted speedup against batch size")
     times = metrics.step_times(run, "batch")
     if not len(times) or not len(run.steps):
@@ -228,8 +231,11 @@ def predicted_speedup(run, baseline_ns=None):
     ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
     ax.set_xlabel("batch size (concurrency B)")
     ax.set_ylabel("predicted speedup")
-    if not baseline_ns:
-        ax.text(0.02, 0.02, "base step ≈ verify time (no baseline run)", transform=ax.transAxes,
+    missing = [b for b in bs if b not in (baseline_ns or {})]
+    if missing:
+        what = "no baseline run" if len(missing) == len(bs) else \
+            "no baseline at B " + ", ".join(str(b) for b in missing)
+        ax.text(0.02, 0.02, f"base step ≈ verify time ({what})", transform=ax.transAxes,
                 fontsize=8, color="#666666")
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -149,3 +149,28 @@ def test_argument_errors(samples):
             draftscope.summary(run, "colour")
         with pytest.raises(ValueError, match="position 4 outside"):
             draftscope.metric_ci(run, "conditional", "batch", position=4)
+
+
+def test_step_times_and_speedup(samples):
+    """The traced sample has a baseline for B 1 and 4 (median 1.0 and 1.2 ms) and none for B 8;
+    the untraced one has no step times. The speedup is rebuilt here from the rows directly."""
+    with draftscope.open(samples["sample"]) as run:
+        d = metrics.summary_dict(run, "batch")
+        steps = run.steps
+        by_label = {g["label"]: g for g in d["groups"]}
+        for label, base in (("1", 1.0e6), ("4", 1.2e6)):
+            g = by_label[label]
+            s = steps[steps["sweep_batch"] == int(label)]
+            one = s.drop_duplicates("step")  # the sample's rows of a step are contiguous
+            tau = 1.0 + s["accepted"].sum() / len(s)
+            spec = one["draft_ns"].mean() + one["verify_ns"].mean()
+            assert g["timed_steps"] == len(one)
+            assert g["base_step_ns"] == base
+            assert math.isclose(g["predicted_speedup"], tau * base / spec, rel_tol=1e-12)
+        assert by_label["8"]["predicted_speedup"] is None
+        assert by_label["8"]["mean_verify_ns"] is not None
+        assert d["run"]["trace_overhead"] == 0.031
+    with draftscope.open(samples["untraced"]) as run:
+        d = metrics.summary_dict(run, "batch")
+        assert all(g["timed_steps"] == 0 and g["mean_draft_ns"] is None for g in d["groups"])
+        assert d["run"]["baseline"] == [] and d["run"]["trace_overhead"] is None
