@@ -1,9 +1,13 @@
 // `draftscope run --device cuda --trace kernels --baseline` on models/tiny (the trained tiny
 // target and draft, 4 sample conversations, B = 1,4, 48 new tokens), then the run file is checked:
-//   - /kernels holds rows of every phase (prefill, draft_extend, draft_step, verify, accept,
-//     sample); every kernel's (step, phase, draft step) names a /ranges row of that step, and the
-//     kernel lies inside it (KERNEL_SLACK_NS: CUPTI and CUDA-event clocks are aligned per collect,
-//     to about a microsecond);
+//   - /kernels holds rows of every phase that launches kernels (prefill, draft_extend, draft_step,
+//     verify, sample); accept runs on the host (the rules read the downloaded statistics), so it
+//     has /ranges rows but no kernels; every kernel's (step, phase, draft step) names a /ranges row
+//     of that step, and the kernel lies inside it within KERNEL_SLACK_NS: the phase events are
+//     placed on the session clock through an anchor event whose time is the midpoint of two host
+//     reads around its completion, so range edges carry that spread (the first H200 run showed 4
+//     of 11,620 kernels a few µs outside a 2 µs slack); 20 µs is far below a phase's length, and
+//     the (step, phase) tag itself comes from the external correlation id, not from the times;
 //   - every steps row has phase times, and draft + verify + accept <= total (the phases are
 //     disjoint parts of the step) with total - (draft + verify + accept) <= 50% of total +
 //     GAP_NS: the gaps between phases are host work (bookkeeping, launches) that no phase covers;
@@ -27,7 +31,7 @@ int ds_cmd_run(int argc, char **argv);
 
 #define TINY DS_SOURCE_DIR "/models/tiny"
 #define OUT "/tmp/ds_gpu_run_trace.h5"
-#define KERNEL_SLACK_NS 2000u
+#define KERNEL_SLACK_NS 20000u
 #define GAP_NS 2000000u
 
 static char out_text[1 << 16];
@@ -92,9 +96,14 @@ static void run_traced(void) {
                        (unsigned long long)k[i].start_ns, (unsigned long long)k[i].end_ns);
         }
     }
+    size_t accept_ranges = 0;
+    for (size_t j = 0; j < nr; j++) accept_ranges += r[j].phase == DS_REC_PHASE_ACCEPT;
+    printf("# accept ranges: %zu\n", accept_ranges);
+    EXPECT(accept_ranges > 0);
     for (int p = 0; p < DS_REC_PHASE_COUNT; p++) {
         printf("# kernels in phase %d: %zu\n", p, per_phase[p]);
-        EXPECT(per_phase[p] > 0);
+        if (p == DS_REC_PHASE_ACCEPT) EXPECT_EQ_INT(per_phase[p], 0); // host-only phase
+        else EXPECT(per_phase[p] > 0);
     }
     EXPECT_EQ_INT(bad_match, 0);
 
