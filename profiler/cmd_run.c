@@ -86,6 +86,9 @@ static void usage(FILE *f) {
         "      --resume                continue an interrupted run in the same file (same\n"
         "                              models, dataset, seed, K, rule, temperature, top-p)\n"
         "      --device D              auto (default), cpu or cuda\n"
+        "      --activations A         auto (default: the backend's own, f32 on the cpu, bf16 on\n"
+        "                              cuda), f32 or bf16 (cuda only); f32 on cuda gives the\n"
+        "                              cpu's records (same tool on either device)\n"
         "tracing (docs/tracing.md):\n"
         "      --trace LEVEL           off (default), phases (per-phase GPU times in the steps\n"
         "                              rows and /ranges) or kernels (also CUPTI kernel records\n"
@@ -124,6 +127,7 @@ struct run_opts {
     enum ds_dataset_turns turns;
     enum ds_reasoning reasoning;
     enum ds_device_kind device;
+    enum ds_act_choice act; // DS_ACT_DEFAULT = auto
     enum ds_rec_trace_level trace;
     bool baseline;
 };
@@ -306,6 +310,13 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     // Models and the step engine, planned once for the largest batch size.
     struct ds_device_info info;
     if ((s = ds_device_resolve(o->device, &info))) return fail(ds_error_last());
+    // Checked here, not at model create: auto may have resolved to the cpu, and the message
+    // should name the flag rather than the op that lacks bf16.
+    if (o->act == DS_ACT_BF16 && info.kind != DS_DEVICE_CUDA) {
+        ds_error_set(DS_ERR_UNSUPPORTED, "--activations bf16 needs the cuda device (running on "
+                     "%s, whose reference ops are f32 only)", info.name);
+        return fail(ds_error_last());
+    }
     // The trace before the backend: CUPTI must be enabled before any CUDA module loads.
     enum ds_rec_trace_level level = info.kind == DS_DEVICE_CUDA ? o->trace : DS_REC_TRACE_OFF;
     if (o->trace != DS_REC_TRACE_OFF && info.kind != DS_DEVICE_CUDA)
@@ -325,6 +336,7 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     struct ds_eagle3_plan dp = {0};
     ds_spec_plan(&o->spec, (int)max_b, (int)P, &tp, &dp);
     ds_gptoss_plan_aux(&tp, &aux);
+    tp.act = o->act; // the draft follows the target's activation dtype
     if ((s = ds_gptoss_create(o->target, g->be, &tp, NULL, &g->target)) ||
         (s = ds_eagle3_create(o->draft, g->target, g->be, &dp, NULL, &g->draft)) ||
         (s = ds_spec_create(g->target, g->draft, &o->spec, &g->spec)))
@@ -391,6 +403,9 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     json_object_set_new(opt, "prefill_chunk", json_integer(o->spec.prefill_chunk));
     json_object_set_new(opt, "tokenizer", json_string(tok_path));
     json_object_set_new(opt, "device", json_string(info.name));
+    // The dtype actually used (auto resolved), so cpu/cuda files can be told apart.
+    json_object_set_new(opt, "activations",
+                        json_string(ds_gptoss_act(g->target) == DS_ELEM_F32 ? "f32" : "bf16"));
     json_object_set_new(opt, "trace", json_string(ds_trace_level_name(level)));
     if (!isnan(overhead)) json_object_set_new(opt, "trace_overhead", json_real(overhead));
     if (o->baseline) {
@@ -528,6 +543,7 @@ int ds_cmd_run(int argc, char **argv) {
         O_OVERWRITE,
         O_RESUME,
         O_DEVICE,
+        O_ACT,
         O_TRACE,
         O_BASELINE
     };
@@ -553,6 +569,7 @@ int ds_cmd_run(int argc, char **argv) {
         {"overwrite", no_argument, NULL, O_OVERWRITE},
         {"resume", no_argument, NULL, O_RESUME},
         {"device", required_argument, NULL, O_DEVICE},
+        {"activations", required_argument, NULL, O_ACT},
         {"trace", required_argument, NULL, O_TRACE},
         {"baseline", no_argument, NULL, O_BASELINE},
         {"quiet", no_argument, NULL, 'q'},
@@ -648,6 +665,12 @@ int ds_cmd_run(int argc, char **argv) {
             if (ds_device_parse(optarg, &o.device) != DS_OK)
                 return usage_error("--device wants auto, cpu or cuda", optarg);
             break;
+        case O_ACT:
+            if (!strcmp(optarg, "auto")) o.act = DS_ACT_DEFAULT;
+            else if (!strcmp(optarg, "f32")) o.act = DS_ACT_F32;
+            else if (!strcmp(optarg, "bf16")) o.act = DS_ACT_BF16;
+            else return usage_error("--activations wants auto, f32 or bf16", optarg);
+            break;
         case O_TRACE:
             if (ds_trace_level_parse(optarg, &o.trace) != DS_OK)
                 return usage_error("--trace wants off, phases or kernels", optarg);
@@ -666,6 +689,9 @@ int ds_cmd_run(int argc, char **argv) {
     if (!o.out) return usage_error("--out FILE is required", NULL);
     if (o.resume && o.overwrite) return usage_error("--resume and --overwrite exclude each other",
                                                     NULL);
+    if (o.act == DS_ACT_BF16 && o.device == DS_DEVICE_CPU)
+        return usage_error("--activations bf16 needs --device cuda (the cpu reference is f32 "
+                           "only)", NULL);
 
     struct run_state g = {0};
     int rc = run(&g, &o, argc, argv);
