@@ -530,6 +530,7 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
 }
 
 int ds_cmd_run(int argc, char **argv) {
+    ds_recorder_library_init(); // before any HDF5 call (ds/record.h says why)
     enum {
         O_TOKENIZER = 256,
         O_TEMP,

@@ -1,5 +1,6 @@
 // draftscope: the command-line entry point. Dispatches to one subcommand per file (cmd_*.c).
 #include "ds/cli.h"
+#include "ds/record.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -36,6 +37,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    ds_recorder_library_init();
     if (argc < 2) {
         usage(stderr);
         return 2;

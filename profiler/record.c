@@ -1265,6 +1265,10 @@ enum ds_status ds_recorder_close(ds_recorder_t *rec) {
     return cst;
 }
 
+void ds_recorder_library_init(void) {
+    H5dont_atexit();
+}
+
 enum ds_status ds_recorder_recover(const char *path) {
     if (!path) return ds_error_set(DS_ERR_ARG, "recorder: NULL path");
     h5_quiet();

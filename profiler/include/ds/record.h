@@ -361,6 +361,11 @@ enum ds_status ds_recorder_close(ds_recorder_t *rec);
 // Errors: DS_ERR_IO.
 enum ds_status ds_recorder_recover(const char *path);
 
+// Call once at program start, before any HDF5 call: keeps HDF5 from closing files at exit. After
+// a failed write (a full disk) HDF5 1.10 can crash while closing the damaged file in its exit
+// handler; the recorder closes what it can itself, and the file stays as of its last good flush.
+void ds_recorder_library_init(void);
+
 // ---- signals (pattern for the run loop) ----
 //
 //   ds_recorder_catch_signals();            // once, before the loop
