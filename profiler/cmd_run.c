@@ -480,6 +480,7 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     s = ds_replay_run(g->spec, g->h, g->tok, g->ds, &g->work, &rc, g->rec, o->resume ? &ri : NULL,
                       &st);
     char err[1024] = "";
+    uint64_t dropped = 0; // CUPTI records lost, stored in sessions.trace_dropped
     if (s != DS_OK && s != DS_ERR_INTERRUPTED) snprintf(err, sizeof err, "%s", ds_error_last());
     // The last ranges and kernels (a request's final prefill may follow the last step).
     if (level != DS_REC_TRACE_OFF && (s == DS_OK || s == DS_ERR_INTERRUPTED)) {
@@ -492,6 +493,7 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
         }
         struct ds_trace_stats ts_st;
         ds_trace_stats(g->trace, &ts_st);
+        dropped = ts_st.dropped_records;
         if (!o->quiet || ts_st.dropped_records || ts_st.dropped_ranges)
             fprintf(info_f, "trace %s: %llu ranges, %llu kernels, %llu CUPTI records dropped, "
                             "%llu ranges dropped\n", ds_trace_level_name(level),
@@ -502,7 +504,8 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     if (s == DS_OK || s == DS_ERR_INTERRUPTED) { // a failed write keeps the status "failed"
         struct ds_run_end end = {.status = s == DS_ERR_INTERRUPTED ? DS_REC_SESSION_INTERRUPTED
                                                                    : DS_REC_SESSION_CLOSED,
-                                 .trace_overhead = overhead};
+                                 .trace_overhead = overhead,
+                                 .trace_dropped = dropped};
         ds_recorder_set_end(g->rec, &end);
     }
     enum ds_status cs = ds_recorder_close(g->rec);

@@ -133,9 +133,9 @@ static const struct field string_fields[] = {
 static const struct field session_fields[] = {
     FIELD(ds_rec_session, start_unix_ns, FT_U64),  FIELD(ds_rec_session, end_unix_ns, FT_U64),
     FIELD(ds_rec_session, first_step, FT_U64),     FIELD(ds_rec_session, next_step, FT_U64),
-    FIELD(ds_rec_session, trace_overhead, FT_F64), FIELD(ds_rec_session, command_line, FT_U32),
-    FIELD(ds_rec_session, session, FT_U16),        FIELD(ds_rec_session, status, FT_STATUS),
-    FIELD(ds_rec_session, trace_level, FT_TRACE),
+    FIELD(ds_rec_session, trace_overhead, FT_F64), FIELD(ds_rec_session, trace_dropped, FT_U64),
+    FIELD(ds_rec_session, command_line, FT_U32),   FIELD(ds_rec_session, session, FT_U16),
+    FIELD(ds_rec_session, status, FT_STATUS),      FIELD(ds_rec_session, trace_level, FT_TRACE),
 };
 
 struct table_desc {
@@ -168,7 +168,7 @@ _Static_assert(sizeof(struct ds_rec_request) == 56, "requests layout changed: bu
 _Static_assert(sizeof(struct ds_rec_kernel) == 80, "kernels layout changed: bump the schema");
 _Static_assert(sizeof(struct ds_rec_range) == 32, "ranges layout changed: bump the schema");
 _Static_assert(sizeof(struct ds_rec_string) == 1024, "strings layout changed: bump the schema");
-_Static_assert(sizeof(struct ds_rec_session) == 48, "sessions layout changed: bump the schema");
+_Static_assert(sizeof(struct ds_rec_session) == 56, "sessions layout changed: bump the schema");
 
 static const char *const channel_names[] = {"header", "analysis", "commentary", "final", "other"};
 static const char *const stop_names[] = {"return",         "call",          "endoftext",
@@ -724,6 +724,7 @@ enum ds_status ds_recorder_set_end(ds_recorder_t *rec, const struct ds_run_end *
         (end->status != DS_REC_SESSION_CLOSED && end->status != DS_REC_SESSION_INTERRUPTED))
         return ds_error_set(DS_ERR_ARG, "recorder: set_end needs status closed or interrupted");
     rec->session.trace_overhead = end->trace_overhead;
+    rec->session.trace_dropped = end->trace_dropped;
     rec->end_status = end->status;
     return DS_OK;
 }

@@ -159,6 +159,7 @@ struct draft_row {
     uint8_t position, accepted, channel;
 };
 struct session_row {
+    uint64_t trace_dropped;
     uint16_t session;
     uint8_t status;
 };
@@ -423,9 +424,10 @@ static enum ds_status read_attributes(struct ctx *c) {
                             DS_RECORD_SCHEMA_NAME);
     if (read_attr_num(c->file, "schema_version", H5T_NATIVE_UINT32, &s->schema_version) < 0)
         return ds_error_set(DS_ERR_FORMAT, "%s: schema_version attribute missing", c->path);
-    if (s->schema_version != DS_RECORD_SCHEMA_VERSION)
+    // v1 differs only by lacking sessions.trace_dropped (read as 0).
+    if (s->schema_version < 1 || s->schema_version > DS_RECORD_SCHEMA_VERSION)
         return ds_error_set(DS_ERR_UNSUPPORTED,
-                            "%s: schema version %u, this build reads version %u", c->path,
+                            "%s: schema version %u, this build reads versions 1 to %u", c->path,
                             s->schema_version, DS_RECORD_SCHEMA_VERSION);
     if (read_attr_num(c->file, "k", H5T_NATIVE_UINT32, &s->k) < 0)
         return ds_error_set(DS_ERR_FORMAT, "%s: attribute k missing", c->path);
@@ -447,16 +449,22 @@ static enum ds_status read_sessions(struct ctx *c) {
     const struct col cols[] = {
         {"session", offsetof(struct session_row, session), H5T_NATIVE_UINT16, 0},
         {"status", offsetof(struct session_row, status), 0, 1},
+        {"trace_dropped", offsetof(struct session_row, trace_dropped), H5T_NATIVE_UINT64, 0},
     };
     struct table t;
-    enum ds_status st = table_open(c, "sessions", cols, 2, sizeof(struct session_row), &t);
+    int ncols = c->s->schema_version >= 2 ? 3 : 2; // v1 has no trace_dropped
+    enum ds_status st = table_open(c, "sessions", cols, ncols, sizeof(struct session_row), &t);
     if (st) return st;
     c->s->n_sessions = (uint32_t)t.rows;
     c->s->last_session_status = DS_REC_SESSION_RUNNING;
-    if (t.rows) {
-        struct session_row r;
-        if (!(st = table_read(c, &t, t.rows - 1, 1, &r))) c->s->last_session_status = r.status;
-        if (!st && r.status >= DS_REC_SESSION_COUNT)
+    c->s->trace_dropped = 0;
+    struct session_row r = {0};
+    // Dropped records add up over the sessions (one row per writer session, a handful).
+    for (hsize_t i = 0; i < t.rows && !st; i++)
+        if (!(st = table_read(c, &t, i, 1, &r))) c->s->trace_dropped += r.trace_dropped;
+    if (t.rows && !st) {
+        c->s->last_session_status = r.status;
+        if (r.status >= DS_REC_SESSION_COUNT)
             st = ds_error_set(DS_ERR_FORMAT, "%s: /sessions row %llu: status %u is not a status",
                               c->path, (unsigned long long)(t.rows - 1), r.status);
     }
@@ -1061,6 +1069,8 @@ enum ds_status ds_summary_print_text(const struct ds_summary *s, FILE *f) {
     if (!isnan(s->trace_overhead))
         fprintf(f, "  trace overhead: %.2f%% (tokens/s lost to tracing, measured in the run)\n",
                 100.0 * s->trace_overhead);
+    if (!isnan(s->trace_overhead) || s->trace_dropped)
+        fprintf(f, "  trace records dropped by CUPTI: %" PRIu64 "\n", s->trace_dropped);
     for (size_t i = 0; i < s->n_groups; i++)
         print_group(s, &s->groups[i], f);
     print_group(s, &s->all, f);
@@ -1175,6 +1185,7 @@ enum ds_status ds_summary_print_json(const struct ds_summary *s, FILE *f) {
     json_object_set_new(run, "last_session_status",
                         json_string(session_name(s->last_session_status)));
     json_object_set_new(run, "trace_overhead", real_or_null(s->trace_overhead));
+    json_object_set_new(run, "trace_dropped", u64(s->trace_dropped));
     json_t *base = json_array();
     for (size_t i = 0; i < s->n_baseline; i++) {
         const struct ds_summary_baseline *b = &s->baseline[i];

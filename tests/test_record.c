@@ -442,12 +442,13 @@ static void layout_matches_compound(void) {
         M(ds_rec_session, first_step, H5T_INTEGER, 8),
         M(ds_rec_session, next_step, H5T_INTEGER, 8),
         M(ds_rec_session, trace_overhead, H5T_FLOAT, 8),
+        M(ds_rec_session, trace_dropped, H5T_INTEGER, 8),
         M(ds_rec_session, command_line, H5T_INTEGER, 4),
         M(ds_rec_session, session, H5T_INTEGER, 2),
         M(ds_rec_session, status, H5T_ENUM, 1),
         M(ds_rec_session, trace_level, H5T_ENUM, 1),
     };
-    check_layout(f, "sessions", 48, sessions, 9);
+    check_layout(f, "sessions", 56, sessions, 10);
 
     // Enum members: the names docs/hdf5-schema.md promises, in value order.
     hid_t d = H5Dopen2(f, "drafts", H5P_DEFAULT), t = H5Dget_type(d);
@@ -515,7 +516,8 @@ static void every_table_round_trips(void) {
     uint64_t rows = 0;
     EXPECT_OK(ds_recorder_rows(rec, DS_REC_DRAFTS, &rows));
     EXPECT_EQ_INT(rows, N_DRAFTS);
-    EXPECT_OK(ds_recorder_set_end(rec, &(struct ds_run_end){DS_REC_SESSION_INTERRUPTED, 0.125}));
+    EXPECT_OK(
+        ds_recorder_set_end(rec, &(struct ds_run_end){DS_REC_SESSION_INTERRUPTED, 0.125, 7}));
     EXPECT_OK(ds_recorder_close(rec));
 
     hid_t f = open_ro(path, 0);
@@ -537,6 +539,7 @@ static void every_table_round_trips(void) {
         EXPECT_EQ_INT(ss[0].status, DS_REC_SESSION_INTERRUPTED);
         EXPECT_EQ_INT(ss[0].trace_level, DS_REC_TRACE_PHASES);
         EXPECT(ss[0].trace_overhead == 0.125);
+        EXPECT_EQ_INT(ss[0].trace_dropped, 7); // as passed to set_end
         EXPECT_EQ_INT(ss[0].first_step, 0);
         // The highest step id of all: drafts' 1000 + (N_DRAFTS - 1) / 3 (steps reach only
         // 5000 + N_STEPS - 1 = 13999).
@@ -567,7 +570,7 @@ static void every_table_round_trips(void) {
     hid_t a = H5Aopen(f, "schema_version", H5P_DEFAULT);
     H5Aread(a, H5T_NATIVE_UINT32, &u32);
     H5Aclose(a);
-    EXPECT_EQ_INT(u32, 1);
+    EXPECT_EQ_INT(u32, 2); // v2: sessions.trace_dropped
     a = H5Aopen(f, "seed", H5P_DEFAULT);
     H5Aread(a, H5T_NATIVE_UINT64, &u64);
     H5Aclose(a);

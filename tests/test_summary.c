@@ -509,20 +509,20 @@ static void refuses_bad_files(void) {
     EXPECT_STATUS(ds_summary_compute(plain, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
     EXPECT_ERROR_HAS("plain.h5: not a draftscope run file");
 
-    // Another schema version: a closed run file whose schema_version is rewritten to 2.
-    const char *v2 = tmp_path("v2.h5");
+    // Another schema version: a closed run file whose schema_version is rewritten to 3 (newer than this build).
+    const char *v2 = tmp_path("v3.h5");
     EXPECT_OK(write_hand_run(v2));
     h = H5Fopen(v2, H5F_ACC_RDWR, H5P_DEFAULT);
     EXPECT(h >= 0);
     if (h >= 0) {
-        uint32_t two = 2;
+        uint32_t three = 3;
         hid_t a = H5Aopen(h, "schema_version", H5P_DEFAULT);
-        EXPECT(a >= 0 && H5Awrite(a, H5T_NATIVE_UINT32, &two) >= 0);
+        EXPECT(a >= 0 && H5Awrite(a, H5T_NATIVE_UINT32, &three) >= 0);
         if (a >= 0) H5Aclose(a);
         H5Fclose(h);
     }
     EXPECT_STATUS(ds_summary_compute(v2, DS_SUMMARY_BY_BATCH, &s), DS_ERR_UNSUPPORTED);
-    EXPECT_ERROR_HAS("v2.h5: schema version 2, this build reads version 1");
+    EXPECT_ERROR_HAS("v3.h5: schema version 3, this build reads versions 1 to 2");
 
     EXPECT_STATUS(ds_summary_compute(NULL, DS_SUMMARY_BY_BATCH, &s), DS_ERR_ARG);
     enum ds_summary_by by;
@@ -637,6 +637,10 @@ static enum ds_status write_timed_run(const char *path, const char *options_json
         {.request = 2, .generated_len = 4, .steps = 2, .batch_size = 2},
     };
     if (!st) st = ds_recorder_append_requests(rec, reqs, 3);
+    // 7 CUPTI records dropped: the summary reads it back from /sessions (schema v2).
+    struct ds_run_end end = {.status = DS_REC_SESSION_CLOSED, .trace_overhead = NAN,
+                             .trace_dropped = 7};
+    if (!st) st = ds_recorder_set_end(rec, &end);
     enum ds_status cst = ds_recorder_close(rec);
     return st ? st : cst;
 }
@@ -669,6 +673,7 @@ static void step_times_and_speedup(void) {
     EXPECT_NEAR(ds_summary_mean_verify_ns(&s->all), 1350000, 0);
     EXPECT(isnan(ds_summary_predicted_speedup(&s->all)));
     EXPECT_NEAR(s->trace_overhead, 0.025, 0);
+    EXPECT_EQ_INT(s->trace_dropped, 7); // written by write_timed_run's set_end
     FILE *f = fopen(out, "w");
     EXPECT(f != NULL);
     if (f) {
@@ -681,6 +686,7 @@ static void step_times_and_speedup(void) {
     if (text) {
         text[n ? n - 1 : 0] = '\0';
         EXPECT(strstr(text, "trace overhead: 2.50%") != NULL);
+        EXPECT(strstr(text, "trace records dropped by CUPTI: 7\n") != NULL);
         EXPECT(strstr(text, "(draft + verify, 2 timed steps)  0.5000 + 1.1000 ms") != NULL);
         EXPECT(strstr(text, "3.750  (base decode step 2.0000 ms)") != NULL);
         EXPECT(strstr(text, "no baseline for this batch size (run with --baseline)") != NULL);
@@ -704,6 +710,8 @@ static void step_times_and_speedup(void) {
         EXPECT(json_is_null(json_object_get(g1, "predicted_speedup")));
         json_t *run = json_object_get(j, "run");
         EXPECT_NEAR(json_real_value(json_object_get(run, "trace_overhead")), 0.025, 0);
+        EXPECT(json_is_integer(json_object_get(run, "trace_dropped")));
+        EXPECT_EQ_INT(json_integer_value(json_object_get(run, "trace_dropped")), 7);
         EXPECT_EQ_INT(json_array_size(json_object_get(run, "baseline")), 1);
         json_decref(j);
     }
@@ -973,7 +981,8 @@ static int write_sample(const char *path, int traced) {
         st = simulate(rec, (uint16_t)batches[b], &step_id, &next_request, cats, kname, b == 2,
                       traced);
     struct ds_run_end end = {.status = DS_REC_SESSION_CLOSED,
-                             .trace_overhead = traced ? 0.031 : NAN};
+                             .trace_overhead = traced ? 0.031 : NAN,
+                             .trace_dropped = traced ? 7 : 0};
     if (!st) st = ds_recorder_set_end(rec, &end);
     enum ds_status cst = ds_recorder_close(rec);
     if (st || cst) {

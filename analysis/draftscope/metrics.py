@@ -297,6 +297,7 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
             "git_commit": meta.get("git_commit", ""), "gpu_name": meta.get("gpu_name", ""),
             "sessions": len(run.sessions), "last_session_status": str(status),
             "trace_overhead": _num(overhead) if isinstance(overhead, (int, float)) else None,
+            "trace_dropped": int(run.sessions["trace_dropped"].sum()) if len(run.sessions) else 0,
             "baseline": [{"batch_size": int(b["batch_size"]), "steps": int(b.get("steps", 0)),
                           "median_ns": _num(b["median_ns"]),
                           "mean_ns": _num(b.get("mean_ns", float("nan"))),

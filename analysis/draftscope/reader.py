@@ -40,8 +40,13 @@ def _decode(v):
     return v
 
 
-def _check_table(path, name, dset):
-    want = schema.TABLES[name]
+def _present(name, field, version):
+    """Whether a file of this schema version has the field (older ones lack later additions)."""
+    return version >= schema.ADDED_IN.get((name, field), 1)
+
+
+def _check_table(path, name, dset, version):
+    want = [w for w in schema.TABLES[name] if _present(name, w[0], version)]
     dt = dset.dtype
     if dt.names is None:
         raise DraftscopeFormatError(f"{path}: table /{name} is not a table of records")
@@ -80,7 +85,7 @@ class Run:
                 if name not in self._f:
                     raise DraftscopeFormatError(
                         f"{self.path}: not a draftscope run file: no table /{name}")
-                _check_table(self.path, name, self._f[name])
+                _check_table(self.path, name, self._f[name], self.schema_version)
                 self._raw[name] = self._f[name][()]
             self._build()
         except (KeyError, OSError, RuntimeError) as e:
@@ -113,10 +118,11 @@ class Run:
                 f"{self.path}: not a draftscope run file (no schema attribute "
                 f"\"{schema.SCHEMA_NAME}\")")
         version = _decode(a.get("schema_version"))
-        if version != schema.SCHEMA_VERSION:
+        if version not in schema.READ_VERSIONS:
             raise DraftscopeFormatError(
-                f"{self.path}: schema version {version}, this package reads version "
-                f"{schema.SCHEMA_VERSION}")
+                f"{self.path}: schema version {version}, this package reads versions "
+                f"{', '.join(str(v) for v in schema.READ_VERSIONS)}")
+        self.schema_version = int(version)
         self.meta = {k: _decode(v) for k, v in a.items()}
         self.k = int(self.meta.get("k", 0))
         if not 1 <= self.k <= 255:
@@ -132,8 +138,11 @@ class Run:
     def _frame(self, name, skip=()):
         raw = self._raw[name]
         cols = {}
-        for field, _, enum in schema.TABLES[name]:
+        for field, code, enum in schema.TABLES[name]:
             if field in skip:
+                continue
+            if not _present(name, field, self.schema_version):
+                cols[field] = np.zeros(len(raw), dtype=code)  # an older file: the field reads 0
                 continue
             v = raw[field]
             if enum:

@@ -7,7 +7,10 @@ DS_RECORD_SCHEMA_VERSION in record.h, so the two cannot drift apart silently.
 """
 
 SCHEMA_NAME = "draftscope-run"
-SCHEMA_VERSION = 1          # the version this package reads (DS_RECORD_SCHEMA_VERSION)
+SCHEMA_VERSION = 2          # the version this package reads (DS_RECORD_SCHEMA_VERSION)
+READ_VERSIONS = (1, 2)      # versions it also accepts: older files lack the fields in ADDED_IN
+# (table, field) -> the schema version that added it; an older file reads it as 0.
+ADDED_IN = {("sessions", "trace_dropped"): 2}
 MAX_LAYERS = 64             # DS_RECORD_MAX_LAYERS: steps.distinct_experts entries
 STRING_BYTES = 1016         # DS_RECORD_STRING_BYTES: strings.text capacity
 
@@ -60,14 +63,15 @@ TABLES = {
     ],
     "sessions": [
         ("start_unix_ns", "u8", None), ("end_unix_ns", "u8", None), ("first_step", "u8", None),
-        ("next_step", "u8", None), ("trace_overhead", "f8", None), ("command_line", "u4", None),
-        ("session", "u2", None), ("status", "u1", "status"), ("trace_level", "u1", "trace_level"),
+        ("next_step", "u8", None), ("trace_overhead", "f8", None), ("trace_dropped", "u8", None),
+        ("command_line", "u4", None), ("session", "u2", None), ("status", "u1", "status"),
+        ("trace_level", "u1", "trace_level"),
     ],
 }
 
 # Row sizes in bytes (the C structs, padding included).
 ROW_BYTES = {"drafts": 64, "steps": 184, "requests": 56, "kernels": 80, "ranges": 32,
-             "strings": 1024, "sessions": 48}
+             "strings": 1024, "sessions": 56}
 
 STRING_ATTRS = ["schema", "tool_version", "git_commit", "command_line", "gpu_name",
                 "driver_version", "cuda_version", "target_path", "target_config_sha256",

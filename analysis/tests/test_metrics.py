@@ -170,7 +170,9 @@ def test_step_times_and_speedup(samples):
         assert by_label["8"]["predicted_speedup"] is None
         assert by_label["8"]["mean_verify_ns"] is not None
         assert d["run"]["trace_overhead"] == 0.031
+        assert d["run"]["trace_dropped"] == 7  # test_summary.c write_sample, traced
     with draftscope.open(samples["untraced"]) as run:
         d = metrics.summary_dict(run, "batch")
         assert all(g["timed_steps"] == 0 and g["mean_draft_ns"] is None for g in d["groups"])
         assert d["run"]["baseline"] == [] and d["run"]["trace_overhead"] is None
+        assert d["run"]["trace_dropped"] == 0

@@ -100,6 +100,28 @@ def test_reads_the_record_sample(samples):
         assert not run.is_running
 
 
+def test_reads_a_version_1_file(samples, tmp_path):
+    """A v1 file (no sessions.trace_dropped) is the v2 sample with that column removed and
+    schema_version 1: it reads, with trace_dropped 0, and its other values are unchanged."""
+    v1 = str(tmp_path / "v1.h5")
+    shutil.copy(samples["sample"], v1)
+    with h5py.File(v1, "r+") as f:
+        se = f["sessions"][()]
+        names = [n for n in se.dtype.names if n != "trace_dropped"]
+        old = np.empty(len(se), dtype=[(n, se.dtype.fields[n][0]) for n in names])
+        for n in names:
+            old[n] = se[n]
+        del f["sessions"]
+        f.create_dataset("sessions", data=old, maxshape=(None,))
+        f.attrs["schema_version"] = np.uint32(1)
+    with draftscope.open(v1) as run, draftscope.open(samples["sample"]) as run2:
+        assert run.schema_version == 1 and run2.schema_version == 2
+        assert (run.sessions["trace_dropped"] == 0).all()
+        assert (run2.sessions["trace_dropped"] == 7).all()  # test_summary.c write_sample
+        assert list(run.sessions["status"]) == list(run2.sessions["status"])
+        assert len(run.drafts) == len(run2.drafts)
+
+
 def test_killed_writer_file(samples):
     """The killed writer's file opens (SWMR) as it is; its drafts belong to requests that never
     finished, so they are dropped unless asked for."""
@@ -153,7 +175,7 @@ def test_refusals(samples, tmp_path):
     v2 = tmp_path / "v2.h5"
     shutil.copy(samples["closed"], v2)
     with h5py.File(v2, "r+") as f:
-        f.attrs.modify("schema_version", np.uint32(2))
+        f.attrs.modify("schema_version", np.uint32(3))
     with pytest.raises(draftscope.DraftscopeFormatError,
-                       match="schema version 2, this package reads version 1"):
+                       match="schema version 3, this package reads versions 1, 2"):
         draftscope.open(v2)

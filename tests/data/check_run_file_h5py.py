@@ -42,19 +42,23 @@ FIELDS = {
                      "dynamic_smem", "correlation", "registers", "phase", "draft_step"]),
     "ranges": (32, ["step", "start_ns", "end_ns", "batch_size", "phase", "draft_step"]),
     "strings": (1024, ["id", "length", "text"]),
-    "sessions": (48, ["start_unix_ns", "end_unix_ns", "first_step", "next_step",
-                      "trace_overhead", "command_line", "session", "status", "trace_level"]),
+    "sessions": (56, ["start_unix_ns", "end_unix_ns", "first_step", "next_step",
+                      "trace_overhead", "trace_dropped", "command_line", "session", "status",
+                      "trace_level"]),
 }
+# Schema version 1 differs only in /sessions: no trace_dropped (8 bytes less).
+FIELDS_V1 = dict(FIELDS, sessions=(48, [f for f in FIELDS["sessions"][1] if f != "trace_dropped"]))
 
 
 def check_closed(path):
     with h5py.File(path, "r") as f:
         check(f.attrs["schema"] == "draftscope-run", "schema attribute")
-        check(int(f.attrs["schema_version"]) == 1, "schema_version")
+        version = int(f.attrs["schema_version"])
+        check(version in (1, 2), "schema_version")
         check(f.attrs["rule"] == "greedy", "rule is a str")
         check(int(f.attrs["seed"]) == 1234 and int(f.attrs["k"]) == 3, "seed, k")
         check(list(f.attrs["batch_sizes"]) == [1, 8, 32], "batch_sizes")
-        for name, (size, fields) in FIELDS.items():
+        for name, (size, fields) in (FIELDS if version >= 2 else FIELDS_V1).items():
             d = f[name]
             check(d.dtype.itemsize == size, f"{name} itemsize {d.dtype.itemsize} != {size}")
             check(list(d.dtype.names) == fields, f"{name} fields {d.dtype.names}")
@@ -87,6 +91,8 @@ def check_closed(path):
         se = f["sessions"][:]
         check(len(se) == 1 and se["status"][0] == 1, "session closed")
         check(np.isnan(se["trace_overhead"][0]), "trace_overhead NaN")
+        if version >= 2:
+            check(se["trace_dropped"][0] == 0, "trace_dropped 0 (not traced)")
 
 
 def check_killed(path):

@@ -55,7 +55,7 @@
 extern "C" {
 #endif
 
-#define DS_RECORD_SCHEMA_VERSION 1u
+#define DS_RECORD_SCHEMA_VERSION 2u
 #define DS_RECORD_SCHEMA_NAME "draftscope-run"
 #define DS_RECORD_MAX_LAYERS 64     // steps.distinct_experts entries; unused layers hold 0
 #define DS_RECORD_STRING_BYTES 1016 // strings.text capacity (bytes, NUL padded); longer is cut
@@ -217,6 +217,8 @@ struct ds_rec_session {
     uint64_t next_step;     // one past the highest step id written so far (updated per flush)
     double trace_overhead;  // measured relative slowdown of the trace level (0.03 = 3%); NaN if
                             //   not measured
+    uint64_t trace_dropped; // CUPTI activity records dropped in this session; 0 when not traced
+                            //   (schema v2; v1 files lack the column, readers take 0)
     uint32_t command_line;  // string id of this session's command line
     uint16_t session;       // 0 for the creating session, then 1, 2, ... per resume
     uint8_t status;         // enum ds_rec_session_status
@@ -344,11 +346,12 @@ enum ds_status ds_recorder_elapsed_ns(const ds_recorder_t *rec, uint64_t *ns_out
 
 // End-of-session values, written into this session's /sessions row at close (the row is also
 // rewritten at every flush with the steps written so far). status: DS_REC_SESSION_CLOSED (the
-// default at close) or DS_REC_SESSION_INTERRUPTED; trace_overhead: see struct ds_rec_session
-// (NaN: not measured). Errors: DS_ERR_ARG (NULL, or another status).
+// default at close) or DS_REC_SESSION_INTERRUPTED; trace_overhead, trace_dropped: see struct
+// ds_rec_session (NaN: not measured). Errors: DS_ERR_ARG (NULL, or another status).
 struct ds_run_end {
     enum ds_rec_session_status status;
     double trace_overhead;
+    uint64_t trace_dropped; // CUPTI records dropped (ds_trace_stats); 0 when not traced
 };
 enum ds_status ds_recorder_set_end(ds_recorder_t *rec, const struct ds_run_end *end);
 

@@ -136,6 +136,8 @@ struct ds_summary {
     uint64_t dropped_steps, dropped_drafts;
     // options_json: the measured trace overhead (NaN when absent) and the decode baseline.
     double trace_overhead;
+    // /sessions: CUPTI records dropped, summed over the sessions (0 in schema-v1 files).
+    uint64_t trace_dropped;
     size_t n_baseline;
     struct ds_summary_baseline baseline[DS_SUMMARY_MAX_BASELINE];
     size_t n_groups;
