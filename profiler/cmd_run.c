@@ -8,6 +8,15 @@
 // and exit status 1 (input) or 2 (usage), leaving no file behind. SIGINT/SIGTERM finish the step,
 // flush and close the file (exit 130, with the command to resume); a failed write (full disk,
 // file-size limit) stops the run with the file readable up to its last flush (exit 1).
+//
+// --synthetic-weights SPEC replaces --target/--draft with a target and draft of real shapes whose
+// weights are generated on the device (ds/synthetic.h), for step times, tracing overhead and the
+// baseline at the 20b/120b shapes without a checkpoint. The file says so: target_path and
+// draft_path hold "synthetic:SOURCE:SEED:LAYERS" / "synthetic-draft:...", the config hashes are
+// SHA-256 digests of that identity text (see synthetic_identity), and options_json carries a
+// "synthetic_weights" object. Acceptance is meaningless there (the draft does not predict the
+// target), and the run says so at start. It needs the cuda device unless --device cpu is given
+// explicitly (the reference backend fills the same weights; practical for small configs only).
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -35,6 +44,7 @@
 #include "ds/sha256.h"
 #include "ds/spec.h"
 #include "ds/summary.h"
+#include "ds/synthetic.h"
 #include "ds/tokenizer.h"
 #include "ds/trace.h"
 
@@ -47,7 +57,8 @@ int ds_cmd_run(int argc, char **argv);
 static void usage(FILE *f) {
     fprintf(
         f,
-        "usage: draftscope run --target DIR --draft DIR --dataset FILE --out RUN.h5 [options]\n"
+        "usage: draftscope run (--target DIR --draft DIR | --synthetic-weights SPEC)\n"
+        "                      --dataset FILE --out RUN.h5 [options]\n"
         "\n"
         "Replays the dataset's conversations through the target with the EAGLE-3 draft at each\n"
         "batch size (continuous batching: B sequences in flight, a finished one replaced by the\n"
@@ -57,6 +68,16 @@ static void usage(FILE *f) {
         "inputs:\n"
         "  -t, --target DIR            gpt-oss checkpoint (Hugging Face layout)\n"
         "  -d, --draft DIR             EAGLE-3 draft checkpoint for that target\n"
+        "      --synthetic-weights SPEC\n"
+        "                              instead of --target and --draft: a target and an EAGLE-3\n"
+        "                              draft of real shapes, weights generated on the GPU from\n"
+        "                              a seed. SPEC: 20b|120b[:SEED[:LAYERS]] (LAYERS keeps the\n"
+        "                              first layers) or a config.json or a directory with one.\n"
+        "                              Needs --tokenizer and a GPU (--device cpu forces the\n"
+        "                              cpu, for small configs). For step times, tracing\n"
+        "                              overhead and --baseline at real shapes; acceptance is\n"
+        "                              near zero (the draft does not predict the target). The\n"
+        "                              file names the models synthetic:SOURCE:SEED:LAYERS\n"
         "  -D, --dataset FILE          ShareGPT JSON/JSONL or MT-Bench/Spec-Bench questions\n"
         "      --tokenizer FILE        tokenizer.json or o200k_base.tiktoken (default:\n"
         "                              TARGET/tokenizer.json)\n"
@@ -107,8 +128,8 @@ static void usage(FILE *f) {
 
 static int usage_error(const char *what, const char *arg) {
     fprintf(stderr, "draftscope run: %s%s%s\n", what, arg ? ": " : "", arg ? arg : "");
-    fprintf(stderr, "usage: draftscope run --target DIR --draft DIR --dataset FILE --out RUN.h5 "
-                    "[options]   (--help for more)\n");
+    fprintf(stderr, "usage: draftscope run (--target DIR --draft DIR | --synthetic-weights SPEC) "
+                    "--dataset FILE --out RUN.h5 [options]   (--help for more)\n");
     return 2;
 }
 
@@ -119,6 +140,8 @@ static int fail(const char *msg) {
 
 struct run_opts {
     const char *target, *draft, *dataset, *tokenizer, *out;
+    const char *synthetic;             // --synthetic-weights as given; NULL for checkpoints
+    struct ds_synthetic_spec synth;    // its parse (check_synthetic)
     uint32_t batch_sizes[MAX_BATCH_SIZES];
     size_t n_batch;
     struct ds_spec_config spec;
@@ -139,6 +162,25 @@ static bool parse_ll(const char *s, long long lo, long long hi, long long *out) 
     if (errno || end == s || *end || v < lo || v > hi) return false;
     *out = v;
     return true;
+}
+
+// Resolves --synthetic-weights before any work (0 when usable, else the exit status): a malformed
+// spec, an unknown preset or missing config, and a layer slice the target or the synthetic draft
+// cannot have are usage errors (2); a config file that exists but does not parse is an input
+// error (1).
+static int check_synthetic(struct run_opts *o) {
+    if (ds_synthetic_parse(o->synthetic, &o->synth)) return usage_error(ds_error_last(), NULL);
+    struct ds_target_config tc;
+    struct ds_draft_config dc;
+    struct stat sb;
+    const bool preset = !strcmp(o->synth.source, "20b") || !strcmp(o->synth.source, "120b");
+    const bool exists = stat(o->synth.source, &sb) == 0;
+    enum ds_status s = ds_synthetic_target_config(&o->synth, &tc);
+    if (s == DS_OK) s = ds_synthetic_draft_config(&tc, &dc);
+    if (s == DS_OK) return 0;
+    if (preset || !exists || s == DS_ERR_RANGE || s == DS_ERR_UNSUPPORTED)
+        return usage_error(ds_error_last(), NULL);
+    return fail(ds_error_last());
 }
 
 static bool parse_batch_sizes(const char *s, struct run_opts *o) {
@@ -255,18 +297,79 @@ static enum ds_status config_hash(const char *dir, char hex[DS_SHA256_HEX_BYTES]
     return ds_sha256_file(path, hex);
 }
 
+// The identity of a synthetic model in the run file, in place of a checkpoint's path and config
+// hash: id_out = "synthetic:SOURCE:SEED:LAYERS" (the target) or "synthetic-draft:..." (its draft;
+// the draft config and d2t follow from the target's config), and hex_out = the SHA-256 of that
+// text, followed by the config file's own digest when SOURCE is a file or directory, so that
+// --resume refuses another preset, seed, slice or an edited config.
+static enum ds_status synthetic_identity(const struct ds_synthetic_spec *spec, int layers,
+                                         bool draft, char *id_out, size_t cap,
+                                         char hex_out[DS_SHA256_HEX_BYTES]) {
+    snprintf(id_out, cap, "%s:%s:%llu:%d", draft ? "synthetic-draft" : "synthetic", spec->source,
+             (unsigned long long)spec->seed, layers);
+    struct ds_sha256 h;
+    ds_sha256_init(&h);
+    ds_sha256_update(&h, id_out, strlen(id_out));
+    const bool preset = !strcmp(spec->source, "20b") || !strcmp(spec->source, "120b");
+    if (!preset) {
+        char path[PATH_MAX], file_hex[DS_SHA256_HEX_BYTES];
+        struct stat sb;
+        const bool dir = stat(spec->source, &sb) == 0 && S_ISDIR(sb.st_mode);
+        snprintf(path, sizeof path, "%s%s", spec->source, dir ? "/config.json" : "");
+        enum ds_status s = ds_sha256_file(path, file_hex);
+        if (s != DS_OK) return s;
+        ds_sha256_update(&h, "\n", 1);
+        ds_sha256_update(&h, file_hex, strlen(file_hex));
+    }
+    ds_sha256_final_hex(&h, hex_out);
+    return DS_OK;
+}
+
 static int run(struct run_state *g, const struct run_opts *o, int argc, char **argv) {
     enum ds_status s;
     if ((s = check_out(o))) return fail(ds_error_last());
 
+    // The device first: synthetic weights are generated on it, so a run of them without a GPU
+    // stops here, before the tokenizer and the dataset are read.
+    struct ds_device_info info;
+    if ((s = ds_device_resolve(o->device, &info))) return fail(ds_error_last());
+    if (o->synthetic && info.kind != DS_DEVICE_CUDA && o->device != DS_DEVICE_CPU) {
+        ds_error_set(DS_ERR_NODEVICE,
+                     "--synthetic-weights %s needs the cuda device: its weights are generated on "
+                     "the GPU (no GPU here: %s; --device cpu forces the reference backend, "
+                     "practical for small configs only)",
+                     o->synthetic, info.why_cpu[0] ? info.why_cpu : "no usable CUDA device");
+        return fail(ds_error_last());
+    }
+    // Checked here, not at model create: auto may have resolved to the cpu, and the message
+    // should name the flag rather than the op that lacks bf16.
+    if (o->act == DS_ACT_BF16 && info.kind != DS_DEVICE_CUDA) {
+        ds_error_set(DS_ERR_UNSUPPORTED, "--activations bf16 needs the cuda device (running on "
+                     "%s, whose reference ops are f32 only)", info.name);
+        return fail(ds_error_last());
+    }
+
     // Inputs: configs, tokenizer, dataset (all before any model memory).
     struct ds_target_config tc;
-    if ((s = ds_target_config_load(o->target, &tc))) return fail(ds_error_last());
     struct ds_aux_plan aux;
-    if ((s = ds_eagle3_aux_plan(o->draft, &tc, NULL, &aux))) return fail(ds_error_last());
+    if (o->synthetic) {
+        if ((s = ds_synthetic_target_config(&o->synth, &tc)) ||
+            (s = ds_synthetic_aux_plan(&tc, &aux)))
+            return fail(ds_error_last());
+        fprintf(stderr,
+                "draftscope run: synthetic weights (%s, seed %llu, %lld layers): the draft does "
+                "not predict the target, so acceptance will be near zero; this run measures "
+                "step times, tracing overhead and the baseline\n",
+                o->synth.source, (unsigned long long)o->synth.seed,
+                (long long)tc.num_hidden_layers);
+    } else {
+        if ((s = ds_target_config_load(o->target, &tc))) return fail(ds_error_last());
+        if ((s = ds_eagle3_aux_plan(o->draft, &tc, NULL, &aux))) return fail(ds_error_last());
+    }
     char path[PATH_MAX];
     const char *tok_path = o->tokenizer;
-    if (!tok_path && file_exists(o->target, "tokenizer.json", path, sizeof path)) tok_path = path;
+    if (!tok_path && o->target && file_exists(o->target, "tokenizer.json", path, sizeof path))
+        tok_path = path;
     if (!tok_path) {
         ds_error_set(DS_ERR_ARG, "%s: no tokenizer.json; give --tokenizer FILE", o->target);
         return fail(ds_error_last());
@@ -308,15 +411,6 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
         if (o->batch_sizes[i] > max_b) max_b = o->batch_sizes[i];
 
     // Models and the step engine, planned once for the largest batch size.
-    struct ds_device_info info;
-    if ((s = ds_device_resolve(o->device, &info))) return fail(ds_error_last());
-    // Checked here, not at model create: auto may have resolved to the cpu, and the message
-    // should name the flag rather than the op that lacks bf16.
-    if (o->act == DS_ACT_BF16 && info.kind != DS_DEVICE_CUDA) {
-        ds_error_set(DS_ERR_UNSUPPORTED, "--activations bf16 needs the cuda device (running on "
-                     "%s, whose reference ops are f32 only)", info.name);
-        return fail(ds_error_last());
-    }
     // The trace before the backend: CUPTI must be enabled before any CUDA module loads.
     enum ds_rec_trace_level level = info.kind == DS_DEVICE_CUDA ? o->trace : DS_REC_TRACE_OFF;
     if (o->trace != DS_REC_TRACE_OFF && info.kind != DS_DEVICE_CUDA)
@@ -337,9 +431,15 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     ds_spec_plan(&o->spec, (int)max_b, (int)P, &tp, &dp);
     ds_gptoss_plan_aux(&tp, &aux);
     tp.act = o->act; // the draft follows the target's activation dtype
-    if ((s = ds_gptoss_create(o->target, g->be, &tp, NULL, &g->target)) ||
-        (s = ds_eagle3_create(o->draft, g->target, g->be, &dp, NULL, &g->draft)) ||
-        (s = ds_spec_create(g->target, g->draft, &o->spec, &g->spec)))
+    if (o->synthetic) {
+        if ((s = ds_synthetic_target_create(&o->synth, g->be, &tp, NULL, &g->target)) ||
+            (s = ds_synthetic_draft_create(&o->synth, g->target, g->be, &dp, NULL, &g->draft)))
+            return fail(ds_error_last());
+    } else if ((s = ds_gptoss_create(o->target, g->be, &tp, NULL, &g->target)) ||
+               (s = ds_eagle3_create(o->draft, g->target, g->be, &dp, NULL, &g->draft))) {
+        return fail(ds_error_last());
+    }
+    if ((s = ds_spec_create(g->target, g->draft, &o->spec, &g->spec)))
         return fail(ds_error_last());
     if (info.kind == DS_DEVICE_CUDA &&
         (s = ds_trace_set_stream(g->trace, ds_backend_cuda_stream(g->be))))
@@ -389,9 +489,16 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
 
     // Run metadata and the file.
     char t_hash[DS_SHA256_HEX_BYTES], d_hash[DS_SHA256_HEX_BYTES], ds_hash[DS_SHA256_HEX_BYTES];
-    if ((s = config_hash(o->target, t_hash)) || (s = config_hash(o->draft, d_hash)) ||
-        (s = ds_sha256_file(o->dataset, ds_hash)))
-        return fail(ds_error_last());
+    char t_id[sizeof o->synth.source + 64], d_id[sizeof o->synth.source + 64];
+    const int n_layers = (int)tc.num_hidden_layers;
+    if (o->synthetic)
+        s = synthetic_identity(&o->synth, n_layers, false, t_id, sizeof t_id, t_hash);
+    else
+        s = config_hash(o->target, t_hash);
+    if (!s)
+        s = o->synthetic ? synthetic_identity(&o->synth, n_layers, true, d_id, sizeof d_id, d_hash)
+                         : config_hash(o->draft, d_hash);
+    if (s || (s = ds_sha256_file(o->dataset, ds_hash))) return fail(ds_error_last());
     g->cmdline = quote_command(argc, argv);
     json_t *opt = json_object();
     json_object_set_new(opt, "max_new_tokens", json_integer(o->max_new));
@@ -408,6 +515,13 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
                         json_string(ds_gptoss_act(g->target) == DS_ELEM_F32 ? "f32" : "bf16"));
     json_object_set_new(opt, "trace", json_string(ds_trace_level_name(level)));
     if (!isnan(overhead)) json_object_set_new(opt, "trace_overhead", json_real(overhead));
+    if (o->synthetic) { // the weights' provenance (the attributes hold no checkpoint paths)
+        json_t *sw = json_object();
+        json_object_set_new(sw, "source", json_string(o->synth.source));
+        json_object_set_new(sw, "seed", json_integer((json_int_t)o->synth.seed));
+        json_object_set_new(sw, "layers", json_integer(n_layers));
+        json_object_set_new(opt, "synthetic_weights", sw);
+    }
     if (o->baseline) {
         json_t *arr = json_array();
         for (size_t i = 0; i < o->n_batch; i++) {
@@ -436,9 +550,9 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
         .gpu_name = info.name,
         .driver_version = drv,
         .cuda_version = rt,
-        .target_path = o->target,
+        .target_path = o->synthetic ? t_id : o->target,
         .target_config_sha256 = t_hash,
-        .draft_path = o->draft,
+        .draft_path = o->synthetic ? d_id : o->draft,
         .draft_config_sha256 = d_hash,
         .dataset_path = o->dataset,
         .dataset_sha256 = ds_hash,
@@ -549,11 +663,13 @@ int ds_cmd_run(int argc, char **argv) {
         O_DEVICE,
         O_ACT,
         O_TRACE,
-        O_BASELINE
+        O_BASELINE,
+        O_SYNTH
     };
     static const struct option long_opts[] = {
         {"target", required_argument, NULL, 't'},
         {"draft", required_argument, NULL, 'd'},
+        {"synthetic-weights", required_argument, NULL, O_SYNTH},
         {"dataset", required_argument, NULL, 'D'},
         {"tokenizer", required_argument, NULL, O_TOKENIZER},
         {"out", required_argument, NULL, 'o'},
@@ -602,6 +718,7 @@ int ds_cmd_run(int argc, char **argv) {
         switch (c) {
         case 't': o.target = optarg; break;
         case 'd': o.draft = optarg; break;
+        case O_SYNTH: o.synthetic = optarg; break;
         case 'D': o.dataset = optarg; break;
         case O_TOKENIZER: o.tokenizer = optarg; break;
         case 'o': o.out = optarg; break;
@@ -687,8 +804,15 @@ int ds_cmd_run(int argc, char **argv) {
         }
     }
     if (optind < argc) return usage_error("unexpected argument", argv[optind]);
-    if (!o.target) return usage_error("--target DIR is required", NULL);
-    if (!o.draft) return usage_error("--draft DIR is required", NULL);
+    if (o.synthetic && (o.target || o.draft))
+        return usage_error("--synthetic-weights replaces --target and --draft; give either it or "
+                           "both of them", NULL);
+    if (!o.synthetic && !o.target)
+        return usage_error("--target DIR is required (or --synthetic-weights SPEC)", NULL);
+    if (!o.synthetic && !o.draft) return usage_error("--draft DIR is required", NULL);
+    if (o.synthetic && !o.tokenizer)
+        return usage_error("--synthetic-weights needs --tokenizer FILE (o200k_base.tiktoken or a "
+                           "gpt-oss tokenizer.json): there is no checkpoint to take it from", NULL);
     if (!o.dataset) return usage_error("--dataset FILE is required", NULL);
     if (!o.out) return usage_error("--out FILE is required", NULL);
     if (o.resume && o.overwrite) return usage_error("--resume and --overwrite exclude each other",
@@ -696,6 +820,10 @@ int ds_cmd_run(int argc, char **argv) {
     if (o.act == DS_ACT_BF16 && o.device == DS_DEVICE_CPU)
         return usage_error("--activations bf16 needs --device cuda (the cpu reference is f32 "
                            "only)", NULL);
+    if (o.synthetic) {
+        const int src = check_synthetic(&o);
+        if (src) return src;
+    }
 
     struct run_state g = {0};
     int rc = run(&g, &o, argc, argv);
