@@ -367,13 +367,14 @@ static enum ds_status step(struct replay *r) {
     ds_spec_set_trace(r->sp, r->cfg->trace, r->step_id);
     if ((s = ds_spec_step(r->sp, n, r->seqp, r->res))) return s;
     const uint64_t step_id = r->step_id++;
-    // Phase times of this step (its prefill included): collected here, on the recorder's thread,
-    // once the step's results are downloaded (collect then waits for nothing new).
+    // Phase times of this step (its prefill included): polled here, on the recorder's thread,
+    // once the step's results are downloaded (the phase events have finished). The poll reads
+    // CUPTI's kernel records lazily; the caller's final ds_trace_collect gathers the rest.
     const struct ds_trace_step_times *tt = NULL;
     if (r->cfg->trace) {
         const struct ds_trace_step_times *times;
         size_t nt;
-        if ((s = ds_trace_collect(r->cfg->trace, &times, &nt))) return s;
+        if ((s = ds_trace_poll(r->cfg->trace, &times, &nt))) return s;
         for (size_t i = 0; i < nt; i++)
             if (times[i].step == step_id) tt = &times[i];
     }

@@ -41,7 +41,10 @@
 #define EXT_STEP_MAX ((UINT64_C(1) << 47) - 1)
 #define EXT_TAG (UINT64_C(1) << 63)
 #define CORR_BITS 17 // 131072 slots per table: several steps of a 120b model's launches
-#define WAIT_COLLECTS 2
+#define CORR_FLUSH_LOAD ((size_t)1 << (CORR_BITS - 1)) // poll forces a flush at half load
+#define WAIT_FLUSHES 2 // forced flushes a kernel record waits for its external correlation
+#define DEFAULT_FLUSH_MS 1000
+#define ANCHOR_PERIOD_NS UINT64_C(100000000) // poll re-anchors phase events every 100 ms at most
 
 // The newest kernel record of the CUPTI we build against (same toolkit at run time).
 #if CUPTI_API_VERSION >= 130000
@@ -50,10 +53,29 @@ typedef CUpti_ActivityKernel10 kernel_record;
 typedef CUpti_ActivityKernel9 kernel_record;
 #endif
 
+// Kinds by API records mode (enum ds_trace_api): the first two always, then the API kinds.
 static const CUpti_ActivityKind cupti_kinds[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
     CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER};
-#define N_KINDS (sizeof cupti_kinds / sizeof cupti_kinds[0])
+static const size_t n_kinds_of[] = {2, 2, 2, 3, 4}; // UNSET NONE LAUNCH RUNTIME ALL
+
+// DS_TRACE_API_LAUNCH: runtime API records of the calls that launch kernels, and no others (one
+// API record and one external correlation record per launch instead of two of each per call).
+static const CUpti_CallbackId launch_cbids[] = {
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
+    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000,
+    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_ptsz_v7000,
+};
+#define N_LAUNCH_CBIDS (sizeof launch_cbids / sizeof launch_cbids[0])
 
 struct open_phase {
     uint64_t step;
@@ -76,7 +98,8 @@ struct corr_entry {
 // A kernel record copied out of its buffer, waiting for its external correlation.
 struct waiting_kernel {
     struct ds_rec_kernel row; // everything but step/phase/draft_step, times in session ns
-    int age;                  // collects waited
+    const char *name;         // CUPTI's, shared by every record of the kernel (for the sink)
+    int age;                  // forced flushes waited
 };
 
 struct ds_trace {
@@ -117,10 +140,18 @@ struct ds_trace {
     size_t n_done, n_alloc, max_bufs; // done/free hold at most max_bufs each
     uint64_t dropped_cupti;           // guarded by g_mu
     uint64_t buffers_done;            // guarded by g_mu
+    enum ds_trace_api api;
     struct corr_entry *corr_cur, *corr_prev;
+    size_t corr_load; // entries in corr_cur
     struct waiting_kernel *waiting;
     size_t n_waiting, cap_waiting;
-    int64_t cupti_offset; // session ns - CUPTI ns
+    int64_t cupti_offset;   // session ns - CUPTI ns
+    uint64_t last_flush;    // mono_ns of the last forced flush
+    uint64_t flush_cost_ns; // host time of the last forced flush call
+    uint64_t anchor_mono;   // mono_ns of the last anchor
+    bool quiet;             // parse but write nothing (overhead measurement)
+    ds_trace_kernel_sink sink;
+    void *sink_user;
 
     struct ds_trace_stats st;
 };
@@ -154,6 +185,30 @@ enum ds_status ds_trace_level_parse(const char *text, enum ds_rec_trace_level *l
         }
     }
     return ds_error_set(DS_ERR_ARG, "--trace: unknown level \"%s\" (off, phases or kernels)", text);
+}
+
+static const char *const api_names[] = {NULL, "none", "launch", "runtime", "all"};
+
+const char *ds_trace_api_name(enum ds_trace_api api) {
+    return (unsigned)api <= DS_TRACE_API_ALL ? api_names[api] : NULL;
+}
+
+enum ds_status ds_trace_api_parse(const char *text, enum ds_trace_api *api_out) {
+    if (!text || !api_out) return ds_error_set(DS_ERR_ARG, "trace: NULL argument");
+    for (int i = DS_TRACE_API_NONE; i <= DS_TRACE_API_ALL; i++) {
+        if (!strcmp(text, api_names[i])) {
+            *api_out = (enum ds_trace_api)i;
+            return DS_OK;
+        }
+    }
+    if (!strcmp(text, "0") || !strcmp(text, "1")) {
+        *api_out = text[0] == '0' ? DS_TRACE_API_NONE : DS_TRACE_API_ALL;
+        return DS_OK;
+    }
+    return ds_error_set(DS_ERR_ARG,
+                        "DS_TRACE_API_RECORDS: unknown value \"%s\" (none, launch, runtime, all, "
+                        "0 or 1)",
+                        text);
 }
 
 uint64_t ds_trace_ext_id(uint64_t step, enum ds_rec_phase phase, unsigned draft_step) {
@@ -276,6 +331,7 @@ static enum ds_status anchor(ds_trace_t *t, bool wait) {
     if (e != cudaSuccess) return cuda_fail(e, "anchor event");
     uint64_t b = session_ns(t);
     t->anchor_ns = a + (b - a) / 2;
+    t->anchor_mono = mono_ns();
     return DS_OK;
 }
 
@@ -331,12 +387,32 @@ static enum ds_status cupti_fail(CUptiResult r, const char *what) {
     return ds_error_set(DS_ERR_UNSUPPORTED, "trace: %s failed: %s%s", what, msg, hint);
 }
 
-static enum ds_status cupti_enable(bool on) {
-    for (size_t i = 0; i < N_KINDS; i++) {
+// Launch-call API records on or off. Only cudaLaunchKernel must be known to CUPTI; the other ids
+// may be missing from an older driver's CUPTI.
+static CUptiResult launch_api_enable(bool on) {
+    CUptiResult first = CUPTI_SUCCESS;
+    for (size_t i = 0; i < N_LAUNCH_CBIDS; i++) {
+        CUptiResult r = cuptiActivityEnableRuntimeApi(launch_cbids[i], on ? 1 : 0);
+        if (i == 0) first = r;
+    }
+    return first;
+}
+
+static enum ds_status cupti_enable(const ds_trace_t *t, bool on) {
+    const size_t n = n_kinds_of[t->api];
+    for (size_t i = 0; i < n; i++) {
         CUptiResult r = on ? cuptiActivityEnable(cupti_kinds[i]) : cuptiActivityDisable(cupti_kinds[i]);
         if (r != CUPTI_SUCCESS && on) {
             for (size_t j = 0; j < i; j++) (void)cuptiActivityDisable(cupti_kinds[j]);
             return cupti_fail(r, "cuptiActivityEnable");
+        }
+    }
+    if (t->api == DS_TRACE_API_LAUNCH) {
+        CUptiResult r = launch_api_enable(on);
+        if (r != CUPTI_SUCCESS && on) {
+            (void)launch_api_enable(false);
+            for (size_t j = 0; j < n; j++) (void)cuptiActivityDisable(cupti_kinds[j]);
+            return cupti_fail(r, "cuptiActivityEnableRuntimeApi");
         }
     }
     return DS_OK;
@@ -347,16 +423,19 @@ static enum ds_status cupti_enable(bool on) {
 
 static uint32_t corr_hash(uint32_t c) { return (c * 2654435761u) >> (32 - CORR_BITS); }
 
-static bool corr_put(struct corr_entry *m, uint32_t corr, uint64_t ext) {
+// 1: a new entry, 0: an existing one updated, -1: probe run too long (table too full: the kernel
+// stays unattributed).
+static int corr_put(struct corr_entry *m, uint32_t corr, uint64_t ext) {
     uint32_t mask = (1u << CORR_BITS) - 1;
     for (uint32_t i = corr_hash(corr), n = 0; n < 64; i = (i + 1) & mask, n++) {
         if (m[i].corr == 0 || m[i].corr == corr) {
+            int fresh = m[i].corr == 0;
             m[i].corr = corr;
             m[i].ext = ext;
-            return true;
+            return fresh;
         }
     }
-    return false; // probe run too long: table too full, the kernel stays unattributed
+    return -1;
 }
 
 static bool corr_get(const struct corr_entry *m, uint32_t corr, uint64_t *ext) {
@@ -418,8 +497,9 @@ static enum ds_status cupti_start(ds_trace_t *t) {
         }
         g_callbacks_registered = true;
     }
-    if ((st = cupti_enable(true))) goto cleanup;
+    if ((st = cupti_enable(t, true))) goto cleanup;
     t->cupti_on = true;
+    t->last_flush = mono_ns();
     measure_cupti_offset(t);
 cleanup:
     if (st) {
@@ -434,7 +514,7 @@ cleanup:
 static void cupti_stop(ds_trace_t *t) {
     if (!t->cupti_on) return;
     (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    (void)cupti_enable(false);
+    (void)cupti_enable(t, false);
     (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     pthread_mutex_lock(&g_mu);
     if (g_active == t) g_active = NULL;
@@ -460,12 +540,22 @@ enum ds_status ds_trace_create(enum ds_rec_trace_level level, ds_recorder_t *rec
     if (!o.buffer_bytes) o.buffer_bytes = DEFAULT_BUFFER_BYTES;
     if (!o.max_buffer_bytes) o.max_buffer_bytes = DEFAULT_MAX_BUFFER_BYTES;
     if (!o.max_ranges) o.max_ranges = DEFAULT_MAX_RANGES;
+    if (!o.flush_ms) o.flush_ms = DEFAULT_FLUSH_MS;
     if (o.buffer_bytes % 8 || o.buffer_bytes < 4096 || o.max_buffer_bytes < o.buffer_bytes ||
-        o.max_ranges > ((size_t)1 << 24))
+        o.max_ranges > ((size_t)1 << 24) || o.api_records < DS_TRACE_API_UNSET ||
+        o.api_records > DS_TRACE_API_ALL)
         return ds_error_set(DS_ERR_ARG,
                             "trace: options out of range (buffer %zu bytes, multiple of 8 and >= "
-                            "4096; total %zu >= buffer; ranges %zu <= 2^24)",
-                            o.buffer_bytes, o.max_buffer_bytes, o.max_ranges);
+                            "4096; total %zu >= buffer; ranges %zu <= 2^24; api records %d in "
+                            "0..%d)",
+                            o.buffer_bytes, o.max_buffer_bytes, o.max_ranges, o.api_records,
+                            (int)DS_TRACE_API_ALL);
+    enum ds_trace_api api = (enum ds_trace_api)o.api_records;
+    if (level == DS_REC_TRACE_KERNELS && api == DS_TRACE_API_UNSET) {
+        const char *env = getenv("DS_TRACE_API_RECORDS");
+        api = DS_TRACE_API_DEFAULT_MODE;
+        if (env && *env && ds_trace_api_parse(env, &api) != DS_OK) return DS_ERR_ARG;
+    }
     if (level != DS_REC_TRACE_OFF && ds_cuda_device_count() == 0) {
         struct ds_device_info info;
         char why[256] = "no device";
@@ -482,6 +572,7 @@ enum ds_status ds_trace_create(enum ds_rec_trace_level level, ds_recorder_t *rec
     t->level = level;
     t->rec = rec;
     t->opt = o;
+    t->api = level == DS_REC_TRACE_KERNELS ? api : DS_TRACE_API_UNSET;
     clock_gettime(CLOCK_MONOTONIC, &t->t0);
     for (int k = 1; k < 256; k++) snprintf(t->draft_names[k], sizeof t->draft_names[k],
                                            "draft_step_%d", k);
@@ -715,15 +806,32 @@ static enum ds_status take_kernel(ds_trace_t *t, const kernel_record *k) {
     r->dynamic_smem = (uint32_t)k->dynamicSharedMemory;
     r->correlation = k->correlationId;
     r->registers = k->registersPerThread;
+    w->name = k->name;
     if (t->rec && k->name) return ds_recorder_intern(t->rec, k->name, &r->name);
     return DS_OK;
 }
 
+// Forced flush (timed: the overhead measurement charges it), then counted.
+static enum ds_status force_flush(ds_trace_t *t) {
+    uint64_t a = mono_ns();
+    CUptiResult r = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    t->last_flush = mono_ns();
+    t->flush_cost_ns = t->last_flush - a;
+    t->st.flushes++;
+    return r == CUPTI_SUCCESS ? DS_OK : cupti_fail(r, "cuptiActivityFlushAll");
+}
+
+static bool buffers_queued(ds_trace_t *t) {
+    pthread_mutex_lock(&g_mu);
+    bool any = t->n_done > 0;
+    pthread_mutex_unlock(&g_mu);
+    return any;
+}
+
 // Parses every queued buffer and gives it back to the pool; discard: count nothing, keep nothing.
 static enum ds_status drain_buffers(ds_trace_t *t, bool discard) {
-    CUptiResult r = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    if (r != CUPTI_SUCCESS) return cupti_fail(r, "cuptiActivityFlushAll");
     enum ds_status st = DS_OK;
+    t->st.drains++;
     // In completion order; CUPTI's thread may append meanwhile, so the end is read under the lock.
     for (size_t i = 0;;) {
         pthread_mutex_lock(&g_mu);
@@ -740,8 +848,9 @@ static enum ds_status drain_buffers(ds_trace_t *t, bool discard) {
             } else if (rec->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
                 const CUpti_ActivityExternalCorrelation *x =
                     (const CUpti_ActivityExternalCorrelation *)rec;
-                if (x->externalKind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0)
-                    (void)corr_put(t->corr_cur, x->correlationId, x->externalId);
+                if (x->externalKind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0 &&
+                    corr_put(t->corr_cur, x->correlationId, x->externalId) == 1)
+                    t->corr_load++;
             }
         }
         pthread_mutex_lock(&g_mu);
@@ -751,8 +860,11 @@ static enum ds_status drain_buffers(ds_trace_t *t, bool discard) {
     return st;
 }
 
-// Waiting kernels whose external correlation is known → rows; the others wait or age out.
-static enum ds_status resolve_kernels(ds_trace_t *t) {
+// Waiting kernels whose external correlation is known → rows; the others wait. Ageing happens
+// only at forced flushes (`aged`): a forced flush delivers every record of finished work, so a
+// kernel whose correlation has not come after two of them never will (launched outside every
+// phase), and a correlation entry older than two forced flushes has no kernel left to come.
+static enum ds_status resolve_kernels(ds_trace_t *t, bool aged) {
     t->n_kernels_out = 0;
     enum ds_status st = grow((void **)&t->kernels_out, &t->cap_kernels_out, t->n_waiting,
                              sizeof *t->kernels_out);
@@ -771,48 +883,93 @@ static enum ds_status resolve_kernels(ds_trace_t *t) {
             r->step = step;
             r->phase = (uint8_t)phase;
             r->draft_step = (uint8_t)dstep;
-        } else if (++w->age >= WAIT_COLLECTS) {
+            if (t->sink && !t->quiet) t->sink(t->sink_user, r, w->name ? w->name : "?");
+        } else if (aged && ++w->age >= WAIT_FLUSHES) {
             t->st.unattributed++;
         } else {
             t->waiting[keep++] = *w;
         }
     }
     t->n_waiting = keep;
-    // Age the correlation tables: entries live for two collects.
-    struct corr_entry *old = t->corr_prev;
-    t->corr_prev = t->corr_cur;
-    t->corr_cur = old;
-    memset(t->corr_cur, 0, ((size_t)1 << CORR_BITS) * sizeof *t->corr_cur);
+    if (aged) {
+        // Age the correlation tables: entries live for two forced flushes.
+        struct corr_entry *old = t->corr_prev;
+        t->corr_prev = t->corr_cur;
+        t->corr_cur = old;
+        memset(t->corr_cur, 0, ((size_t)1 << CORR_BITS) * sizeof *t->corr_cur);
+        t->corr_load = 0;
+    }
     return DS_OK;
 }
 
-enum ds_status ds_trace_collect(ds_trace_t *t, const struct ds_trace_step_times **times_out,
-                                size_t *n_out) {
+// Kernel records: a forced flush when `force`, or when poll's policy says so; otherwise only the
+// buffers CUPTI completed on its own are parsed (none: nothing to do).
+static enum ds_status gather_kernels(ds_trace_t *t, bool force) {
+    t->n_kernels_out = 0;
+    if (!t->cupti_on) return DS_OK;
+    if (!force) {
+        uint64_t now = mono_ns();
+        force = now - t->last_flush >= (uint64_t)t->opt.flush_ms * 1000000u ||
+                t->corr_load >= CORR_FLUSH_LOAD;
+    }
+    if (!force && !buffers_queued(t)) return DS_OK;
+    enum ds_status st = force ? force_flush(t) : DS_OK;
+    if (st) return st;
+    measure_cupti_offset(t);
+    if ((st = drain_buffers(t, false))) return st;
+    return resolve_kernels(t, force);
+}
+
+// collect (force) and poll: ranges always, kernel records by policy, rows out.
+static enum ds_status gather(ds_trace_t *t, bool force, const struct ds_trace_step_times **times_out,
+                             size_t *n_out) {
     if (times_out) *times_out = NULL;
     if (n_out) *n_out = 0;
     if (!times_out || !n_out) return ds_error_set(DS_ERR_ARG, "trace: NULL argument");
     if (!t || t->level == DS_REC_TRACE_OFF) return DS_OK;
     enum ds_status st = collect_ranges(t);
-    if (!st && t->cupti_on) {
-        measure_cupti_offset(t);
-        if (!(st = drain_buffers(t, false))) st = resolve_kernels(t);
-    }
+    if (!st) st = gather_kernels(t, force);
     if (st) return st;
     t->n_times = 0;
     if ((st = ds_trace_sum_ranges(t->ranges_out, t->n_ranges_out, t->times, t->opt.max_ranges,
                                   &t->n_times)))
         return st;
-    if (t->rec) {
+    if (t->rec && !t->quiet) {
         if ((st = ds_recorder_append_ranges(t->rec, t->ranges_out, t->n_ranges_out)) ||
             (st = ds_recorder_append_kernels(t->rec, t->kernels_out, t->n_kernels_out)))
             return st;
     }
     t->st.ranges += t->n_ranges_out;
     t->st.kernels += t->n_kernels_out;
-    if (t->depth == 0 && (st = anchor(t, false))) return st;
+    // The anchor needs an idle stream and a round trip to the GPU: every collect, but at most
+    // every ANCHOR_PERIOD_NS from poll (clock drift over that is far below the event resolution).
+    if (t->depth == 0 && (force || mono_ns() - t->anchor_mono >= ANCHOR_PERIOD_NS) &&
+        (st = anchor(t, false)))
+        return st;
     *times_out = t->n_times ? t->times : NULL;
     *n_out = t->n_times;
     return DS_OK;
+}
+
+enum ds_status ds_trace_collect(ds_trace_t *t, const struct ds_trace_step_times **times_out,
+                                size_t *n_out) {
+    return gather(t, true, times_out, n_out);
+}
+
+enum ds_status ds_trace_poll(ds_trace_t *t, const struct ds_trace_step_times **times_out,
+                             size_t *n_out) {
+    return gather(t, false, times_out, n_out);
+}
+
+enum ds_status ds_trace_set_kernel_sink(ds_trace_t *t, ds_trace_kernel_sink sink, void *user) {
+    if (!t) return ds_error_set(DS_ERR_ARG, "trace: NULL trace");
+    t->sink = sink;
+    t->sink_user = user;
+    return DS_OK;
+}
+
+enum ds_trace_api ds_trace_api_records(const ds_trace_t *t) {
+    return t ? t->api : DS_TRACE_API_UNSET;
 }
 
 enum ds_status ds_trace_last_rows(const ds_trace_t *t, const struct ds_rec_kernel **kernels_out,
@@ -832,10 +989,11 @@ enum ds_status ds_trace_discard(ds_trace_t *t) {
     if (t->level == DS_REC_TRACE_OFF) return DS_OK;
     enum ds_status st = collect_ranges(t);
     if (!st && t->cupti_on) {
-        if (!(st = drain_buffers(t, true))) {
+        if (!(st = force_flush(t)) && !(st = drain_buffers(t, true))) {
             t->n_waiting = 0;
             memset(t->corr_cur, 0, ((size_t)1 << CORR_BITS) * sizeof *t->corr_cur);
             memset(t->corr_prev, 0, ((size_t)1 << CORR_BITS) * sizeof *t->corr_prev);
+            t->corr_load = 0;
         }
     }
     t->n_ranges_out = t->n_kernels_out = t->n_times = 0;
@@ -847,7 +1005,7 @@ enum ds_status ds_trace_pause(ds_trace_t *t) {
     if (!t || t->depth) return ds_error_set(DS_ERR_ARG, "trace: pause with %s",
                                             t ? "a phase open" : "a NULL trace");
     if (t->paused) return DS_OK;
-    if (t->cupti_on) (void)cupti_enable(false);
+    if (t->cupti_on) (void)cupti_enable(t, false);
     t->paused = true;
     return DS_OK;
 }
@@ -857,7 +1015,7 @@ enum ds_status ds_trace_resume(ds_trace_t *t) {
                                             t ? "a phase open" : "a NULL trace");
     if (!t->paused) return DS_OK;
     if (t->cupti_on) {
-        enum ds_status st = cupti_enable(true);
+        enum ds_status st = cupti_enable(t, true);
         if (st) return st;
     }
     t->paused = false;
@@ -979,42 +1137,49 @@ enum ds_status ds_trace_measure_overhead(ds_trace_t *t, ds_gptoss_t *target, uin
     if (t->depth) return ds_error_set(DS_ERR_ARG, "overhead: a phase is open");
     rounds = rounds > 0 ? rounds : 4;
     steps = steps > 0 ? steps : 10;
-    size_t n = (size_t)rounds * (size_t)steps;
-    uint64_t *on = calloc(n, sizeof *on), *off = calloc(n, sizeof *off);
     struct decode_batch d = {0};
     enum ds_status st = DS_OK;
-    if (!on || !off) {
-        st = ds_error_set(DS_ERR_NOMEM, "overhead: out of memory");
-        goto cleanup;
-    }
+    const bool was_quiet = t->quiet;
+    t->quiet = true; // measurement steps write no row
+    uint64_t on = 0, off = 0, x = 0;
     if ((st = decode_batch_make(target, batch_size, baseline_pos(target, 0), &d))) goto cleanup;
-    uint64_t x = 0;
     for (int s = 0; s < 2 && !st; s++) st = decode_step(target, &d, &x); // warm-up
+    const struct ds_trace_step_times *times = NULL;
+    size_t nt = 0;
+    // Start from an empty trace so the final drain holds only the traced steps' records.
+    if (!st) st = gather(t, true, &times, &nt);
     for (int r = 0; r < rounds && !st; r++) {
         // Paused block, then traced block: alternating blocks cancel slow drifts (clocks, heat).
         if ((st = ds_trace_pause(t))) break;
-        for (int s = 0; s < steps && !st; s++) st = decode_step(target, &d, &off[r * steps + s]);
+        for (int s = 0; s < steps && !st; s++) {
+            st = decode_step(target, &d, &x);
+            off += x;
+        }
         enum ds_status rs = ds_trace_resume(t);
         if (!st) st = rs;
         for (int s = 0; s < steps && !st; s++) {
-            uint64_t a = mono_ns(), y = 0;
+            // What a run pays per step: the phase calls around the work, then a poll.
+            uint64_t a = mono_ns();
             if ((st = ds_trace_phase_begin(t, 0, DS_REC_PHASE_VERIFY, 0, batch_size))) break;
-            st = decode_step(target, &d, &y);
+            st = decode_step(target, &d, &x);
             enum ds_status es = ds_trace_phase_end(t);
             if (!st) st = es;
-            // The traced step pays for its collect (flush and parse), as a run that collects
-            // after every step does; the HDF5 append is not included.
-            if (!st) st = ds_trace_discard(t);
-            on[r * steps + s] = mono_ns() - a;
+            if (!st) st = gather(t, false, &times, &nt);
+            on += mono_ns() - a;
         }
     }
-    if (!st) {
-        uint64_t m_on = median_u64(on, n), m_off = median_u64(off, n);
-        *overhead_out = m_off ? (double)m_on / (double)m_off - 1.0 : 0.0;
+    if (!st && t->cupti_on) {
+        // The records not parsed yet are parsed now and charged; the forced flush is charged for
+        // the share of a flush period the traced steps lasted (a run flushes once per period).
+        uint64_t a = mono_ns();
+        st = gather(t, true, &times, &nt);
+        uint64_t total = mono_ns() - a, flush = t->flush_cost_ns < total ? t->flush_cost_ns : total;
+        double period = (double)t->opt.flush_ms * 1e6, share = (double)on / period;
+        on += total - flush + (uint64_t)((double)flush * (share < 1.0 ? share : 1.0));
     }
+    if (!st) *overhead_out = off ? (double)on / (double)off - 1.0 : 0.0;
 cleanup:
+    t->quiet = was_quiet;
     decode_batch_free(&d);
-    free(on);
-    free(off);
     return st;
 }

@@ -10,7 +10,13 @@
 //     of the phase it was launched in (the external correlation); every kernel lies inside its
 //     phase's range; phase times add up to the step's span and to the kernels' known durations;
 //   - kernels launched from a CUDA graph carry distinct non-zero graph node ids, the same set at
-//     each replay, and the phase of the graph launch.
+//     each replay, and the phase of the graph launch;
+//   - ds_trace_poll (the run loop's per-step call) gives every step's phase times at once but
+//     forces no CUPTI flush within flush_ms; the final collect then delivers every kernel row,
+//     each with its launch's (step, phase);
+//   - each API records mode (none, launch, runtime, all) is run on the same plan, and the number
+//     of kernels it attributes is printed; every mode but none must attribute all of them (none
+//     is the experiment: do external correlation records come without API records?).
 // The kernels are PTX written below (names are not mangled), JIT-loaded after the trace exists,
 // as the run loop loads its modules after ds_trace_create. Each one spins on %globaltimer for a
 // given number of ns, so durations are known independently of the GPU.
@@ -344,10 +350,11 @@ static void level_kernels_records_match_launches(void) {
     }
     struct ds_trace_stats stats;
     ds_trace_stats(t, &stats);
-    printf("  stats: %llu kernels, %llu ranges, %llu unattributed, %llu dropped, %llu buffers\n",
-           (unsigned long long)stats.kernels, (unsigned long long)stats.ranges,
-           (unsigned long long)stats.unattributed, (unsigned long long)stats.dropped_records,
-           (unsigned long long)stats.buffers);
+    printf("  API records mode %s: %llu of %zu kernels launched in phases attributed; stats: %llu "
+           "ranges, %llu unattributed, %llu dropped, %llu buffers\n",
+           ds_trace_api_name(ds_trace_api_records(t)), (unsigned long long)stats.kernels, n_exp,
+           (unsigned long long)stats.ranges, (unsigned long long)stats.unattributed,
+           (unsigned long long)stats.dropped_records, (unsigned long long)stats.buffers);
     EXPECT_EQ_INT(stats.unattributed, 1);
     EXPECT_EQ_INT(stats.dropped_records, 0);
     EXPECT_EQ_INT(stats.kernels, n_exp);
@@ -490,14 +497,161 @@ done:
     EXPECT_OK(ds_recorder_close(rec));
 }
 
+// The run loop's form: a poll after every step, one collect at the end.
+static void poll_is_lazy_and_loses_nothing(void) {
+    ds_recorder_t *rec = open_recorder("poll.h5", DS_REC_TRACE_KERNELS);
+    ds_trace_t *t = NULL;
+    // A long flush period: within this test no poll may force a flush.
+    struct ds_trace_options opt = {.flush_ms = 600000};
+    EXPECT_OK(ds_trace_create(DS_REC_TRACE_KERNELS, rec, &opt, &t));
+    cudaStream_t s = NULL;
+    struct probes pr = {0};
+    static struct expected exp[MAX_ROWS];
+    static struct ds_rec_kernel got[MAX_ROWS];
+    size_t n_exp = 0, n_got = 0, at_polls = 0;
+    if (!t || !rec || !cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream") ||
+        !load_probes(&pr))
+        goto done;
+    EXPECT_OK(ds_trace_set_stream(t, s));
+    struct ds_trace_stats st0;
+    ds_trace_stats(t, &st0);
+    const struct ds_trace_step_times *times = NULL;
+    const struct ds_rec_kernel *k = NULL;
+    const struct ds_rec_range *r = NULL;
+    size_t n = 0, nk = 0, nr = 0;
+    for (uint64_t step = 30; step < 36; step++) {
+        run_step(t, &pr, s, step, step == 30, exp, &n_exp);
+        EXPECT_OK(ds_trace_poll(t, &times, &n));
+        // The step's phase times come at its own poll, whatever happens to the kernel records.
+        EXPECT_EQ_INT(n, 1);
+        if (n == 1) {
+            EXPECT_EQ_INT(times[0].step, step);
+            EXPECT_EQ_INT(times[0].ranges, N_PHASES - (step == 30 ? 0 : 1));
+            EXPECT(times[0].phase_ns[DS_REC_PHASE_VERIFY] >= 2 * SPIN_NS);
+        }
+        EXPECT_OK(ds_trace_last_rows(t, &k, &nk, &r, &nr));
+        for (size_t i = 0; i < nk && n_got < MAX_ROWS; i++) got[n_got++] = k[i];
+        at_polls += nk;
+    }
+    struct ds_trace_stats st1;
+    ds_trace_stats(t, &st1);
+    printf("  6 polls: %zu of %zu kernel rows arrived at polls, %llu forced flushes, %llu drains\n",
+           at_polls, n_exp, (unsigned long long)(st1.flushes - st0.flushes),
+           (unsigned long long)(st1.drains - st0.drains));
+    EXPECT_EQ_INT(st1.flushes - st0.flushes, 0); // lazy: no flush inside flush_ms
+    EXPECT_OK(ds_trace_collect(t, &times, &n));
+    EXPECT_EQ_INT(n, 0); // every step's times were given by its poll
+    EXPECT_OK(ds_trace_last_rows(t, &k, &nk, &r, &nr));
+    EXPECT_EQ_INT(nr, 0);
+    for (size_t i = 0; i < nk && n_got < MAX_ROWS; i++) got[n_got++] = k[i];
+    printf("  final collect: %zu kernel rows\n", nk);
+    EXPECT_EQ_INT(n_got, n_exp);
+    qsort(got, n_got, sizeof *got, by_start);
+    size_t bad = 0;
+    for (size_t i = 0; i < n_got && i < n_exp; i++) {
+        if (got[i].step != exp[i].step || got[i].phase != exp[i].p->phase ||
+            got[i].draft_step != exp[i].p->draft_step || got[i].grid_x != exp[i].l->gx) {
+            if (++bad <= 5)
+                fprintf(stderr, "    row %zu: step %llu phase %u/%u grid %u; launched in step "
+                        "%llu phase %u/%u grid %u\n", i, (unsigned long long)got[i].step,
+                        got[i].phase, got[i].draft_step, got[i].grid_x,
+                        (unsigned long long)exp[i].step, exp[i].p->phase, exp[i].p->draft_step,
+                        exp[i].l->gx);
+        }
+    }
+    EXPECT_EQ_INT(bad, 0);
+    uint64_t rows = 0;
+    EXPECT_OK(ds_recorder_rows(rec, DS_REC_KERNELS, &rows));
+    EXPECT_EQ_INT(rows, n_exp);
+    cudaLibraryUnload(pr.lib);
+done:
+    if (s) cudaStreamDestroy(s);
+    ds_trace_release(t);
+    EXPECT_OK(ds_recorder_close(rec));
+}
+
+// Kernels attributed under each API records mode (the same two steps, plain launches and a graph).
+static void api_record_modes(void) {
+    static const struct launch g_l = {SPIN, 2, 1, 1, 32, 1, 1, 0};
+    for (int mode = DS_TRACE_API_NONE; mode <= DS_TRACE_API_ALL; mode++) {
+        const char *name = ds_trace_api_name((enum ds_trace_api)mode);
+        char file[64];
+        snprintf(file, sizeof file, "api_%s.h5", name);
+        ds_recorder_t *rec = open_recorder(file, DS_REC_TRACE_KERNELS);
+        ds_trace_t *t = NULL;
+        struct ds_trace_options opt = {.api_records = mode};
+        EXPECT_OK(ds_trace_create(DS_REC_TRACE_KERNELS, rec, &opt, &t));
+        cudaStream_t s = NULL;
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        struct probes pr = {0};
+        size_t n_exp = 0, n_got = 0, n_graph = 0;
+        if (!t || !rec || !cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream") ||
+            !load_probes(&pr))
+            goto next;
+        EXPECT_EQ_INT(ds_trace_api_records(t), mode);
+        EXPECT_OK(ds_trace_set_stream(t, s));
+        if (!cuda_ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture"))
+            goto next;
+        launch(&pr, &g_l, s);
+        launch(&pr, &g_l, s);
+        if (!cuda_ok(cudaStreamEndCapture(s, &graph), "end capture") ||
+            !cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate"))
+            goto next;
+        const struct ds_trace_step_times *times = NULL;
+        const struct ds_rec_kernel *k = NULL;
+        const struct ds_rec_range *r = NULL;
+        size_t n = 0, nk = 0, nr = 0;
+        for (uint64_t step = 40; step < 42; step++) {
+            run_step(t, &pr, s, step, 0, NULL, NULL);
+            for (size_t i = 1; i < N_PHASES; i++) n_exp += (size_t)step_plan[i].n;
+            EXPECT_OK(ds_trace_phase_begin(t, step, DS_REC_PHASE_VERIFY, 0, 4));
+            cuda_ok(cudaGraphLaunch(exec, s), "graph launch");
+            EXPECT_OK(ds_trace_phase_end(t));
+            n_exp += 2;
+            cuda_ok(cudaStreamSynchronize(s), "sync");
+            EXPECT_OK(ds_trace_poll(t, &times, &n));
+            EXPECT_OK(ds_trace_last_rows(t, &k, &nk, &r, &nr));
+            n_got += nk;
+            for (size_t i = 0; i < nk; i++) n_graph += k[i].graph_node != 0;
+        }
+        EXPECT_OK(ds_trace_collect(t, &times, &n));
+        EXPECT_OK(ds_trace_last_rows(t, &k, &nk, &r, &nr));
+        n_got += nk;
+        for (size_t i = 0; i < nk; i++) n_graph += k[i].graph_node != 0;
+        struct ds_trace_stats st;
+        ds_trace_stats(t, &st);
+        printf("  API records mode %-7s: %zu of %zu kernels attributed (%zu of 4 from graphs), "
+               "%llu unattributed so far, %llu dropped\n",
+               name, n_got, n_exp, n_graph, (unsigned long long)st.unattributed,
+               (unsigned long long)st.dropped_records);
+        if (mode != DS_TRACE_API_NONE) {
+            EXPECT_EQ_INT(n_got, n_exp);
+            EXPECT_EQ_INT(n_graph, 4);
+        }
+    next:
+        if (exec) cudaGraphExecDestroy(exec);
+        if (graph) cudaGraphDestroy(graph);
+        if (pr.lib) cudaLibraryUnload(pr.lib);
+        if (s) cudaStreamDestroy(s);
+        ds_trace_release(t);
+        EXPECT_OK(ds_recorder_close(rec));
+    }
+}
+
 int main(void) {
     if (ds_cuda_device_count() == 0) DS_SKIP("no CUDA device");
+    const char *env = getenv("DS_TRACE_API_RECORDS");
+    printf("API records mode for the default tests: %s (DS_TRACE_API_RECORDS=%s)\n",
+           env && *env ? env : ds_trace_api_name(DS_TRACE_API_DEFAULT_MODE), env ? env : "unset");
     if (!mkdtemp(dir)) DS_SKIP("cannot make a temporary directory");
     // Order matters: level off and level phases first, while no CUPTI callback is registered.
     DS_RUN(level_off_registers_nothing);
     DS_RUN(level_phases_writes_ranges_only);
     DS_RUN(level_kernels_records_match_launches);
     DS_RUN(graph_kernels_keep_node_ids);
+    DS_RUN(poll_is_lazy_and_loses_nothing);
+    DS_RUN(api_record_modes);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

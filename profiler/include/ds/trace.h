@@ -19,9 +19,9 @@
 //   ds_trace_set_stream(tr, ds_backend_cuda_stream(be))
 //   per step:  ds_trace_phase_begin(tr, step, phase, draft_step, batch) ... ds_trace_phase_end(tr)
 //              around each phase (prefill, draft_extend, draft_step k, verify, accept, sample)
-//   between steps, on the recorder's thread: ds_trace_collect(tr, &times, &n)
+//   between steps, on the recorder's thread: ds_trace_poll(tr, &times, &n)
 //              then per steps row: ds_trace_step_fill(&times[i], &row)
-//   ds_trace_collect once more after the last step, ds_trace_stats, ds_trace_release.
+//   ds_trace_collect (forced flush) after the last step, ds_trace_stats, ds_trace_release.
 //
 // Clocks: every time written is ns since the recorder's session start (ds_recorder_elapsed_ns).
 // CUPTI timestamps are shifted by an offset measured against cuptiGetTimestamp at each collect;
@@ -31,9 +31,13 @@
 // are completed on CUPTI's thread; the completion callback only queues them). At most one trace
 // of level kernels exists per process (CUPTI's activity API is process-wide).
 //
-// Cost: phase calls never allocate and never synchronize. collect synchronizes on the last end
-// event (the run loop has waited for the step anyway), flushes CUPTI, converts and appends rows.
-// docs/tracing.md gives the measured overheads.
+// Cost: phase calls never allocate and never synchronize: NVTX push/pop and two cudaEventRecord
+// per phase, plus (level kernels only) the CUPTI external correlation push/pop. Between steps the
+// run loop calls ds_trace_poll, which reads the finished phases' events (exact phase times every
+// step) but parses CUPTI records lazily: only buffers CUPTI has completed on its own, and a forced
+// flush every flush_ms or when the correlation table fills. ds_trace_collect is the full form
+// (forced flush every call): for the end of a run and for tests. docs/tracing.md gives the
+// measured overheads and the collection policy.
 #ifndef DS_TRACE_H
 #define DS_TRACE_H
 
@@ -57,7 +61,24 @@ struct ds_trace_options {
                              //   records, which are counted (stats.dropped_records)
     size_t max_ranges;       // phase ranges held between two collects [8192]; more are dropped
                              //   and counted (stats.dropped_ranges)
+    unsigned flush_ms;       // ds_trace_poll forces a CUPTI flush at most this often [1000]
+    int api_records;         // enum ds_trace_api; 0: the environment variable
+                             //   DS_TRACE_API_RECORDS (none|launch|runtime|all, or 0/1 for
+                             //   none/all), else DS_TRACE_API_DEFAULT_MODE
 };
+
+// Which CUDA API activity records level kernels asks CUPTI for. External correlation records are
+// emitted alongside API records, so a kernel gets its (step, phase) only if the API call that
+// launched it is recorded.
+enum ds_trace_api {
+    DS_TRACE_API_UNSET = 0, // options: take the environment / the default
+    DS_TRACE_API_NONE,      // no API records (kernel and external correlation kinds only)
+    DS_TRACE_API_LAUNCH,    // runtime API records of the launch calls only (cudaLaunchKernel*,
+                            //   cudaLaunchCooperativeKernel*, cudaGraphLaunch*): one per launch
+    DS_TRACE_API_RUNTIME,   // every runtime API call
+    DS_TRACE_API_ALL,       // every runtime and driver API call (two records per call)
+};
+#define DS_TRACE_API_DEFAULT_MODE DS_TRACE_API_LAUNCH
 
 // Phase times of one step, from its ranges (GPU time between the phase's two events).
 struct ds_trace_step_times {
@@ -77,7 +98,14 @@ struct ds_trace_stats {
     uint64_t unattributed;    // kernel records with no phase (launched outside every phase,
                               //   e.g. weight uploads); not written
     uint64_t buffers;         // CUPTI buffers completed
+    uint64_t flushes;         // forced CUPTI flushes (cuptiActivityFlushAll)
+    uint64_t drains;          // times queued CUPTI buffers were parsed
 };
+
+// A kernel row handed to the sink set with ds_trace_set_kernel_sink, with its name (valid during
+// the call only).
+typedef void (*ds_trace_kernel_sink)(void *user, const struct ds_rec_kernel *row,
+                                     const char *name);
 
 // Parses "off", "phases" or "kernels" (DS_ERR_ARG naming the text otherwise).
 enum ds_status ds_trace_level_parse(const char *text, enum ds_rec_trace_level *level_out);
@@ -91,8 +119,8 @@ const char *ds_trace_phase_name(enum ds_rec_phase phase);
 // CUDA device: without one DS_ERR_NODEVICE, message "no GPU: tracing is off (...)". rec receives
 // the /ranges and /kernels rows and interns kernel names; it may be NULL (times only, nothing
 // written). kernels: registers the CUPTI buffer callbacks and enables CONCURRENT_KERNEL,
-// EXTERNAL_CORRELATION and the RUNTIME/DRIVER API kinds (external correlation records follow API
-// records). Call it before any CUDA module loads, or CUPTI instruments the modules lazily (seconds
+// EXTERNAL_CORRELATION and the API records of opt->api_records (external correlation records
+// follow API records; see enum ds_trace_api). Call it before any CUDA module loads, or CUPTI instruments the modules lazily (seconds
 // at the first launch) and the first kernels are lost.
 // Errors: DS_ERR_ARG (bad level or options), DS_ERR_NODEVICE, DS_ERR_UNSUPPORTED (a kernels trace
 // already exists, or CUPTI refused: its message is quoted), DS_ERR_NOMEM. *trace_out is NULL on
@@ -134,6 +162,29 @@ enum ds_status ds_trace_phase_end(ds_trace_t *trace);
 // errors (DS_ERR_IO ...) passed through.
 enum ds_status ds_trace_collect(ds_trace_t *trace, const struct ds_trace_step_times **times_out,
                                 size_t *n_out);
+
+// The cheap form of collect, for every step of a run: phase ranges and step times exactly as
+// collect gives them (it waits for the closed phases' end events), but CUPTI records are parsed
+// only when CUPTI has completed a buffer, and flushed (forced) only when flush_ms have passed
+// since the last forced flush or the correlation table is half full. Kernel rows therefore reach
+// the recorder some steps late; call ds_trace_collect once at the end so that none is left
+// behind. The phase events are re-anchored to the session clock at most every 100 ms. Errors: as
+// collect.
+enum ds_status ds_trace_poll(ds_trace_t *trace, const struct ds_trace_step_times **times_out,
+                             size_t *n_out);
+
+// Every attributed kernel row (the ones appended to the recorder) is also handed to sink, on the
+// collecting thread, with its name (the recorder may be NULL then). NULL sink: none. Errors:
+// DS_ERR_ARG (NULL trace).
+enum ds_status ds_trace_set_kernel_sink(ds_trace_t *trace, ds_trace_kernel_sink sink, void *user);
+
+// The API records mode of a kernels-level trace (DS_TRACE_API_UNSET for other levels and NULL),
+// and its name: "none", "launch", "runtime", "all" (NULL for UNSET or an invalid value).
+enum ds_trace_api ds_trace_api_records(const ds_trace_t *trace);
+const char *ds_trace_api_name(enum ds_trace_api api);
+// Parses a DS_TRACE_API_RECORDS value (none|launch|runtime|all, 0 = none, 1 = all).
+// Errors: DS_ERR_ARG naming the text.
+enum ds_status ds_trace_api_parse(const char *text, enum ds_trace_api *api_out);
 
 // The /kernels and /ranges rows the last collect appended (valid until the next collect); for
 // tests and for callers without a recorder. Errors: DS_ERR_ARG.
@@ -211,10 +262,14 @@ enum ds_status ds_trace_baseline_run(ds_gptoss_t *target, const uint32_t *batch_
                                      struct ds_trace_baseline *out);
 
 // Measures the slowdown of trace's level on decode steps of `target` at batch_size: `rounds`
-// alternating blocks of `steps` steps, traced (each step inside a verify phase, collected and
-// discarded) and paused, and gives median(traced) / median(paused) - 1 in *overhead_out (store it
-// with ds_recorder_set_end's trace_overhead). Level off: 0. rounds/steps 0: 4 and 10. Call it
-// right after a collect and outside any phase: it discards whatever the trace holds uncollected.
+// alternating blocks of `steps` steps, paused (what level off pays) and traced (each step inside
+// a verify phase, then ds_trace_poll: the run's collection policy), and gives
+// sum(traced) / sum(paused) - 1 in *overhead_out, i.e. the tokens/s lost (store it with
+// ds_recorder_set_end's trace_overhead). The traced total also carries the parse of every record
+// the traced steps produced (a final drain, timed) and the forced flush's cost scaled to the
+// share of a flush period the traced steps took, as a run pays them. Nothing is written to the
+// recorder or the sink. Level off: 0. rounds/steps 0: 4 and 10. Call it right after a collect and
+// outside any phase: it discards whatever the trace holds uncollected.
 // Errors: as ds_trace_baseline_run and ds_trace_pause; DS_ERR_ARG for a NULL trace.
 enum ds_status ds_trace_measure_overhead(ds_trace_t *trace, ds_gptoss_t *target,
                                          uint32_t batch_size, int rounds, int steps,
