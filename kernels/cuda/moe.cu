@@ -70,12 +70,13 @@
 
 namespace cg = cooperative_groups;
 
-#define MOE_THREADS 256
+#define MOE_THREADS 128
 #define MOE_WARPS (MOE_THREADS / DS_WARP)
 #define MOE_ROWS_PER_WARP 8                                // weight rows streamed together
-#define MOE_ROWS_PER_BLOCK (MOE_WARPS * MOE_ROWS_PER_WARP) // 64
+#define MOE_ROWS_PER_BLOCK (MOE_WARPS * MOE_ROWS_PER_WARP) // 32
 #define MOE_TOKEN_CHUNK 64                                 // tokens of one expert per block
 #define MOE_TT_WIDE_AVG 3 // average tokens per expert from which the wide tiles pay off
+#define MOE_SMALL_PAIRS 32 // T·KE up to which the GEMV blocks group the pairs themselves
 
 #define RT_ROWS 4        // router rows per cluster
 #define RT_THREADS 512   // warps per block = 16
@@ -364,6 +365,46 @@ moe_group_by_expert(const int32_t *ids, int n_pairs, int n_experts, int32_t *gro
 // Per (r, t) the order is fixed: lane blocks in increasing k; inside a block, 4 groups of 8
 // elements, each Σ_i x·e2m1 for i = 0..7 from a product, then acc = fma(sum, scale, acc); finally
 // the xor butterfly over the lanes.
+//
+// Cost per decoded code (TT = 1): a quarter of a mask, one permute, one shared load and one fma,
+// plus an eighth of an fma for the scale. The 4 groups of a block are unrolled, so the 8 packed
+// words of a row are indexed statically (no register rotation) and the scale of a (row, block)
+// is formed once, not once per group. A block scale of 255 (2^128, not a float) takes the
+// per-lane slow path: the group sum times 2^64 (exact), then fma with 2^64. For every other scale
+// that path multiplies by 1 (exact), so both paths give the same bits.
+template <int TT, bool BIG>
+static __device__ __forceinline__ void mxfp4_block_dot(uint4 *wq, const float *sf,
+                                                       const uint8_t *sp, size_t row_s, int b,
+                                                       const void *x, enum ds_elem xdt, int K,
+                                                       const int *xrows, const float *lut,
+                                                       float acc[MOE_ROWS_PER_WARP][TT]) {
+    // Small tiles unroll the groups (the word rotation below becomes register renaming); wide
+    // tiles keep one group of x in registers at a time.
+#pragma unroll(TT <= 2 ? 4 : 1)
+    for (int q = 0; q < 4; q++) {
+        float xv[TT][8];
+#pragma unroll
+        for (int t = 0; t < TT; t++)
+            ld8(x, xdt, (size_t)xrows[t] * K + (size_t)b * DS_MXFP4_BLOCK + 8 * q, xv[t]);
+#pragma unroll
+        for (int r = 0; r < MOE_ROWS_PER_WARP; r++) {
+            float w[8];
+            e2m1_decode8(lut, wq[r].x, w);
+            wq[r].x = wq[r].y, wq[r].y = wq[r].z, wq[r].z = wq[r].w;
+            // Rare path only: re-read the scale byte instead of keeping 8 more registers.
+            const float pre = BIG && __ldg(sp + r * row_s + b) == 255 ? 0x1p64f : 1.0f;
+#pragma unroll
+            for (int t = 0; t < TT; t++) {
+                float part = __fmul_rn(xv[t][0], w[0]);
+#pragma unroll
+                for (int i = 1; i < 8; i++) part = __fmaf_rn(xv[t][i], w[i], part);
+                if (BIG) part = __fmul_rn(part, pre);
+                acc[r][t] = __fmaf_rn(part, sf[r], acc[r][t]);
+            }
+        }
+    }
+}
+
 template <int TT>
 static __device__ __forceinline__ void mxfp4_rows_dot(const uint8_t *blocks, const uint8_t *scales,
                                                       int K, int r0, const void *x,
@@ -372,6 +413,7 @@ static __device__ __forceinline__ void mxfp4_rows_dot(const uint8_t *blocks, con
                                                       float acc[MOE_ROWS_PER_WARP][TT]) {
     const int lane = threadIdx.x % DS_WARP, nb = K / DS_MXFP4_BLOCK;
     const size_t row_b = (size_t)K / 2, row_s = (size_t)nb;
+    const uint8_t *bp = blocks + (size_t)r0 * row_b, *sp = scales + (size_t)r0 * row_s;
 #pragma unroll
     for (int r = 0; r < MOE_ROWS_PER_WARP; r++)
 #pragma unroll
@@ -379,43 +421,19 @@ static __device__ __forceinline__ void mxfp4_rows_dot(const uint8_t *blocks, con
 #pragma unroll 1
     for (int b = lane; b < nb; b += DS_WARP) {
         uint4 wq[MOE_ROWS_PER_WARP];
-        uint8_t sc[MOE_ROWS_PER_WARP];
+        float sf[MOE_ROWS_PER_WARP];
+        bool big = false;
+#pragma unroll
+        for (int r = 0; r < MOE_ROWS_PER_WARP; r++)
+            wq[r] = ld_stream_u4(bp + r * row_b + (size_t)b * DS_MXFP4_BLOCK_BYTES);
 #pragma unroll
         for (int r = 0; r < MOE_ROWS_PER_WARP; r++) {
-            const size_t row = (size_t)(r0 + r);
-            wq[r] = ld_stream_u4(blocks + row * row_b + (size_t)b * DS_MXFP4_BLOCK_BYTES);
-            sc[r] = __ldg(scales + row * row_s + b);
+            const uint8_t s = __ldg(sp + r * row_s + b);
+            big |= s == 255;
+            sf[r] = s == 255 ? 0x1p64f : ds_e8m0_to_f32(s);
         }
-        // Not unrolled: the loads of the next group are not hoisted, which keeps the registers
-        // at 8 words + acc + one group of x; the packed words rotate so word 0 is always next.
-#pragma unroll 1
-        for (int q = 0; q < 4; q++) {
-            const size_t k = (size_t)b * DS_MXFP4_BLOCK + 8 * q;
-            float xv[TT][8];
-#pragma unroll
-            for (int t = 0; t < TT; t++) ld8(x, xdt, (size_t)xrows[t] * K + k, xv[t]);
-#pragma unroll
-            for (int r = 0; r < MOE_ROWS_PER_WARP; r++) {
-                float w[8];
-                e2m1_decode8(lut, wq[r].x, w);
-                wq[r].x = wq[r].y, wq[r].y = wq[r].z, wq[r].z = wq[r].w;
-                float sf;
-                if (sc[r] == 255) { // 2^128 is not a float: 2^64 on the codes, 2^64 on the sum
-#pragma unroll
-                    for (int i = 0; i < 8; i++) w[i] = __fmul_rn(w[i], 0x1p64f);
-                    sf = 0x1p64f;
-                } else {
-                    sf = ds_e8m0_to_f32(sc[r]);
-                }
-#pragma unroll
-                for (int t = 0; t < TT; t++) {
-                    float part = __fmul_rn(xv[t][0], w[0]);
-#pragma unroll
-                    for (int i = 1; i < 8; i++) part = __fmaf_rn(xv[t][i], w[i], part);
-                    acc[r][t] = __fmaf_rn(part, sf, acc[r][t]);
-                }
-            }
-        }
+        if (big) mxfp4_block_dot<TT, true>(wq, sf, sp, row_s, b, x, xdt, K, xrows, lut, acc);
+        else mxfp4_block_dot<TT, false>(wq, sf, sp, row_s, b, x, xdt, K, xrows, lut, acc);
     }
 #pragma unroll
     for (int r = 0; r < MOE_ROWS_PER_WARP; r++)
@@ -476,56 +494,119 @@ static __device__ __forceinline__ void down_tile(const struct ds_moe_args &a, in
     }
 }
 
-// Block set-up of both GEMV kernels: the expert in use number blockIdx.y, its pairs [beg, end) in
-// token chunk blockIdx.z, the E2M1 table, and the warp's first weight row r0 of n_w_rows. False
-// when the block (before the barrier: all of it) or the warp (after) has nothing to do.
-static __device__ __forceinline__ bool block_begin(const int32_t *groups, int E, int n_w_rows,
-                                                   float *lut, int *e, int *beg, int *end,
-                                                   int *r0) {
-    const struct moe_groups gr = groups_of(groups, E);
-    if ((int)blockIdx.y >= *gr.n_used) return false;
-    *e = gr.used[blockIdx.y];
-    const int lo = gr.offsets[*e], hi = gr.offsets[*e + 1];
-    *beg = lo + (int)blockIdx.z * MOE_TOKEN_CHUNK;
-    *end = min(hi, *beg + MOE_TOKEN_CHUNK);
-    if (*beg >= *end) return false;
-    lut_init(lut);
-    __syncthreads();
-    *r0 = blockIdx.x * MOE_ROWS_PER_BLOCK + (threadIdx.x / DS_WARP) * MOE_ROWS_PER_WARP;
-    return *r0 < n_w_rows;
+// The expert of the pairs when T·KE <= 32 (decode and small verifies), found by warp 0 of every
+// block from the ids themselves, so no grouping kernel runs: lane p holds pair p's id; the
+// distinct valid ids ranked in increasing order give "the y-th expert in use" exactly as the
+// grouping kernel's list does, and a ballot lists its pairs in increasing pair index (the
+// grouping kernel's order). Returns the expert, or -1 when fewer than y + 1 experts are in use.
+static __device__ __forceinline__ int small_group(const int32_t *ids, int n_pairs, int E, int y,
+                                                  int32_t *list, int *n_out) {
+    const int lane = threadIdx.x % DS_WARP;
+    const int id = lane < n_pairs ? __ldg(ids + lane) : -1;
+    const bool valid = id >= 0 && id < E;
+    const unsigned same = __match_any_sync(DS_FULL_MASK, id);
+    const bool first = valid && __ffs(same) - 1 == lane;
+    const unsigned firsts = __ballot_sync(DS_FULL_MASK, first);
+    int rank = 0; // distinct valid ids below mine
+    for (unsigned m = firsts; m; m &= m - 1) {
+        const int q = __ffs(m) - 1;
+        rank += __shfl_sync(DS_FULL_MASK, id, q) < id;
+    }
+    const unsigned hit = __ballot_sync(DS_FULL_MASK, first && rank == y);
+    if (!hit) return -1;
+    const int e = __shfl_sync(DS_FULL_MASK, id, __ffs(hit) - 1);
+    const unsigned mine = __ballot_sync(DS_FULL_MASK, valid && id == e);
+    if (valid && id == e) list[__popc(mine & ((1u << lane) - 1u))] = lane;
+    *n_out = __popc(mine);
+    return e;
 }
 
-// WIDE: tiles of 8, 4, 2, 1 tokens (more registers, one block per SM); otherwise tiles of 2 and 1
-// and two blocks per SM (decode: an expert rarely sees more than a token or two). Per token both
-// run the same operations.
-template <bool WIDE>
-__global__ void __launch_bounds__(MOE_THREADS, WIDE ? 1 : 2)
+// Block set-up of both GEMV kernels: the expert in use number blockIdx.y, its pairs list[beg, end)
+// in token chunk blockIdx.z, the E2M1 table, and the warp's first weight row r0 of n_w_rows.
+// groups == NULL: the small path (T·KE <= 32, one chunk), the pairs found by small_group into
+// the block's shared s_list. False when the block or the warp has nothing to do.
+struct moe_block {
+    int e, beg, end, r0;
+    const int32_t *list;
+};
+
+static __device__ __forceinline__ bool block_begin(const struct ds_moe_args &a,
+                                                   const int32_t *groups, const int32_t *pairs,
+                                                   int n_w_rows, float *lut, int32_t *s_list,
+                                                   int *s_info, struct moe_block *k) {
+    const int E = a.n_experts;
+    if (groups) {
+        const struct moe_groups gr = groups_of(groups, E);
+        if ((int)blockIdx.y >= *gr.n_used) return false;
+        k->e = gr.used[blockIdx.y];
+        const int lo = gr.offsets[k->e], hi = gr.offsets[k->e + 1];
+        k->beg = lo + (int)blockIdx.z * MOE_TOKEN_CHUNK;
+        k->end = min(hi, k->beg + MOE_TOKEN_CHUNK);
+        k->list = pairs;
+        if (k->beg >= k->end) return false;
+        lut_init(lut);
+        __syncthreads();
+    } else {
+        if (threadIdx.x < DS_WARP) {
+            int n = 0;
+            const int e = small_group(a.expert_ids, a.n_rows * a.top_k, E, (int)blockIdx.y, s_list,
+                                      &n);
+            if (threadIdx.x == 0) s_info[0] = e, s_info[1] = n;
+        }
+        lut_init(lut);
+        __syncthreads(); // every thread reaches it: the exit below is block-uniform
+        k->e = s_info[0], k->beg = 0, k->end = s_info[1], k->list = s_list;
+        if (k->e < 0) return false;
+    }
+    k->r0 = blockIdx.x * MOE_ROWS_PER_BLOCK + (threadIdx.x / DS_WARP) * MOE_ROWS_PER_WARP;
+    return k->r0 < n_w_rows;
+}
+
+// Three variants with the same operations per token (only the token tiles and the register
+// budget differ): V = 0 (one token per expert: decode) tiles of 1, up to 4 blocks per SM; V = 1
+// tiles of 2 and 1; V = 2 (wide: several tokens per expert) tiles of 8, 4, 2, 1.
+#define MOE_MIN_BLOCKS(V) ((V) == 0 ? 4 : (V) == 1 ? 3 : 2)
+
+template <int V>
+__global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(V))
 act_mxfp4w_moe_gate_up_swiglu(const struct ds_moe_args a, const int32_t *groups,
                               const int32_t *pairs, float *h) {
     __shared__ float lut[16];
-    int e, i, end, r0;
-    if (!block_begin(groups, a.n_experts, 2 * a.inter, lut, &e, &i, &end, &r0)) return;
-    if constexpr (WIDE) {
-        for (; end - i >= 8; i += 8) gate_up_tile<8>(a, e, r0, pairs + i, lut, h);
-        if (end - i >= 4) gate_up_tile<4>(a, e, r0, pairs + i, lut, h), i += 4;
+    __shared__ int32_t s_list[DS_WARP];
+    __shared__ int s_info[2];
+    struct moe_block k;
+    if (!block_begin(a, groups, pairs, 2 * a.inter, lut, s_list, s_info, &k)) return;
+    int i = k.beg;
+    const int e = k.e, end = k.end, r0 = k.r0;
+    const int32_t *list = k.list;
+    if constexpr (V == 2) {
+        for (; end - i >= 8; i += 8) gate_up_tile<8>(a, e, r0, list + i, lut, h);
+        if (end - i >= 4) gate_up_tile<4>(a, e, r0, list + i, lut, h), i += 4;
     }
-    for (; end - i >= 2; i += 2) gate_up_tile<2>(a, e, r0, pairs + i, lut, h);
-    if (end - i >= 1) gate_up_tile<1>(a, e, r0, pairs + i, lut, h);
+    if constexpr (V >= 1)
+        for (; end - i >= 2; i += 2) gate_up_tile<2>(a, e, r0, list + i, lut, h);
+    for (; i < end; i++) gate_up_tile<1>(a, e, r0, list + i, lut, h);
 }
 
-template <bool WIDE>
-__global__ void __launch_bounds__(MOE_THREADS, WIDE ? 1 : 2)
+template <int V>
+__global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(V))
 f32_mxfp4w_moe_down(const struct ds_moe_args a, const int32_t *groups, const int32_t *pairs,
                     const float *h, float *y) {
     __shared__ float lut[16];
-    int e, i, end, r0;
-    if (!block_begin(groups, a.n_experts, a.dim, lut, &e, &i, &end, &r0)) return;
-    if constexpr (WIDE) {
-        for (; end - i >= 8; i += 8) down_tile<8>(a, e, r0, pairs + i, lut, h, y);
-        if (end - i >= 4) down_tile<4>(a, e, r0, pairs + i, lut, h, y), i += 4;
+    __shared__ int32_t s_list[DS_WARP];
+    __shared__ int s_info[2];
+    struct moe_block k;
+    if (!block_begin(a, groups, pairs, a.dim, lut, s_list, s_info, &k)) return;
+    int i = k.beg;
+    const int e = k.e, end = k.end, r0 = k.r0;
+    const int32_t *list = k.list;
+    if constexpr (V == 2) {
+        for (; end - i >= 8; i += 8) down_tile<8>(a, e, r0, list + i, lut, h, y);
+        if (end - i >= 4) down_tile<4>(a, e, r0, list + i, lut, h, y), i += 4;
     }
-    for (; end - i >= 2; i += 2) down_tile<2>(a, e, r0, pairs + i, lut, h, y);
-    if (end - i >= 1) down_tile<1>(a, e, r0, pairs + i, lut, h, y);
+    if constexpr (V >= 1)
+        for (; end - i >= 2; i += 2) down_tile<2>(a, e, r0, list + i, lut, h, y);
+    for (; i < end; i++) down_tile<1>(a, e, r0, list + i, lut, h, y);
 }
 
 // out[t][c] = residual[t][c] + Σ_s w_s·y[t·KE+s][c], s in the router's order; a slot whose expert
@@ -587,6 +668,16 @@ extern "C" size_t ds_moe_workspace_bytes_v2(int n_rows, int dim, int inter, int 
     return ref > cuda ? ref : cuda;
 }
 
+// gate_up then down of one variant.
+template <int V>
+static void moe_gemv_launch(const struct ds_moe_args *a, dim3 g1, dim3 g2, cudaStream_t st,
+                            const int32_t *groups, const struct moe_ws &w) {
+    act_mxfp4w_moe_gate_up_swiglu<V><<<g1, MOE_THREADS, 0, st>>>(*a, groups, w.pairs, w.h);
+    DS_KERNEL_CHECK();
+    f32_mxfp4w_moe_down<V><<<g2, MOE_THREADS, 0, st>>>(*a, groups, w.pairs, w.h, w.y);
+    DS_KERNEL_CHECK();
+}
+
 extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream) {
     static const char op[] = "moe (cuda)";
     if (!a) return ds_error_set(DS_ERR_ARG, "%s: no arguments", op);
@@ -635,28 +726,26 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
     const struct moe_ws w = moe_ws_plan(a->workspace, T, C, I, E, KE);
     cudaStream_t st = DS_STREAM(stream);
 
-    moe_group_by_expert<<<1, 1024, 0, st>>>(a->expert_ids, T * KE, E, w.groups, w.pairs);
-    DS_KERNEL_CHECK();
-    // Grid y: experts in use, at most min(E, T·KE); blocks past the device-side count exit at
-    // once. An expert holds at most T pairs (a row selects it once), so T/64 chunks cover any
-    // count. Wide tiles when an expert in use sees >= 3 tokens on average.
-    const unsigned n_used_max = (unsigned)((long long)T * KE < E ? (long long)T * KE : E);
-    const unsigned chunks = cu_blocks((size_t)T, MOE_TOKEN_CHUNK);
-    const bool wide = (long long)T * KE >= (long long)MOE_TT_WIDE_AVG * E;
-    dim3 g1(cu_blocks((size_t)2 * I, MOE_ROWS_PER_BLOCK), n_used_max, chunks);
-    dim3 g2(cu_blocks((size_t)C, MOE_ROWS_PER_BLOCK), n_used_max, chunks);
-    if (wide) {
-        act_mxfp4w_moe_gate_up_swiglu<true><<<g1, MOE_THREADS, 0, st>>>(*a, w.groups, w.pairs, w.h);
-        DS_KERNEL_CHECK();
-        f32_mxfp4w_moe_down<true><<<g2, MOE_THREADS, 0, st>>>(*a, w.groups, w.pairs, w.h, w.y);
-        DS_KERNEL_CHECK();
-    } else {
-        act_mxfp4w_moe_gate_up_swiglu<false><<<g1, MOE_THREADS, 0, st>>>(*a, w.groups, w.pairs,
-                                                                          w.h);
-        DS_KERNEL_CHECK();
-        f32_mxfp4w_moe_down<false><<<g2, MOE_THREADS, 0, st>>>(*a, w.groups, w.pairs, w.h, w.y);
+    // Up to 32 pairs the GEMV blocks find their expert and pairs themselves (small_group); above,
+    // one grouping kernel lists them in the workspace.
+    const bool small = (long long)T * KE <= MOE_SMALL_PAIRS;
+    if (!small) {
+        moe_group_by_expert<<<1, 1024, 0, st>>>(a->expert_ids, T * KE, E, w.groups, w.pairs);
         DS_KERNEL_CHECK();
     }
+    // Grid y: experts in use, at most min(E, T·KE); blocks past the device-side count exit at
+    // once. An expert holds at most T pairs (a row selects it once), so T/64 chunks cover any
+    // count (one chunk on the small path: T <= 32). Variant by the average tokens per expert in
+    // use: one row (decode) runs the 1-token variant, >= 3 on average the wide one.
+    const unsigned n_used_max = (unsigned)((long long)T * KE < E ? (long long)T * KE : E);
+    const unsigned chunks = cu_blocks((size_t)T, MOE_TOKEN_CHUNK);
+    const int variant = (long long)T * KE >= (long long)MOE_TT_WIDE_AVG * E ? 2 : T == 1 ? 0 : 1;
+    const dim3 g1(cu_blocks((size_t)2 * I, MOE_ROWS_PER_BLOCK), n_used_max, chunks);
+    const dim3 g2(cu_blocks((size_t)C, MOE_ROWS_PER_BLOCK), n_used_max, chunks);
+    const int32_t *groups = small ? NULL : w.groups;
+    if (variant == 0) moe_gemv_launch<0>(a, g1, g2, st, groups, w);
+    else if (variant == 1) moe_gemv_launch<1>(a, g1, g2, st, groups, w);
+    else moe_gemv_launch<2>(a, g1, g2, st, groups, w);
     dim3 g3((unsigned)T, cu_blocks((size_t)C, 256));
     act_moe_combine<<<g3, 256, 0, st>>>(*a, w.y);
     DS_KERNEL_CHECK();
