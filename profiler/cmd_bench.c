@@ -7,6 +7,7 @@
 //                    [--device N] [--json]
 //   draftscope bench --steps [--shape 20b|120b] [--batches 1,8,32,64] [--iters N] [--kv L]
 //                    [--graphs on|off|both] [--layers N] [--seed S] [--device N] [--json]
+//                    [--trace off,phases,kernels]
 //
 // For each row count T every op gets freshly allocated buffers filled on the GPU from a seed
 // (ds_cuda_fill_uniform / ds_cuda_fill_bytes: every input byte is defined), runs twice to warm
@@ -38,6 +39,7 @@
 #include "ds/kernels.h"
 #include "ds/kernels_cuda.h"
 #include "ds/synthetic.h"
+#include "ds/trace.h"
 
 #define BENCH_CEIL_GBS 4300.0 // H200 measured copy bandwidth
 #define BENCH_MAX_ROWS_LIST 16
@@ -477,9 +479,21 @@ static void usage(FILE *f) {
                "       draftscope bench --steps [--shape 20b|120b] [--batches 1,8,32,64]\n"
                "                        [--iters N] [--kv L] [--graphs on|off|both] [--layers N]\n"
                "                        [--seed S] [--device N] [--json]\n"
+               "                        [--trace off,phases,kernels]\n"
                "  --ops times every CUDA op at the real shapes on synthetic inputs; --iters 0\n"
                "  only checks that each op runs. --steps times whole target decode / verify steps\n"
-               "  and draft extend / step calls of a synthetic model (--layers: a slice)\n");
+               "  and draft extend / step calls of a synthetic model (--layers: a slice)\n"
+               "  --trace (with --steps): times each step kind at each listed trace level in\n"
+               "  alternating blocks (2 rounds of --iters steps per level), each step wrapped as\n"
+               "  the run wraps it (one phase, then ds_trace_poll), and prints ms/step per level,\n"
+               "  the tokens/s lost against off (mean step time), and at level kernels a table\n"
+               "  of the CUPTI kernel records of the timed steps (warm-up steps excluded).\n"
+               "  All levels share one process and one model: CUPTI is enabled before the\n"
+               "  backend when kernels is listed, and paused (its kinds disabled) for the off and\n"
+               "  phases blocks; the modules and graphs stay instrumented then, so off is slightly\n"
+               "  slower than in a process without CUPTI. For a clean off figure run\n"
+               "  --trace off,phases in a separate process. DS_TRACE_API_RECORDS picks the CUPTI\n"
+               "  API records (docs/tracing.md).\n");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -651,16 +665,257 @@ static void load_dots(void *user, uint64_t done, uint64_t total) {
     if (done >= total) fputc('\n', stderr);
 }
 
+// ---------------------------------------------------------------------------------------------
+// --steps --trace: the cost of each trace level, and where a step's time goes.
+//
+// Per step kind, after the usual two warm-up calls (outside every phase: their kernels stay
+// unattributed and out of the table), ROUNDS rounds run `iters` steps at each listed level in
+// turn: off (no trace call; the kernels trace paused), phases (the phases trace: begin, call,
+// sync, end, poll) and kernels (the same on the kernels trace). A level's figure is the mean host
+// time per step (what tokens/s sees) and the median; the kernels blocks also pay their final
+// collect (every record they produced parsed; the forced flush charged for the share of a flush
+// period the block lasted, as a run pays one flush per period). Each kernel row the sink receives
+// whose step belongs to a timed kernels block goes into the table: launches per step, µs per step
+// (CUPTI start..end), and the share of the step: summed kernel time / summed GPU step time (the
+// phase's event pair of the same steps).
+
+#define TRACE_ROUNDS 2
+#define KTAB_MAX 512
+
+struct ktab_entry {
+    char name[96];
+    uint64_t launches, ns;
+};
+
+struct ktab {
+    struct ktab_entry e[KTAB_MAX];
+    int n;
+    uint64_t step_lo, step_hi; // rows of steps in [lo, hi) are counted
+    uint64_t rows_out;         // rows of other steps (warm-up excluded by design: none expected)
+    bool full;
+};
+
+static void ktab_sink(void *user, const struct ds_rec_kernel *row, const char *name) {
+    struct ktab *k = user;
+    if (row->step < k->step_lo || row->step >= k->step_hi) {
+        k->rows_out++;
+        return;
+    }
+    char shortn[96];
+    ds_trace_short_name(name, shortn, sizeof shortn);
+    int i = 0;
+    while (i < k->n && strcmp(k->e[i].name, shortn)) i++;
+    if (i == k->n) {
+        if (k->n == KTAB_MAX) {
+            k->full = true;
+            i = KTAB_MAX - 1; // the last slot takes the rest (named below)
+            snprintf(k->e[i].name, sizeof k->e[i].name, "(other kernels)");
+        } else {
+            k->n++;
+            snprintf(k->e[i].name, sizeof k->e[i].name, "%s", shortn);
+        }
+    }
+    k->e[i].launches++;
+    k->e[i].ns += row->end_ns > row->start_ns ? row->end_ns - row->start_ns : 0;
+}
+
+static int ktab_cmp(const void *a, const void *b) {
+    const struct ktab_entry *x = a, *y = b;
+    return x->ns < y->ns ? 1 : x->ns > y->ns ? -1 : strcmp(x->name, y->name);
+}
+
+struct trace_bench {
+    ds_trace_t *phases, *kernels; // NULL when the level is not listed
+    unsigned mask;                // 1 << level
+    uint64_t step_id;             // next phase step id (unique over the whole bench)
+    struct ktab *tab;
+};
+
+static enum ds_rec_phase phase_of(enum step_kind k) {
+    return k == SK_EXTEND ? DS_REC_PHASE_DRAFT_EXTEND
+                          : k == SK_DSTEP ? DS_REC_PHASE_DRAFT_STEP : DS_REC_PHASE_VERIFY;
+}
+
+// One traced step as the run does it: phase, the call, the sync, end, poll. *gpu_ns: the
+// phase's GPU time (0 when the poll gave none).
+static enum ds_status traced_step(struct step_ctx *c, ds_trace_t *t, uint64_t step,
+                                  enum step_kind k, int B, int iter, uint64_t *gpu_ns) {
+    *gpu_ns = 0;
+    enum ds_status s = ds_trace_phase_begin(t, step, phase_of(k), k == SK_DSTEP ? 1 : 0,
+                                            (unsigned)B);
+    if (s) return s;
+    s = step_once(c, k, B, iter);
+    if (!s) s = c->be->sync(c->be);
+    enum ds_status e = ds_trace_phase_end(t);
+    if (!s) s = e;
+    const struct ds_trace_step_times *tt = NULL;
+    size_t n = 0;
+    if (!s) s = ds_trace_poll(t, &tt, &n);
+    for (size_t i = 0; i < n; i++) *gpu_ns += tt[i].end_ns - tt[i].start_ns;
+    return s;
+}
+
+struct level_result {
+    double mean_ms, median_ms;
+    uint64_t gpu_ns, steps, dropped; // kernels level: GPU step time summed, steps, records lost
+};
+
+// Times a step kind at every listed level; res[level]. times holds TRACE_ROUNDS * iters doubles
+// per level (3 levels).
+static enum ds_status time_step_levels(struct step_ctx *c, struct trace_bench *tb,
+                                       enum step_kind k, int B, int iters, double *times,
+                                       struct level_result *res) {
+    enum ds_status s = DS_OK;
+    memset(res, 0, 3 * sizeof *res);
+    double sum[3] = {0};
+    int n[3] = {0};
+    // Warm-up (the second call captures with graphs): with CUPTI on, outside every phase.
+    if (tb->kernels) s = ds_trace_resume(tb->kernels);
+    for (int w = 0; w < 2 && s == DS_OK; w++)
+        if ((s = step_once(c, k, B, w)) == DS_OK) s = c->be->sync(c->be);
+    const struct ds_trace_step_times *tt = NULL;
+    size_t nt = 0;
+    if (!s && tb->kernels) s = ds_trace_collect(tb->kernels, &tt, &nt); // warm-up records out
+    struct ds_trace_stats st0 = {0}, st1;
+    if (tb->kernels) ds_trace_stats(tb->kernels, &st0);
+    tb->tab->n = 0;
+    tb->tab->full = false;
+    tb->tab->rows_out = 0;
+    tb->tab->step_lo = tb->step_id;
+    tb->tab->step_hi = tb->step_id; // grows with each kernels step
+    for (int r = 0; r < TRACE_ROUNDS && !s; r++) {
+        for (int lv = 0; lv < 3 && !s; lv++) {
+            if (!(tb->mask & (1u << lv))) continue;
+            ds_trace_t *t = lv == DS_REC_TRACE_PHASES ? tb->phases
+                            : lv == DS_REC_TRACE_KERNELS ? tb->kernels : NULL;
+            if (tb->kernels) s = lv == DS_REC_TRACE_KERNELS ? ds_trace_resume(tb->kernels)
+                                                            : ds_trace_pause(tb->kernels);
+            double block = 0;
+            for (int it = 0; it < iters && !s; it++) {
+                const double t0 = now_ms();
+                uint64_t g = 0;
+                if (!t) {
+                    s = step_once(c, k, B, it + 2);
+                    if (!s) s = c->be->sync(c->be);
+                } else {
+                    if (lv == DS_REC_TRACE_KERNELS) tb->tab->step_hi = tb->step_id + 1;
+                    s = traced_step(c, t, tb->step_id++, k, B, it + 2, &g);
+                }
+                const double ms = now_ms() - t0;
+                times[lv * TRACE_ROUNDS * iters + n[lv]++] = ms;
+                block += ms;
+                if (lv == DS_REC_TRACE_KERNELS) res[lv].gpu_ns += g, res[lv].steps++;
+            }
+            if (!s && lv == DS_REC_TRACE_KERNELS) {
+                // Every record of the block parsed now (the table needs them): its parse is
+                // charged; the forced flush for the block's share of a flush period.
+                struct ds_trace_stats a;
+                ds_trace_stats(t, &a);
+                const double t0 = now_ms();
+                s = ds_trace_collect(t, &tt, &nt);
+                const double total = now_ms() - t0;
+                ds_trace_stats(t, &st1);
+                double flush = (double)(st1.flush_ns - a.flush_ns) * 1e-6;
+                if (flush > total) flush = total;
+                const double share = block / 1000.0; // the default 1000 ms flush period
+                sum[lv] += total - flush + flush * (share < 1.0 ? share : 1.0);
+            }
+            sum[lv] += block;
+        }
+    }
+    if (tb->kernels) {
+        if (!s) s = ds_trace_pause(tb->kernels);
+        ds_trace_stats(tb->kernels, &st1);
+        res[DS_REC_TRACE_KERNELS].dropped = st1.dropped_records - st0.dropped_records;
+    }
+    if (s) return s;
+    for (int lv = 0; lv < 3; lv++) {
+        if (!n[lv]) continue;
+        double *v = times + lv * TRACE_ROUNDS * iters;
+        qsort(v, (size_t)n[lv], sizeof *v, cmp_double);
+        res[lv].median_ms = v[n[lv] / 2];
+        res[lv].mean_ms = sum[lv] / n[lv];
+    }
+    return DS_OK;
+}
+
+// Prints (or adds to the JSON row) the level figures and the kernel table.
+static void report_levels(const struct trace_bench *tb, const struct level_result *res,
+                          json_t *row, const char *kind, int B, bool g) {
+    const double off = (tb->mask & 1u) ? res[0].mean_ms : 0;
+    json_t *levels = row ? json_array() : NULL;
+    for (int lv = 0; lv < 3; lv++) {
+        if (!(tb->mask & (1u << lv))) continue;
+        const double over = off > 0 ? res[lv].mean_ms / off - 1.0 : 0.0;
+        if (levels) {
+            json_t *o = json_pack("{s:s, s:f, s:f}", "trace", ds_trace_level_name(lv), "ms",
+                                  res[lv].mean_ms, "median_ms", res[lv].median_ms);
+            if (off > 0) json_object_set_new(o, "overhead", json_real(over));
+            json_array_append_new(levels, o);
+        } else {
+            printf("  %-24s B %-3d graphs %-3s trace %-7s %9.3f ms/step (median %.3f)", kind, B,
+                   g ? "on" : "off", ds_trace_level_name(lv), res[lv].mean_ms,
+                   res[lv].median_ms);
+            if (off > 0 && lv) printf("  %+.2f%% vs off", 100.0 * over);
+            putchar('\n');
+        }
+    }
+    if (row) json_object_set_new(row, "trace", levels);
+    if (!(tb->mask & (1u << DS_REC_TRACE_KERNELS))) return;
+    const struct level_result *r = &res[DS_REC_TRACE_KERNELS];
+    struct ktab *k = tb->tab;
+    qsort(k->e, (size_t)k->n, sizeof k->e[0], ktab_cmp);
+    const double steps = r->steps ? (double)r->steps : 1.0;
+    uint64_t kern_ns = 0;
+    for (int i = 0; i < k->n; i++) kern_ns += k->e[i].ns;
+    const double gpu_us = (double)r->gpu_ns / steps / 1e3;
+    json_t *arr = row ? json_array() : NULL;
+    if (!row)
+        printf("    kernels of %llu timed steps (API records %s): GPU step %.1f us, kernels %.1f "
+               "us (%.1f%%), %llu CUPTI records dropped%s\n"
+               "    %-60s %9s %10s %7s\n",
+               (unsigned long long)r->steps,
+               ds_trace_api_name(ds_trace_api_records(tb->kernels)), gpu_us,
+               (double)kern_ns / steps / 1e3, r->gpu_ns ? 100.0 * kern_ns / r->gpu_ns : 0.0,
+               (unsigned long long)r->dropped, k->full ? " (table full: rest in the last row)" : "",
+               "kernel", "launches", "us/step", "share");
+    for (int i = 0; i < k->n; i++) {
+        const double lps = (double)k->e[i].launches / steps, us = (double)k->e[i].ns / steps / 1e3;
+        const double share = r->gpu_ns ? (double)k->e[i].ns / (double)r->gpu_ns : 0.0;
+        if (arr)
+            json_array_append_new(arr, json_pack("{s:s, s:f, s:f, s:f}", "kernel", k->e[i].name,
+                                                 "launches_per_step", lps, "us_per_step", us,
+                                                 "share", share));
+        else
+            printf("    %-60s %9.2f %10.2f %6.1f%%\n", k->e[i].name, lps, us, 100.0 * share);
+    }
+    if (row) {
+        json_t *o = json_pack("{s:s, s:I, s:f, s:f, s:I, s:o}", "api_records",
+                              ds_trace_api_name(ds_trace_api_records(tb->kernels)), "steps",
+                              (json_int_t)r->steps, "gpu_us_per_step", gpu_us,
+                              "kernel_us_per_step", (double)kern_ns / steps / 1e3,
+                              "dropped_records", (json_int_t)r->dropped, "kernels", arr);
+        json_object_set_new(row, "kernel_table", o);
+    }
+    fflush(stdout);
+}
+
 static int bench_steps(const char *shape, const int *batches, int n_batches, int iters, int kv,
-                       int graphs_mode, int layers, uint64_t seed, int device, int json) {
+                       int graphs_mode, int layers, uint64_t seed, int device, int json,
+                       unsigned trace_mask) {
     int rc = 1, max_b = 1;
     for (int i = 0; i < n_batches; i++)
         if (batches[i] > max_b) max_b = batches[i];
     struct ds_backend *be = NULL;
     struct step_ctx c = {.max_b = max_b, .kv = kv, .seed = seed};
     struct step_row *out = NULL;
-    double *times = malloc(sizeof(double) * (size_t)(iters > 0 ? iters : 1));
+    double *times = malloc(sizeof(double) * 3 * TRACE_ROUNDS * (size_t)(iters > 0 ? iters : 1));
     json_t *js = json_array();
+    struct trace_bench tb = {.mask = trace_mask};
+    if (trace_mask && !(tb.tab = calloc(1, sizeof *tb.tab))) {
+        fprintf(stderr, "draftscope bench: out of memory\n");
+        goto cleanup;
+    }
     char arg[64];
     if (layers > 0)
         snprintf(arg, sizeof arg, "%s:%llu:%d", shape, (unsigned long long)seed, layers);
@@ -669,6 +924,13 @@ static int bench_steps(const char *shape, const int *batches, int n_batches, int
     struct ds_synthetic_spec spec;
     struct ds_target_config tc;
     struct ds_aux_plan aux;
+    // CUPTI before the backend: before any module loads or graph is captured.
+    if ((trace_mask & (1u << DS_REC_TRACE_KERNELS)) &&
+        (ds_trace_create(DS_REC_TRACE_KERNELS, NULL, NULL, &tb.kernels) != DS_OK ||
+         ds_trace_set_kernel_sink(tb.kernels, ktab_sink, tb.tab) != DS_OK)) {
+        fprintf(stderr, "draftscope bench: %s\n", ds_error_last());
+        goto cleanup;
+    }
     if (ds_synthetic_parse(arg, &spec) != DS_OK ||
         ds_synthetic_target_config(&spec, &tc) != DS_OK ||
         ds_synthetic_aux_plan(&tc, &aux) != DS_OK || ds_backend_cuda_create(device, &be) != DS_OK) {
@@ -676,6 +938,13 @@ static int bench_steps(const char *shape, const int *batches, int n_batches, int
         goto cleanup;
     }
     c.be = be;
+    if (((trace_mask & (1u << DS_REC_TRACE_PHASES)) &&
+         (ds_trace_create(DS_REC_TRACE_PHASES, NULL, NULL, &tb.phases) != DS_OK ||
+          ds_trace_set_stream(tb.phases, ds_backend_cuda_stream(be)) != DS_OK)) ||
+        (tb.kernels && ds_trace_set_stream(tb.kernels, ds_backend_cuda_stream(be)) != DS_OK)) {
+        fprintf(stderr, "draftscope bench: %s\n", ds_error_last());
+        goto cleanup;
+    }
     const double copy_gbs = copy_bandwidth((cudaStream_t)ds_backend_cuda_stream(be));
     struct ds_gptoss_plan tp = {.max_slots = max_b,
                                 .max_pos = kv + 8,
@@ -743,11 +1012,18 @@ static int bench_steps(const char *shape, const int *batches, int n_batches, int
                     }
                 }
                 double ms = 0;
-                if (time_step(&c, (enum step_kind)k, B, iters, times, &ms) != DS_OK) {
+                struct level_result lres[3];
+                enum ds_status ts =
+                    trace_mask ? time_step_levels(&c, &tb, (enum step_kind)k, B, iters, times, lres)
+                               : time_step(&c, (enum step_kind)k, B, iters, times, &ms);
+                if (ts != DS_OK) {
                     fprintf(stderr, "draftscope bench: %s B=%d: %s\n", step_names[k], B,
                             ds_error_last());
                     goto cleanup;
                 }
+                if (trace_mask) // the row shows the lowest level listed (off when it is)
+                    for (int lv = 2; lv >= 0; lv--)
+                        if (trace_mask & (1u << lv)) ms = lres[lv].median_ms;
                 const int rows = B * (k == SK_VERIFY ? 4 : k == SK_EXTEND ? 2 : 1);
                 double bytes =
                     k <= SK_VERIFY ? target_step_bytes(&c, rows) : draft_bytes + 2.0 * rows * c.H;
@@ -756,16 +1032,18 @@ static int bench_steps(const char *shape, const int *batches, int n_batches, int
                 const double floor_ms = bytes / (copy_gbs * 1e9) * 1e3;
                 const double gbs = ms > 0 ? bytes / (ms * 1e-3) / 1e9 : 0;
                 if (json) {
-                    json_array_append_new(
-                        js,
+                    json_t *jr =
                         json_pack("{s:s, s:i, s:i, s:b, s:f, s:f, s:f, s:f, s:f, s:f}", "step",
                                   r->kind, "batch", B, "rows", rows, "graphs", g, "ms", ms,
                                   "tokens_s", ms > 0 ? rows / (ms * 1e-3) : 0.0, "weight_bytes",
-                                  bytes, "floor_ms", floor_ms, "gb_s", gbs, "copy_gb_s", copy_gbs));
+                                  bytes, "floor_ms", floor_ms, "gb_s", gbs, "copy_gb_s", copy_gbs);
+                    if (trace_mask) report_levels(&tb, lres, jr, r->kind, B, g);
+                    json_array_append_new(js, jr);
                 } else {
                     printf("%-24s %5d %5d %6s %9.3f %10.0f %9.3f %9.3f %8.0f %5.0f%%\n", r->kind, B,
                            rows, g ? "on" : "off", ms, ms > 0 ? rows / (ms * 1e-3) : 0.0,
                            bytes / 1e9, floor_ms, gbs, copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0);
+                    if (trace_mask) report_levels(&tb, lres, NULL, r->kind, B, g);
                     fflush(stdout);
                 }
             }
@@ -781,6 +1059,9 @@ cleanup:
     ds_eagle3_release(c.d);
     ds_gptoss_release(c.t);
     ds_backend_release(be);
+    ds_trace_release(tb.phases); // after the backend, as the run does
+    ds_trace_release(tb.kernels);
+    free(tb.tab);
     free(c.tok), free(c.rows), free(c.hrows), free(c.s_pos), free(c.s_slot), free(c.s_prev);
     free(c.seqs), free(c.experts), free(out), free(times);
     json_decref(js);
@@ -789,6 +1070,7 @@ cleanup:
 
 int ds_cmd_bench(int argc, char **argv) {
     int ops = 0, steps = 0, json = 0, iters = 20, kv = 4096, device = 0, graphs = 2, layers = 0;
+    unsigned trace_mask = 0;
     unsigned long long seed = 0;
     int rows[BENCH_MAX_ROWS_LIST] = {1, 4, 32, 256}, n_rows = 4;
     int batches[BENCH_MAX_ROWS_LIST] = {1, 8, 32, 64}, n_batches = 4;
@@ -819,6 +1101,22 @@ int ds_cmd_bench(int argc, char **argv) {
                 fprintf(stderr, "draftscope bench: --layers wants 0..256, got '%s'\n", v);
                 return 2;
             }
+        } else if (v && !strcmp(o, "--trace")) {
+            char buf[64];
+            snprintf(buf, sizeof buf, "%s", v);
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+                enum ds_rec_trace_level lv;
+                if (ds_trace_level_parse(tok, &lv) != DS_OK) {
+                    fprintf(stderr, "draftscope bench: %s\n", ds_error_last());
+                    return 2;
+                }
+                trace_mask |= 1u << lv;
+            }
+            if (!trace_mask) {
+                fprintf(stderr, "draftscope bench: --trace wants a list of off, phases, kernels\n");
+                return 2;
+            }
+            i++;
         } else if (v && !strcmp(o, "--seed")) {
             seed = strtoull(v, NULL, 10), i++;
         } else if (v && !strcmp(o, "--batches")) {
@@ -863,6 +1161,10 @@ int ds_cmd_bench(int argc, char **argv) {
             return 2;
         }
     }
+    if (trace_mask && !steps) {
+        fprintf(stderr, "draftscope bench: --trace goes with --steps\n");
+        return 2;
+    }
     if (ops == steps) {
         fprintf(stderr, "draftscope bench: say what to time (--ops or --steps)\n");
         usage(stderr);
@@ -886,7 +1188,7 @@ int ds_cmd_bench(int argc, char **argv) {
             return 2;
         }
         return bench_steps(shape, batches, n_batches, iters, kv, graphs, layers, seed, device,
-                           json);
+                           json, trace_mask);
     }
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || device < 0 || device >= n_dev) {

@@ -232,6 +232,111 @@ enum ds_status ds_trace_ext_id_decode(uint64_t id, uint64_t *step_out,
     return DS_OK;
 }
 
+// ---- short kernel names (a small subset of the Itanium C++ ABI mangling) ----
+
+struct sn {
+    const char *p;
+    char *o;
+    size_t n, cap;
+    bool bad;
+};
+
+static void sn_put(struct sn *s, const char *txt, size_t len) {
+    for (size_t i = 0; i < len; i++)
+        if (s->n + 1 < s->cap) s->o[s->n++] = txt[i];
+    s->o[s->n] = 0;
+}
+
+static bool sn_source(struct sn *s) { // <len><identifier>
+    if (*s->p < '1' || *s->p > '9') return false;
+    char *end;
+    long len = strtol(s->p, &end, 10);
+    if ((long)strnlen(end, (size_t)len) < len) return false;
+    sn_put(s, end, (size_t)len);
+    s->p = end + len;
+    return true;
+}
+
+static const char *sn_builtin(char c) {
+    switch (c) {
+    case 'v': return "void";
+    case 'b': return "bool";
+    case 'c': return "char";
+    case 'a': return "signed char";
+    case 'h': return "unsigned char";
+    case 's': return "short";
+    case 't': return "unsigned short";
+    case 'i': return "int";
+    case 'j': return "unsigned";
+    case 'l': return "long";
+    case 'm': return "unsigned long";
+    case 'x': return "long long";
+    case 'y': return "unsigned long long";
+    case 'f': return "float";
+    case 'd': return "double";
+    default: return NULL;
+    }
+}
+
+// One template argument: L<type><value>E, a builtin type, or a <len><name> type.
+static void sn_arg(struct sn *s) {
+    const char *b;
+    if (*s->p == 'L') {
+        s->p++;
+        if (*s->p) s->p++; // the literal's type
+        bool neg = *s->p == 'n';
+        if (neg) s->p++, sn_put(s, "-", 1);
+        const char *v = s->p;
+        while (*s->p && *s->p != 'E') s->p++;
+        sn_put(s, v, (size_t)(s->p - v));
+        if (*s->p == 'E') s->p++;
+        else s->bad = true;
+    } else if ((b = sn_builtin(*s->p))) {
+        sn_put(s, b, strlen(b));
+        s->p++;
+    } else if (!sn_source(s)) {
+        sn_put(s, "?", 1);
+        s->bad = true;
+    }
+}
+
+char *ds_trace_short_name(const char *name, char *out, size_t cap) {
+    if (!out || cap == 0) return out;
+    out[0] = 0;
+    if (!name) return out;
+    struct sn s = {.p = name, .o = out, .cap = cap};
+    if (strncmp(name, "_Z", 2) != 0) {
+        sn_put(&s, name, strlen(name));
+    } else {
+        s.p += 2;
+        if (*s.p == 'N') { // nested name: keep the last component
+            s.p++;
+            while (*s.p && *s.p != 'E' && *s.p != 'I') {
+                s.n = 0;
+                if (!sn_source(&s)) {
+                    s.bad = true;
+                    break;
+                }
+            }
+        } else if (!sn_source(&s)) {
+            s.n = 0;
+            sn_put(&s, name, strlen(name)); // not a form we read: the name as it is
+            s.p = "";
+        }
+        if (!s.bad && *s.p == 'I') {
+            s.p++;
+            sn_put(&s, "<", 1);
+            for (int k = 0; *s.p && *s.p != 'E' && !s.bad; k++) {
+                if (k) sn_put(&s, ",", 1);
+                sn_arg(&s);
+            }
+            sn_put(&s, ">", 1);
+        }
+    }
+    if (strlen(name) > 0 && s.n + 1 >= cap && cap > 4) memcpy(out + cap - 4, "...", 4);
+    return out;
+}
+
 void ds_trace_step_fill(const struct ds_trace_step_times *t, struct ds_rec_step *row) {
     if (!row) return;
     if (!t) {
@@ -818,6 +923,7 @@ static enum ds_status force_flush(ds_trace_t *t) {
     t->last_flush = mono_ns();
     t->flush_cost_ns = t->last_flush - a;
     t->st.flushes++;
+    t->st.flush_ns += t->flush_cost_ns;
     return r == CUPTI_SUCCESS ? DS_OK : cupti_fail(r, "cuptiActivityFlushAll");
 }
 

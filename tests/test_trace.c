@@ -4,6 +4,7 @@
 // worked by hand in each case. The GPU behaviour is tests/gpu_trace.c.
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -241,8 +242,98 @@ static void ranges_sum_into_steps_rows(void) {
     EXPECT_STATUS(ds_trace_sum_ranges(NULL, 3, out, 4, &n), DS_ERR_ARG);
 }
 
+// ds_trace_poll is collect's per-step form: the same answers for a NULL or level-off trace.
+static void poll_and_sink_without_a_trace(void) {
+    const struct ds_trace_step_times *times = NULL;
+    size_t n = 5;
+    EXPECT_OK(ds_trace_poll(NULL, &times, &n));
+    EXPECT_EQ_INT(n, 0);
+    EXPECT(times == NULL);
+    EXPECT_STATUS(ds_trace_poll(NULL, &times, NULL), DS_ERR_ARG);
+    EXPECT_STATUS(ds_trace_set_kernel_sink(NULL, NULL, NULL), DS_ERR_ARG);
+    ds_trace_t *t = NULL;
+    EXPECT_OK(ds_trace_create(DS_REC_TRACE_OFF, NULL, NULL, &t));
+    EXPECT_OK(ds_trace_set_kernel_sink(t, NULL, NULL));
+    EXPECT_OK(ds_trace_phase_begin(t, 3, DS_REC_PHASE_VERIFY, 0, 1));
+    EXPECT_OK(ds_trace_phase_end(t));
+    n = 5;
+    EXPECT_OK(ds_trace_poll(t, &times, &n));
+    EXPECT_EQ_INT(n, 0);
+    // API records are a kernels-level notion.
+    EXPECT_EQ_INT(ds_trace_api_records(t), DS_TRACE_API_UNSET);
+    EXPECT_EQ_INT(ds_trace_api_records(NULL), DS_TRACE_API_UNSET);
+    struct ds_trace_stats st = {.flushes = 9};
+    ds_trace_stats(t, &st);
+    EXPECT_EQ_INT(st.flushes + st.drains + st.flush_ns, 0);
+    ds_trace_release(t);
+}
+
+static void api_records_modes_parse(void) {
+    enum ds_trace_api a = DS_TRACE_API_UNSET;
+    static const char *const names[] = {"none", "launch", "runtime", "all"};
+    for (int i = 0; i < 4; i++) {
+        EXPECT_OK(ds_trace_api_parse(names[i], &a));
+        EXPECT_EQ_INT(a, DS_TRACE_API_NONE + i);
+        EXPECT_EQ_STR(ds_trace_api_name(a), names[i]);
+    }
+    EXPECT_OK(ds_trace_api_parse("0", &a)); // the DS_TRACE_API_RECORDS=0/1
+    EXPECT_EQ_INT(a, DS_TRACE_API_NONE);
+    EXPECT_OK(ds_trace_api_parse("1", &a));
+    EXPECT_EQ_INT(a, DS_TRACE_API_ALL);
+    EXPECT_STATUS(ds_trace_api_parse("drivers", &a), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("DS_TRACE_API_RECORDS");
+    EXPECT_ERROR_HAS("\"drivers\"");
+    EXPECT(ds_trace_api_name(DS_TRACE_API_UNSET) == NULL);
+    EXPECT(ds_trace_api_name((enum ds_trace_api)9) == NULL);
+    // The default is one of the modes that attributes kernels.
+    EXPECT(DS_TRACE_API_DEFAULT_MODE != DS_TRACE_API_NONE);
+
+    // Options: a mode out of range is refused; a bad environment value is refused at create
+    // (before the device is looked for), naming the variable; other levels ignore it.
+    ds_trace_t *t = NULL;
+    struct ds_trace_options o = {.api_records = 7};
+    EXPECT_STATUS(ds_trace_create(DS_REC_TRACE_OFF, NULL, &o, &t), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("api records 7");
+    EXPECT(t == NULL);
+    EXPECT(setenv("DS_TRACE_API_RECORDS", "bogus", 1) == 0);
+    EXPECT_STATUS(ds_trace_create(DS_REC_TRACE_KERNELS, NULL, NULL, &t), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("DS_TRACE_API_RECORDS: unknown value \"bogus\"");
+    EXPECT(t == NULL);
+    EXPECT_OK(ds_trace_create(DS_REC_TRACE_OFF, NULL, NULL, &t));
+    ds_trace_release(t);
+    unsetenv("DS_TRACE_API_RECORDS");
+    EXPECT_EQ_INT(ds_trace_cupti_registered(), 0);
+}
+
+// Mangled names written by hand from the Itanium C++ ABI (<len><identifier>, N..E nested names,
+// I..E template arguments, L<type><value>E literals, n for a minus sign, builtin type codes).
+static void kernel_names_shorten(void) {
+    char out[96];
+    EXPECT_EQ_STR(ds_trace_short_name("_Z9matmul_tcILi16ELi8ELi256ELi1ELi1ELi2ELi4EEvPKvS1_Pv",
+                                      out, sizeof out),
+                  "matmul_tc<16,8,256,1,1,2,4>");
+    EXPECT_EQ_STR(ds_trace_short_name("_ZN2ds6kernel4stepILb1EEEvv", out, sizeof out),
+                  "step<1>");
+    EXPECT_EQ_STR(ds_trace_short_name("_Z8sdpa_gqaIfLi64EEvPKf", out, sizeof out),
+                  "sdpa_gqa<float,64>");
+    EXPECT_EQ_STR(ds_trace_short_name("_Z7convertI13__nv_bfloat16Evv", out, sizeof out),
+                  "convert<__nv_bfloat16>");
+    EXPECT_EQ_STR(ds_trace_short_name("_Z4biasILin3EEvv", out, sizeof out), "bias<-3>");
+    EXPECT_EQ_STR(ds_trace_short_name("_Z12rmsnorm_bf16PKvPv", out, sizeof out), "rmsnorm_bf16");
+    EXPECT_EQ_STR(ds_trace_short_name("ds_probe_spin", out, sizeof out), "ds_probe_spin");
+    // A form it does not read stays as it is; a long name is cut with "..." inside cap.
+    EXPECT_EQ_STR(ds_trace_short_name("_ZZ3fooE3bar", out, sizeof out), "_ZZ3fooE3bar");
+    EXPECT_EQ_STR(ds_trace_short_name("abcdefghijkl", out, 8), "abcd...");
+    // A length running past the end is not read past it.
+    EXPECT_EQ_STR(ds_trace_short_name("_Z40short", out, sizeof out), "_Z40short");
+    EXPECT_EQ_STR(ds_trace_short_name(NULL, out, sizeof out), "");
+}
+
 int main(void) {
     DS_RUN(levels_parse_and_name);
+    DS_RUN(poll_and_sink_without_a_trace);
+    DS_RUN(api_records_modes_parse);
+    DS_RUN(kernel_names_shorten);
     DS_RUN(without_gpu_tracing_says_it_is_off);
     DS_RUN(level_off_records_nothing);
     DS_RUN(null_trace_is_a_no_op);

@@ -100,6 +100,7 @@ struct ds_trace_stats {
     uint64_t buffers;         // CUPTI buffers completed
     uint64_t flushes;         // forced CUPTI flushes (cuptiActivityFlushAll)
     uint64_t drains;          // times queued CUPTI buffers were parsed
+    uint64_t flush_ns;        // host time spent in forced flushes
 };
 
 // A kernel row handed to the sink set with ds_trace_set_kernel_sink, with its name (valid during
@@ -185,6 +186,13 @@ const char *ds_trace_api_name(enum ds_trace_api api);
 // Parses a DS_TRACE_API_RECORDS value (none|launch|runtime|all, 0 = none, 1 = all).
 // Errors: DS_ERR_ARG naming the text.
 enum ds_status ds_trace_api_parse(const char *text, enum ds_trace_api *api_out);
+
+// A short readable kernel name from CUPTI's (an Itanium-mangled C++ name, or a plain C name):
+// the function's name and its template arguments, e.g. "_Z9matmul_tcILi16ELi8EEvPKv" gives
+// "matmul_tc<16,8>"; integer literals print as numbers, builtin and named types by name, anything
+// else as "?". Plain names are copied. Always NUL-terminated within cap (cut with "..."). Returns
+// out.
+char *ds_trace_short_name(const char *name, char *out, size_t cap);
 
 // The /kernels and /ranges rows the last collect appended (valid until the next collect); for
 // tests and for callers without a recorder. Errors: DS_ERR_ARG.
