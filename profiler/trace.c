@@ -1045,8 +1045,10 @@ static enum ds_status gather(ds_trace_t *t, bool force, const struct ds_trace_st
             (st = ds_recorder_append_kernels(t->rec, t->kernels_out, t->n_kernels_out)))
             return st;
     }
-    t->st.ranges += t->n_ranges_out;
-    t->st.kernels += t->n_kernels_out;
+    if (!t->quiet) { // rows of the overhead measurement are not produced for the file
+        t->st.ranges += t->n_ranges_out;
+        t->st.kernels += t->n_kernels_out;
+    }
     // The anchor needs an idle stream and a round trip to the GPU: every collect, but at most
     // every ANCHOR_PERIOD_NS from poll (clock drift over that is far below the event resolution).
     if (t->depth == 0 && (force || mono_ns() - t->anchor_mono >= ANCHOR_PERIOD_NS) &&
