@@ -78,13 +78,13 @@ namespace cg = cooperative_groups;
 #define MOE_TT_WIDE_AVG 3 // average tokens per expert from which the wide tiles pay off
 #define MOE_SMALL_PAIRS 32 // T·KE up to which the GEMV blocks group the pairs themselves
 
-#define RT_ROWS 4        // router rows per cluster
+#define RT_ROWS 4        // router rows per cluster (wide variant)
+#define RT_ROWS_ONE 8    // up to this many rows, one row per cluster
 #define RT_THREADS 512   // warps per block = 16
 #define RT_WARPS (RT_THREADS / DS_WARP)
 #define RT_CLUSTER 8     // blocks per cluster (the portable maximum)
 #define RT_CW (RT_CLUSTER * RT_WARPS) // warps per cluster = 128
 #define RT_MAX_EXPERTS 1024
-#define RT_EPW (RT_MAX_EXPERTS / RT_CW) // experts per warp at most = 8
 #define RT_STEP 256                     // inputs per warp step (32 lanes × 8)
 
 // ---------------------------------------------------------------------------------------------
@@ -151,65 +151,94 @@ static __device__ __forceinline__ bool beats(float v, int e, float bv, int be) {
     return v > bv || (v == bv && e < be);
 }
 
-// Launched in clusters of RT_CLUSTER blocks along x; cluster i serves rows 4i .. 4i+3.
+// 8 consecutive elements of a buffer whose dtype is a template argument (see ld8).
+template <bool BF16>
+static __device__ __forceinline__ void ld8t(const void *base, size_t i, float *o) {
+    ld8(base, BF16 ? DS_ELEM_BF16 : DS_ELEM_F32, i, o);
+}
+
+// The logits of the cluster warp cw for rows t0 .. t0 + nr − 1 into logits[r][e] (row stride
+// RT_MAX_EXPERTS). The dtypes are template arguments so the loads of the unrolled steps are
+// issued together.
+template <int R, bool XB, bool WB>
+static __device__ __forceinline__ void router_logits(const struct ds_router_args &a, int cw, int t0,
+                                                     int nr, float *logits) {
+    const int lane = threadIdx.x % DS_WARP, C = a.dim, E = a.n_experts;
+    // Steps of this lane (k0 = 8·lane + 256·j, j < n), in rounds of U whose loads are all issued
+    // before the first fma (predicated, not behind a loop exit, so they can be in flight together).
+    constexpr int U = R == 1 ? 6 : 4;
+    const int n = 8 * lane < C ? (C - 8 * lane + RT_STEP - 1) / RT_STEP : 0;
+    for (int e = cw; e < E; e += RT_CW) {
+        float acc[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r] = 0.0f;
+        for (int j0 = 0; j0 < n; j0 += U) {
+            float wv[U][8], x1[R == 1 ? U : 1][8];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const size_t k0 = 8 * (size_t)lane + (size_t)RT_STEP * (j0 + u);
+                if (j0 + u < n) {
+                    ld8t<WB>(a.w, (size_t)e * C + k0, wv[u]);
+                    if (R == 1) ld8t<XB>(a.x, (size_t)t0 * C + k0, x1[R == 1 ? u : 0]);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (j0 + u >= n) break;
+                const size_t k0 = 8 * (size_t)lane + (size_t)RT_STEP * (j0 + u);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    if (r >= nr) break;
+                    float xv[8];
+                    if (R == 1) {
+#pragma unroll
+                        for (int i = 0; i < 8; i++) xv[i] = x1[R == 1 ? u : 0][i];
+                    } else {
+                        ld8t<XB>(a.x, (size_t)(t0 + r) * C + k0, xv);
+                    }
+#pragma unroll
+                    for (int i = 0; i < 8; i++) acc[r] = __fmaf_rn(xv[i], wv[u][i], acc[r]);
+                }
+            }
+        }
+        const float b = a.bias ? ld_elem(a.bias, a.bias_dtype, (size_t)e) : 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float s = warp_sum_f(acc[r]);
+            if (lane == 0 && r < nr) logits[r * RT_MAX_EXPERTS + e] = __fadd_rn(s, b);
+        }
+    }
+}
+
+// Launched in clusters of RT_CLUSTER blocks along x; cluster i serves rows R·i .. R·i + R − 1.
+// R = 1 (small T: more clusters, every load of a warp's expert row in flight at once) or R = 4
+// (rows share the weight loads). Per (row, expert) both run the same operations: lane partials
+// over k0 = 8·lane + 256·j in increasing j, 8 fmaf each in element order, the xor butterfly, then
+// the bias; so a row's logits do not depend on R, on the tile or on its neighbours.
+template <int R>
 __global__ void __launch_bounds__(RT_THREADS)
 act_anyw_router_topk_softmax(const struct ds_router_args a) {
-    __shared__ float logits[RT_ROWS][RT_MAX_EXPERTS];
-    __shared__ unsigned char taken[RT_ROWS][RT_MAX_EXPERTS];
+    __shared__ float logits[R][RT_MAX_EXPERTS];
+    __shared__ unsigned char taken[R][RT_MAX_EXPERTS];
     cg::cluster_group cluster = cg::this_cluster();
     const unsigned rank = cluster.block_rank();
     const int lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
     const int cw = (int)rank * RT_WARPS + warp; // warp index within the cluster
-    const int t0 = (int)(blockIdx.x / RT_CLUSTER) * RT_ROWS, C = a.dim, E = a.n_experts;
-    const int KE = a.top_k, nr = min(RT_ROWS, a.n_rows - t0);
+    const int t0 = (int)(blockIdx.x / RT_CLUSTER) * R, E = a.n_experts;
+    const int KE = a.top_k, nr = min(R, a.n_rows - t0);
 
-    float acc[RT_EPW][RT_ROWS];
-#pragma unroll
-    for (int i = 0; i < RT_EPW; i++)
-#pragma unroll
-        for (int r = 0; r < RT_ROWS; r++) acc[i][r] = 0.0f;
-#pragma unroll 4
-    for (int k0 = 8 * lane; k0 < C; k0 += RT_STEP) {
-        float xv[RT_ROWS][8];
-#pragma unroll
-        for (int r = 0; r < RT_ROWS; r++) {
-            if (r < nr) {
-                ld8(a.x, a.act, (size_t)(t0 + r) * C + k0, xv[r]);
-            } else {
-#pragma unroll
-                for (int j = 0; j < 8; j++) xv[r][j] = 0.0f;
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < RT_EPW; i++) {
-            const int e = cw + i * RT_CW;
-            if (e >= E) break;
-            float wv[8];
-            ld8(a.w, a.w_dtype, (size_t)e * C + k0, wv);
-#pragma unroll
-            for (int r = 0; r < RT_ROWS; r++)
-#pragma unroll
-                for (int j = 0; j < 8; j++) acc[i][r] = __fmaf_rn(xv[r][j], wv[j], acc[i][r]);
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < RT_EPW; i++) {
-        const int e = cw + i * RT_CW;
-        if (e >= E) break;
-        const float b = a.bias ? ld_elem(a.bias, a.bias_dtype, (size_t)e) : 0.0f;
-#pragma unroll
-        for (int r = 0; r < RT_ROWS; r++) {
-            float s = warp_sum_f(acc[i][r]);
-            if (lane == 0) logits[r][e] = __fadd_rn(s, b);
-        }
-    }
+    const bool xb = a.act == DS_ELEM_BF16, wb = a.w_dtype == DS_ELEM_BF16;
+    if (xb && wb) router_logits<R, true, true>(a, cw, t0, nr, &logits[0][0]);
+    else if (xb) router_logits<R, true, false>(a, cw, t0, nr, &logits[0][0]);
+    else if (wb) router_logits<R, false, true>(a, cw, t0, nr, &logits[0][0]);
+    else router_logits<R, false, false>(a, cw, t0, nr, &logits[0][0]);
     cluster.sync(); // every block's logits are written
     if (rank == 0) {
-        for (int i = threadIdx.x; i < RT_ROWS * E; i += RT_THREADS) {
+        for (int i = threadIdx.x; i < R * E; i += RT_THREADS) {
             const int r = i / E, e = i % E, owner = (e % RT_CW) / RT_WARPS;
             if (owner != 0 && r < nr) logits[r][e] = *cluster.map_shared_rank(&logits[r][e], owner);
         }
-        for (int i = threadIdx.x; i < RT_ROWS * RT_MAX_EXPERTS; i += RT_THREADS)
+        for (int i = threadIdx.x; i < R * RT_MAX_EXPERTS; i += RT_THREADS)
             taken[i / RT_MAX_EXPERTS][i % RT_MAX_EXPERTS] = 0;
     }
     cluster.sync(); // the gather is done (no block may leave while its memory is read)
@@ -276,8 +305,11 @@ extern "C" enum ds_status ds_router_cuda(const struct ds_router_args *a, void *s
         return ds_error_set(DS_ERR_ARG, "%s: x and weight must be 16-byte aligned", op);
     if (cu_blocks((size_t)a->n_rows, RT_ROWS) > INT32_MAX / RT_CLUSTER)
         return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %d rows: too many", op, a->n_rows);
+    // One row per cluster up to RT_ROWS_ONE rows (the weights come from L2 after the first
+    // cluster), RT_ROWS rows per cluster above.
+    const bool one = a->n_rows <= RT_ROWS_ONE;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(cu_blocks((size_t)a->n_rows, RT_ROWS) * RT_CLUSTER);
+    cfg.gridDim = dim3(cu_blocks((size_t)a->n_rows, one ? 1 : RT_ROWS) * RT_CLUSTER);
     cfg.blockDim = dim3(RT_THREADS);
     cfg.dynamicSmemBytes = 0;
     cfg.stream = DS_STREAM(stream);
@@ -288,7 +320,8 @@ extern "C" enum ds_status ds_router_cuda(const struct ds_router_args *a, void *s
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, act_anyw_router_topk_softmax, *a));
+    if (one) DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, act_anyw_router_topk_softmax<1>, *a));
+    else DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, act_anyw_router_topk_softmax<RT_ROWS>, *a));
     return DS_OK;
 }
 
