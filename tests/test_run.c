@@ -5,6 +5,12 @@
 // cleanly (exit 130) and --resume completes the sweep; after SIGKILL the file is readable and
 // --resume completes it with exactly one /requests row per (batch size, request).
 //
+// --synthetic-weights: exclusive with --target/--draft, needs --tokenizer, bad specs are usage
+// errors (a config file that exists but does not parse is an input error), no GPU is one line and
+// exit 1 (on a machine with a GPU that case is skipped: it would build the 20b model), and on the
+// cpu (forced with --device cpu) a synthetic model of the golden config runs end to end, the
+// file naming it synthetic and --resume refusing another seed.
+//
 // Runs that must be signalled or limited execute in a child process started from this very
 // binary (`test_run --run ARGS...`), never in a fork of a process that already used OpenMP.
 #include <errno.h>
@@ -19,9 +25,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ds/device.h"
 #include "ds/record.h"
+#include "ds/sha256.h"
 #include "ds/summary.h"
 #include "harness.h"
+#include "run_attr.h"
 #include "run_util.h"
 
 int ds_cmd_run(int argc, char **argv);
@@ -238,6 +247,161 @@ static void test_trace_on_cpu(void) {
     EXPECT(strstr(err, "--trace wants off, phases or kernels") != NULL);
 }
 
+// argv for a synthetic run: --synthetic-weights SPEC (skipped when NULL), dataset, out, quiet,
+// then `extra` (NULL-terminated).
+static int synth_argv(char **argv, const char *spec, const char *out, const char *const *extra) {
+    int n = 0;
+    argv[n++] = "run";
+    if (spec) {
+        argv[n++] = "--synthetic-weights";
+        argv[n++] = (char *)spec;
+    }
+    argv[n++] = "--dataset";
+    argv[n++] = DATA;
+    argv[n++] = "--out";
+    argv[n++] = (char *)out;
+    argv[n++] = "--quiet";
+    for (; extra && *extra; extra++)
+        argv[n++] = (char *)*extra;
+    argv[n] = NULL;
+    return n;
+}
+
+static int synth_cli(const char *spec, const char *out, const char *const *extra, char *err,
+                     size_t cap) {
+    char *argv[64];
+    int argc = synth_argv(argv, spec, out, extra);
+    return ru_capture(ds_cmd_run, argc, argv, err, cap);
+}
+
+static int one_line(const char *s) {
+    const char *nl = strchr(s, '\n');
+    return nl && nl == strrchr(s, '\n');
+}
+
+static void test_synthetic_flags(void) {
+    const char *out = DIR "/synth-flags.h5";
+    char err[4096];
+    unlink(out);
+    // Exclusive with --target and with --draft.
+    const char *with_t[] = {"--target", RU_TARGET, "--tokenizer", RU_TOKENIZER, NULL};
+    EXPECT_EQ_INT(synth_cli("20b", out, with_t, err, sizeof err), 2);
+    EXPECT(strstr(err, "--synthetic-weights replaces --target and --draft") != NULL);
+    const char *with_d[] = {"--draft", RU_DRAFT, "--tokenizer", RU_TOKENIZER, NULL};
+    EXPECT_EQ_INT(synth_cli("20b", out, with_d, err, sizeof err), 2);
+    EXPECT(strstr(err, "--synthetic-weights replaces --target and --draft") != NULL);
+    // Neither models nor synthetic weights.
+    const char *tok[] = {"--tokenizer", RU_TOKENIZER, NULL};
+    EXPECT_EQ_INT(synth_cli(NULL, out, tok, err, sizeof err), 2);
+    EXPECT(strstr(err, "--target DIR is required (or --synthetic-weights SPEC)") != NULL);
+    // No checkpoint to take the tokenizer from.
+    EXPECT_EQ_INT(synth_cli("120b", out, NULL, err, sizeof err), 2);
+    EXPECT(strstr(err, "--synthetic-weights needs --tokenizer FILE") != NULL);
+    // Bad specs: usage errors naming the problem. gpt-oss-120b has 36 layers (spec gpt-oss.md
+    // §1); a 2-layer slice cannot feed three distinct aux states to the draft.
+    struct {
+        const char *spec, *needle;
+    } bad[] = {
+        {"", "empty argument"},
+        {"70b", "70b is neither 20b, 120b nor an existing config.json or directory"},
+        {"20b:x", "is neither 20b, 120b"},
+        {"120b:0:40", "40 layers asked, the config has 36"},
+        {"20b:0:0", "LAYERS must be"},
+        {"20b:1:2", "at least 3"},
+        {DIR "/no-such-config.json", "no-such-config.json is neither"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = synth_cli(bad[i].spec, out, tok, err, sizeof err);
+        EXPECT_EQ_INT(rc, 2);
+        if (!strstr(err, bad[i].needle))
+            DS_FAILF("--synthetic-weights '%s': message lacks '%s': %s", bad[i].spec,
+                     bad[i].needle, err);
+    }
+    // A config file that exists but is no config: an input error (exit 1), one line naming it.
+    EXPECT(ru_write(DIR "/broken-config.json", "{\"hidden_size\": \n"));
+    EXPECT_EQ_INT(synth_cli(DIR "/broken-config.json", out, tok, err, sizeof err), 1);
+    EXPECT(strstr(err, "broken-config.json") != NULL);
+    EXPECT(one_line(err));
+    EXPECT(!exists(out));
+}
+
+// No GPU: one line saying the synthetic weights need it, exit 1, no file; --device cuda likewise.
+static void test_synthetic_no_gpu(void) {
+    if (ds_cuda_device_count() > 0) {
+        printf("  a GPU is present: the no-GPU path is not reachable here (gpu_run_synthetic "
+               "runs the synthetic models on it)\n");
+        return;
+    }
+    const char *out = DIR "/synth-nogpu.h5";
+    char err[4096];
+    unlink(out);
+    const char *tok[] = {"--tokenizer", RU_TOKENIZER, NULL};
+    EXPECT_EQ_INT(synth_cli("20b", out, tok, err, sizeof err), 1);
+    printf("  no GPU: %s", err);
+    EXPECT(strstr(err, "--synthetic-weights 20b needs the cuda device") != NULL);
+    EXPECT(strstr(err, "--device cpu") != NULL);
+    EXPECT(one_line(err));
+    EXPECT(!exists(out));
+    const char *cuda[] = {"--tokenizer", RU_TOKENIZER, "--device", "cuda", NULL};
+    EXPECT_EQ_INT(synth_cli("120b:0:4", out, cuda, err, sizeof err), 1);
+    EXPECT(one_line(err));
+    EXPECT(!exists(out));
+}
+
+// The golden target's config with synthetic weights, on the cpu: the file names the models by
+// their synthetic identity (target_path, draft_path, the digests of docs/cli.md's recipe),
+// options_json says synthetic, tracing falls back to off and the baseline runs; --resume with
+// another seed is refused.
+static void test_synthetic_cpu_run(void) {
+    const char *out = DIR "/synth.h5";
+    char err[4096], got[4096], want[4096];
+    unlink(out);
+    const char *extra[] = {"--tokenizer", RU_TOKENIZER, "--device", "cpu", "--batch-sizes", "1,2",
+                           "--max-new-tokens", "6", "--trace", "phases", "--baseline", NULL};
+    int rc = synth_cli(RU_TARGET ":7", out, extra, err, sizeof err);
+    EXPECT_EQ_INT(rc, 0);
+    if (rc) printf("  %s", err);
+    EXPECT(strstr(err, "synthetic weights (" RU_TARGET ", seed 7, 4 layers): the draft does not "
+                       "predict the target, so acceptance will be near zero") != NULL);
+    EXPECT(strstr(err, "no GPU: tracing is off (--trace phases") != NULL);
+    struct ds_summary *s = NULL;
+    EXPECT_OK(ds_summary_compute(out, DS_SUMMARY_BY_BATCH, &s));
+    if (s) {
+        EXPECT_EQ_INT(s->all.requests, 6); // 3 conversations x 2 batch sizes
+        EXPECT_EQ_INT(s->last_session_status, DS_REC_SESSION_CLOSED);
+        EXPECT(s->all.steps > 0);
+    }
+    ds_summary_free(s);
+    // The identity: the golden config has 4 layers; the digests follow docs/cli.md: SHA-256 of
+    // the identity text, then a newline and the config.json digest for a path source.
+    ru_read_attr_str(out, "target_path", got, sizeof got);
+    EXPECT_EQ_STR(got, "synthetic:" RU_TARGET ":7:4");
+    ru_read_attr_str(out, "draft_path", got, sizeof got);
+    EXPECT_EQ_STR(got, "synthetic-draft:" RU_TARGET ":7:4");
+    char cfg_hex[DS_SHA256_HEX_BYTES], hex[DS_SHA256_HEX_BYTES];
+    EXPECT_OK(ds_sha256_file(RU_TARGET "/config.json", cfg_hex));
+    snprintf(want, sizeof want, "synthetic:%s:7:4\n%s", RU_TARGET, cfg_hex);
+    ds_sha256_hex(want, strlen(want), hex);
+    ru_read_attr_str(out, "target_config_sha256", got, sizeof got);
+    EXPECT_EQ_STR(got, hex);
+    snprintf(want, sizeof want, "synthetic-draft:%s:7:4\n%s", RU_TARGET, cfg_hex);
+    ds_sha256_hex(want, strlen(want), hex);
+    ru_read_attr_str(out, "draft_config_sha256", got, sizeof got);
+    EXPECT_EQ_STR(got, hex);
+    ru_read_attr_str(out, "options_json", got, sizeof got);
+    if (!strstr(got, "\"synthetic_weights\":{\"layers\":4,\"seed\":7,\"source\":\"" RU_TARGET
+                     "\"}"))
+        DS_FAILF("options_json lacks the synthetic_weights object: %s", got);
+    EXPECT(strstr(got, "\"baseline\":[") != NULL);
+    // Another seed is another model: --resume refuses it and names the field.
+    const char *rs[] = {"--tokenizer", RU_TOKENIZER, "--device", "cpu", "--batch-sizes", "1,2",
+                        "--max-new-tokens", "6", "--resume", NULL};
+    EXPECT_EQ_INT(synth_cli(RU_TARGET ":8", out, rs, err, sizeof err), 1);
+    EXPECT(strstr(err, "cannot resume: target_config_sha256 differs") != NULL);
+    // The same spec resumes: every (batch size, request) is already done.
+    EXPECT_EQ_INT(synth_cli(RU_TARGET ":7", out, rs, err, sizeof err), 0);
+}
+
 // ---- child processes ----
 
 static pid_t spawn(const char *self, const char *out, const char *const *extra, long fsize) {
@@ -389,6 +553,9 @@ int main(int argc, char **argv) {
     DS_RUN(test_bad_output);
     DS_RUN(test_run_and_summary);
     DS_RUN(test_trace_on_cpu);
+    DS_RUN(test_synthetic_flags);
+    DS_RUN(test_synthetic_no_gpu);
+    DS_RUN(test_synthetic_cpu_run);
 #define RUN_SELF(fn)                                                                               \
     do {                                                                                           \
         ds_t_case_name = #fn;                                                                      \
