@@ -74,17 +74,31 @@ static int row_in_a_seq(const struct aprob *p, int t) {
     return 0;
 }
 
+// Uploads n elements of x as dtype e, `skew` elements into a fresh allocation (*base_out, to
+// free): skew 1 leaves the pointer off 16-byte alignment.
+static void *g_upload_skewed(const float *x, size_t n, enum ds_elem e, int skew, void **base_out) {
+    const size_t es = esize(e);
+    unsigned char *base = g_alloc((n + (size_t)skew) * es);
+    void *h = e == DS_ELEM_F32 ? (void *)x : (void *)g_bf16_of(x, n);
+    G_CHECK(cudaMemcpy(base + (size_t)skew * es, h, n * es, cudaMemcpyHostToDevice));
+    if (h != (void *)x) free(h);
+    *base_out = base;
+    return base + (size_t)skew * es;
+}
+
 // Runs the CUDA op with the given dtypes, with a workspace (split path) or without; returns out
-// (as floats and as raw bytes) and the caches after the call as floats.
+// (as floats and as raw bytes) and the caches after the call as floats. skew 1 misaligns k and v,
+// which makes the op append with a kernel of its own instead of inside the attention kernel.
 static void gpu_run(const struct aprob *p, enum ds_elem act, enum ds_elem cdt, enum ds_elem sdt,
-                    int with_ws, float **out_f, unsigned char **out_raw, float **kc_f,
+                    int with_ws, int skew, float **out_f, unsigned char **out_raw, float **kc_f,
                     float **vc_f) {
     const size_t nq = (size_t)p->T * p->NH * p->D, nkv = (size_t)p->T * p->NKV * p->D;
     struct ds_attention_args a = args_of(p);
+    void *k_base, *v_base;
     a.act = act, a.cache_dtype = cdt, a.sinks_dtype = sdt;
     a.seqs = g_upload(p->seqs, sizeof(struct ds_attn_seq) * p->n_seq);
-    a.q = g_upload_as(p->q, nq, act), a.k = g_upload_as(p->k, nkv, act);
-    a.v = g_upload_as(p->v, nkv, act);
+    a.q = g_upload_as(p->q, nq, act), a.k = g_upload_skewed(p->k, nkv, act, skew, &k_base);
+    a.v = g_upload_skewed(p->v, nkv, act, skew, &v_base);
     a.k_cache = g_upload_as(p->kc0, cache_elems(p), cdt);
     a.v_cache = g_upload_as(p->vc0, cache_elems(p), cdt);
     a.sinks = p->sinks ? g_upload_as(p->sinks, p->NH, sdt) : NULL;
@@ -106,7 +120,7 @@ static void gpu_run(const struct aprob *p, enum ds_elem act, enum ds_elem cdt, e
     g_free(a.workspace);
     *kc_f = g_download_f(a.k_cache, cache_elems(p), cdt);
     *vc_f = g_download_f(a.v_cache, cache_elems(p), cdt);
-    g_free((void *)a.seqs), g_free((void *)a.q), g_free((void *)a.k), g_free((void *)a.v);
+    g_free((void *)a.seqs), g_free((void *)a.q), g_free(k_base), g_free(v_base);
     g_free(a.k_cache), g_free(a.v_cache), g_free((void *)a.sinks), g_free(a.out);
 }
 
@@ -126,8 +140,8 @@ static void check_case(struct aprob *p) {
         // Sinks in bf16 whenever the activations are (exact: the sink values are bf16-exact).
         float *got, *gk, *gv, *got1, *gk1, *gv1;
         unsigned char *raw, *raw1;
-        gpu_run(p, act, cdt, act, 1, &got, &raw, &gk, &gv);
-        gpu_run(p, act, cdt, act, 0, &got1, &raw1, &gk1, &gv1);
+        gpu_run(p, act, cdt, act, 1, 0, &got, &raw, &gk, &gv);
+        gpu_run(p, act, cdt, act, 0, 0, &got1, &raw1, &gk1, &gv1);
         {
             char what[160];
             snprintf(what, sizeof what, "%s act %s: split path vs whole-row path (element = "
@@ -178,6 +192,18 @@ static struct aprob tiny_mixed(const char *name, int NH, int NKV, int D, int win
     return p;
 }
 
+// A decode at 690, a verify of 4 at 500 (starting mid-chunk), a prefill chunk of 20 at 100 and a
+// 6-row prefill from 0, in 4 slots of 700 positions; one padding row.
+static struct aprob tiny_long(const char *name, int NH, int NKV, int D, int window) {
+    struct aprob p = {.name = name, .T = 32, .NH = NH, .NKV = NKV, .D = D, .S = 4, .P = 700,
+                      .window = window, .n_seq = 4};
+    p.seqs[0] = (struct ds_attn_seq){.row0 = 0, .n_rows = 1, .pos0 = 690, .slot = 2};
+    p.seqs[1] = (struct ds_attn_seq){.row0 = 1, .n_rows = 4, .pos0 = 501, .slot = 0};
+    p.seqs[2] = (struct ds_attn_seq){.row0 = 5, .n_rows = 20, .pos0 = 100, .slot = 3};
+    p.seqs[3] = (struct ds_attn_seq){.row0 = 26, .n_rows = 6, .pos0 = 0, .slot = 1}; // 25 pads
+    return p;
+}
+
 static void attention_matches_reference_tiny_configs(void) {
     struct {
         const char *name;
@@ -194,6 +220,16 @@ static void attention_matches_reference_tiny_configs(void) {
         struct aprob p = tiny_mixed(cases[i].name, cases[i].NH, cases[i].NKV, cases[i].D,
                                     cases[i].window);
         aprob_fill(&p, 10 + 7 * i, cases[i].sinks);
+        check_case(&p);
+        aprob_free(&p);
+    }
+    // Longer ranges (up to 700 keys: 22 chunks in up to 6 splits), so the full-attention cases
+    // run the split path for every head_dim (the op runs rows of <= 5 chunks whole-row always).
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[128];
+        snprintf(name, sizeof name, "%s, long ranges", cases[i].name);
+        struct aprob p = tiny_long(name, cases[i].NH, cases[i].NKV, cases[i].D, cases[i].window);
+        aprob_fill(&p, 90 + 7 * i, cases[i].sinks);
         check_case(&p);
         aprob_free(&p);
     }
@@ -224,6 +260,90 @@ static void attention_matches_reference_gptoss_shapes(void) {
         p.seqs[2] = (struct ds_attn_seq){.row0 = 5, .n_rows = 5, .pos0 = 4094, .slot = 1};
         aprob_fill(&p, 510 + w, 1);
         check_case(&p);
+        aprob_free(&p);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The append inside the attention kernel (k, v 16-byte aligned: blocks read this call's keys from
+// k/v rounded to the cache dtype) against the separate append kernel (k, v misaligned: every key
+// from the cache). Both must give the same output and caches bit for bit, for every pair of
+// activation and cache dtypes, in both modes. k and v hold continuous values (not bf16-exact),
+// so an f32 -> bf16 cache really rounds; that case is also checked against the reference run on
+// inputs rounded to bf16 beforehand (the GPU then computes on exactly those values).
+
+static void fused_case(struct aprob *p) {
+    static const enum ds_elem pairs[4][2] = {{DS_ELEM_F32, DS_ELEM_F32},
+                                             {DS_ELEM_BF16, DS_ELEM_BF16},
+                                             {DS_ELEM_F32, DS_ELEM_BF16},
+                                             {DS_ELEM_BF16, DS_ELEM_F32}};
+    const size_t nq = (size_t)p->T * p->NH * p->D, row = (size_t)p->NH * p->D;
+    const size_t nc = cache_elems(p);
+    for (int pi = 0; pi < 4; pi++) {
+        const enum ds_elem act = pairs[pi][0], cdt = pairs[pi][1];
+        for (int ws = 0; ws < 2; ws++) {
+            float *o0, *k0, *v0, *o1, *k1, *v1;
+            unsigned char *r0, *r1;
+            gpu_run(p, act, cdt, DS_ELEM_F32, ws, 0, &o0, &r0, &k0, &v0);
+            gpu_run(p, act, cdt, DS_ELEM_F32, ws, 1, &o1, &r1, &k1, &v1);
+            char what[200];
+            snprintf(what, sizeof what, "%s act %s cache %s %s: fused vs separate append, out "
+                     "(element = row * %zu + head * %d + dim)", p->name, dt_name(act),
+                     dt_name(cdt), ws ? "split" : "whole-row", row, p->D);
+            g_same_bytes(what, r0, r1, nq * esize(act), esize(act));
+            snprintf(what, sizeof what, "%s act %s cache %s %s: fused vs separate append, k "
+                     "cache", p->name, dt_name(act), dt_name(cdt), ws ? "split" : "whole-row");
+            g_same_bytes(what, k0, k1, nc * sizeof(float), sizeof(float));
+            what[strlen(what) - 7] = 'v';
+            g_same_bytes(what, v0, v1, nc * sizeof(float), sizeof(float));
+            if (act == DS_ELEM_F32 && cdt == DS_ELEM_BF16 && ws) {
+                // Reference on the values the bf16 cache holds: k, v, both caches rounded.
+                float *want = t_alloc(sizeof(float) * nq);
+                const size_t nkv = (size_t)p->T * p->NKV * p->D;
+                float *k = t_alloc(sizeof(float) * nkv), *v = t_alloc(sizeof(float) * nkv);
+                float *kc = t_alloc(sizeof(float) * nc), *vc = t_alloc(sizeof(float) * nc);
+                memcpy(k, p->k, sizeof(float) * nkv), memcpy(v, p->v, sizeof(float) * nkv);
+                memcpy(kc, p->kc0, sizeof(float) * nc), memcpy(vc, p->vc0, sizeof(float) * nc);
+                g_round_bf16(k, nkv), g_round_bf16(v, nkv), g_round_bf16(kc, nc);
+                g_round_bf16(vc, nc);
+                struct ds_attention_args r = args_of(p);
+                r.k = k, r.v = v, r.k_cache = kc, r.v_cache = vc, r.out = want;
+                EXPECT_OK(ds_attention_ref(&r));
+                for (int t = 0; t < p->T; t++) {
+                    if (!row_in_a_seq(p, t)) continue;
+                    snprintf(what, sizeof what, "%s act f32 cache bf16 vs reference, row %d",
+                             p->name, t);
+                    // The f32 tolerance of check_case: the GPU computes on the same bf16 values.
+                    g_compare(what, o0 + t * row, want + t * row, row, p->D, 2e-5, 1e-5);
+                }
+                snprintf(what, sizeof what, "%s act f32 cache bf16: k cache vs rounded", p->name);
+                g_same_bytes(what, k0, kc, nc * sizeof(float), sizeof(float));
+                free(want), free(k), free(v), free(kc), free(vc);
+            }
+            free(o0), free(k0), free(v0), free(r0), free(o1), free(k1), free(v1), free(r1);
+        }
+    }
+}
+
+static void attention_fused_append_matches_separate(void) {
+    struct {
+        const char *name;
+        int NH, NKV, D, window;
+    } cases[] = {
+        {"fused: gpt-oss 64/8 D=64 full", 64, 8, 64, 0},
+        {"fused: gpt-oss 64/8 D=64 window 128", 64, 8, 64, 128},
+        {"fused: D=128 GQA 8:1 full", 16, 2, 128, 0},
+        {"fused: D=16 GQA 2:1 window 8", 2, 1, 16, 8},
+        {"fused: D=32 GQA 12:1 full", 24, 2, 32, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct aprob p = tiny_long(cases[i].name, cases[i].NH, cases[i].NKV, cases[i].D,
+                                   cases[i].window);
+        aprob_fill(&p, 300 + 7 * i, 1);
+        const size_t nkv = (size_t)p.T * p.NKV * p.D;
+        g_fill_cont(p.k, nkv, 400 + i, -2.0f, 2.0f);
+        g_fill_cont(p.v, nkv, 450 + i, -1.0f, 1.0f);
+        fused_case(&p);
         aprob_free(&p);
     }
 }
@@ -468,6 +588,7 @@ int main(void) {
     }
     DS_RUN(attention_matches_reference_tiny_configs);
     DS_RUN(attention_matches_reference_gptoss_shapes);
+    DS_RUN(attention_fused_append_matches_separate);
     DS_RUN(attention_is_batch_invariant);
     DS_RUN(attention_timing);
     return ds_test_end();

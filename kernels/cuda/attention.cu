@@ -47,6 +47,7 @@
 // records of NH·D f32 accumulators followed by NH (m, l) pairs.
 #include <cuda_pipeline.h>
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -62,6 +63,7 @@
 #define ATT_MAX_SPLITS 32                       // splits of a range that starts on a split
 #define ATT_SLOTS (ATT_MAX_SPLITS + 1)          // ... and of one that starts mid-split
 #define ATT_SPLIT_MAX_BLOCKS 1024               // whole-row blocks that already fill the GPU
+#define ATT_SPLIT_MIN_CHUNKS 6                  // shorter ranges always run whole-row
 #define ATT_COMBINE_THREADS 256
 
 // N consecutive elements at element index i of a buffer of run-time dtype, vectorised: the address
@@ -140,13 +142,15 @@ static __device__ int seq_of_row(const struct ds_attn_seq *seqs, int n_seq, int 
     return t >= s.row0 && t < s.row0 + s.n_rows ? lo : -1;
 }
 
-// Row t's sequence and absolute position, or false when the row is padding or its slot/position
-// lies outside the cache (the device table is trusted, but never followed out of bounds).
-static __device__ bool row_place(const struct ds_attention_args &a, int t, int *slot, int *pos) {
+// Row t's sequence (its first row and position) and absolute position, or false when the row is
+// padding or its slot/position lies outside the cache (the device table is trusted, but never
+// followed out of bounds).
+static __device__ bool row_place(const struct ds_attention_args &a, int t, int *slot, int *pos,
+                                 int *pos0, int *row0) {
     const int si = seq_of_row(a.seqs, a.n_seq, t);
     if (si < 0) return false;
     const struct ds_attn_seq s = a.seqs[si];
-    *slot = s.slot, *pos = s.pos0 + (t - s.row0);
+    *slot = s.slot, *pos = s.pos0 + (t - s.row0), *pos0 = s.pos0, *row0 = s.row0;
     return s.slot >= 0 && s.slot < a.n_slots && *pos >= 0 && *pos < a.max_pos;
 }
 
@@ -156,10 +160,14 @@ struct att_geom {
     int c_first, c_last;    // chunks of the range
     int cps;                // chunks per split
     int s_first, s_last;    // splits of the range
+    int call0, row0;        // keys j >= call0 come from k/v row row0 + (j − call0) (fused append)
 };
 
-static __device__ bool att_geom_of(const struct ds_attention_args &a, int t, struct att_geom *g) {
-    if (!row_place(a, t, &g->slot, &g->p)) return false;
+// fused: this call's keys are read from k/v (rounded to the cache dtype), not from the cache.
+static __device__ bool att_geom_of(const struct ds_attention_args &a, int t, bool fused,
+                                   struct att_geom *g) {
+    if (!row_place(a, t, &g->slot, &g->p, &g->call0, &g->row0)) return false;
+    if (!fused) g->call0 = INT_MAX;
     g->first = a.window > 0 ? max(0, g->p - a.window + 1) : 0;
     g->c_first = g->first / ATT_CHUNK, g->c_last = g->p / ATT_CHUNK;
     const int n = g->c_last - g->c_first + 1, per = ATT_BASE_CHUNKS * ATT_MAX_SPLITS;
@@ -188,10 +196,35 @@ static __device__ __forceinline__ void att_merge(float *m, float *l, float *acc,
     *m = mn;
 }
 
+// Value e of this call's k or v as the cache holds it: rounded to bf16 when the cache is bf16 and
+// the activations f32 (what st_elem stores), exact otherwise.
+static __device__ __forceinline__ float as_cached(const struct ds_attention_args &a, float e) {
+    return a.cache_dtype == DS_ELEM_BF16 && a.act == DS_ELEM_F32 ? ds_bf16_to_f32(ds_f32_to_bf16(e))
+                                                                 : e;
+}
+
+// One 16-byte piece of a value row in the cache dtype (8 bf16 or 4 f32), made from the call's v
+// (act) at element index i; i is aligned to the piece.
+static __device__ __forceinline__ uint4 call_piece(const struct ds_attention_args &a, size_t i) {
+    if (a.act == a.cache_dtype) return __ldg((const uint4 *)((const unsigned char *)a.v +
+                                                             i * (a.act == DS_ELEM_BF16 ? 2 : 4)));
+    if (a.cache_dtype == DS_ELEM_BF16) { // f32 activations: 8 floats rounded to bf16
+        const float4 x = __ldg((const float4 *)a.v + i / 4), y = __ldg((const float4 *)a.v + i / 4 + 1);
+        uint4 r;
+        r.x = (uint32_t)ds_f32_to_bf16(x.x) | (uint32_t)ds_f32_to_bf16(x.y) << 16;
+        r.y = (uint32_t)ds_f32_to_bf16(x.z) | (uint32_t)ds_f32_to_bf16(x.w) << 16;
+        r.z = (uint32_t)ds_f32_to_bf16(y.x) | (uint32_t)ds_f32_to_bf16(y.y) << 16;
+        r.w = (uint32_t)ds_f32_to_bf16(y.z) | (uint32_t)ds_f32_to_bf16(y.w) << 16;
+        return r;
+    }
+    const uint2 u = __ldg((const uint2 *)((const ds_bf16 *)a.v + i)); // bf16 act, f32 cache
+    return make_uint4(u.x << 16, u.x & 0xffff0000u, u.y << 16, u.y & 0xffff0000u);
+}
+
 __global__ void act_kv_cache_append(const struct ds_attention_args a) {
     const int t = blockIdx.x;
-    int slot, pos;
-    if (!row_place(a, t, &slot, &pos)) return;
+    int slot, pos, pos0, row0;
+    if (!row_place(a, t, &slot, &pos, &pos0, &row0)) return;
     const size_t n = (size_t)a.n_kv_heads * a.head_dim;
     const size_t dst = ((size_t)slot * a.max_pos + pos) * n, src = (size_t)t * n;
     for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -205,7 +238,7 @@ __global__ void act_kv_cache_append(const struct ds_attention_args a) {
 // per row).
 template <int D>
 __global__ void __launch_bounds__(ATT_THREADS)
-act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl) {
+act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl, int fused) {
     constexpr int DPL = D >= DS_WARP ? D / DS_WARP : 1; // output dims per lane
     constexpr int KP = D < DS_WARP ? D : DS_WARP;        // key elements loaded at once
     constexpr bool STAGE = D <= 64;                      // values through shared memory
@@ -222,30 +255,40 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl) {
     const int n_sub = (G + ATT_HB - 1) / ATT_HB;
     const int g = blockIdx.y / n_sub, sub = blockIdx.y % n_sub;
     const int h0 = g * G + sub * ATT_HB, nh = min(ATT_HB, G - sub * ATT_HB);
+    // q and the sinks do not depend on the row's place: their loads are issued before the
+    // sequence lookup so the two latencies overlap (row t < T is always readable).
+    float qr[EPT];
+    float rm[EPT], rl[EPT], racc[EPT]; // whole-row mode: the running state of EPT outputs
+#pragma unroll
+    for (int k = 0; k < EPT; k++) {
+        const int i = threadIdx.x + k * ATT_THREADS, h = i / D, d = i % D;
+        qr[k] = h < nh ? ld_elem(a.q, a.act, ((size_t)t * NH + h0 + h) * D + d) : 0.0f;
+        att_init(a, h0 + min(h, nh - 1), &rm[k], &rl[k], &racc[k]);
+    }
     struct att_geom geo;
-    if (!att_geom_of(a, t, &geo)) return; // the whole block leaves: padding row
+    if (!att_geom_of(a, t, fused != 0, &geo)) return; // the whole block leaves: padding row
+    const size_t pos_stride = (size_t)NKV * D;
+    const size_t base = (size_t)geo.slot * a.max_pos * pos_stride + (size_t)g * D;
+    if (fused && blockIdx.z == 0 && sub == 0 && threadIdx.x < D) {
+        // The append: this row's k and v of KV head g go to the cache. No block of this call
+        // reads these entries from the cache (keys >= call0 come from k/v), so no ordering.
+        const size_t src = ((size_t)t * NKV + g) * D + threadIdx.x;
+        const size_t dst = base + (size_t)geo.p * pos_stride + threadIdx.x;
+        st_elem(a.k_cache, a.cache_dtype, dst, ld_elem(a.k, a.act, src));
+        st_elem(a.v_cache, a.cache_dtype, dst, ld_elem(a.v, a.act, src));
+    }
     int s_beg = geo.s_first, s_end = geo.s_last;
     if (ws) {
         s_beg += blockIdx.z;
         if (s_beg > s_end) return; // the row has fewer splits
         s_end = s_beg;
     }
-
-    for (int i = threadIdx.x; i < ATT_HB * D; i += ATT_THREADS) {
-        const int h = i / D, d = i % D;
-        qs[h][d] = h < nh ? ld_elem(a.q, a.act, ((size_t)t * NH + h0 + h) * D + d) : 0.0f;
-    }
-    // Whole-row mode: the running state of this thread's EPT output elements.
-    float rm[EPT], rl[EPT], racc[EPT];
 #pragma unroll
     for (int k = 0; k < EPT; k++) {
-        const int h = (threadIdx.x + k * ATT_THREADS) / D;
-        att_init(a, h0 + min(h, nh - 1), &rm[k], &rl[k], &racc[k]);
+        const int i = threadIdx.x + k * ATT_THREADS;
+        qs[i / D][i % D] = qr[k];
     }
     __syncthreads();
-
-    const size_t pos_stride = (size_t)NKV * D;
-    const size_t base = (size_t)geo.slot * a.max_pos * pos_stride + (size_t)g * D;
     const bool owns_dims = lane * DPL < D;
     const int es = a.cache_dtype == DS_ELEM_BF16 ? 2 : 4, row_bytes = D * es;
     unsigned char *vw = vs[warp];
@@ -271,12 +314,19 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl) {
                 // land while the keys are scored.
                 const int pieces = row_bytes / 16;
                 for (int q = lane; q < ATT_CHUNK * pieces; q += DS_WARP) {
-                    const int key = q / pieces, part = q % pieces;
+                    const int key = q / pieces, part = q % pieces, jk = c * ATT_CHUNK + key;
                     if (key < k_lo || key > k_hi) continue;
+                    unsigned char *dst = vw + key * row_bytes + part * 16;
+                    if (jk >= geo.call0) { // this call's value, converted like the append does
+                        const size_t i = ((size_t)(geo.row0 + jk - geo.call0) * NKV + g) * D +
+                                         part * (16 / es);
+                        *(uint4 *)dst = call_piece(a, i);
+                        continue;
+                    }
                     const unsigned char *src =
-                        (const unsigned char *)a.v_cache +
-                        (base + (size_t)(c * ATT_CHUNK + key) * pos_stride) * es + part * 16;
-                    __pipeline_memcpy_async(vw + key * row_bytes + part * 16, src, 16);
+                        (const unsigned char *)a.v_cache + (base + (size_t)jk * pos_stride) * es +
+                        part * 16;
+                    __pipeline_memcpy_async(dst, src, 16);
                 }
                 __pipeline_commit();
             }
@@ -285,10 +335,23 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl) {
 #pragma unroll
             for (int h = 0; h < ATT_HB; h++) sc[h] = 0.0f;
             if (valid) {
+                const bool call = j >= geo.call0; // this call's key: from k, as cached
+                const size_t ko = call ? ((size_t)(geo.row0 + j - geo.call0) * NKV + g) * D
+                                       : base + (size_t)j * pos_stride;
+                // The dtype must stay warp-uniform for the vector loads: when act and cache
+                // dtypes match, k and the cache are read alike; otherwise the per-element path.
+                const bool same = a.act == a.cache_dtype;
+                const void *kb = call && same ? a.k : a.k_cache;
 #pragma unroll
                 for (int d0 = 0; d0 < D; d0 += KP) {
                     float kr[KP];
-                    ldn<KP>(a.k_cache, a.cache_dtype, base + (size_t)j * pos_stride + d0, kr);
+                    if (same || !call) {
+                        ldn<KP>(kb, a.cache_dtype, ko + d0, kr);
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < KP; e++)
+                            kr[e] = as_cached(a, ld_elem(a.k, a.act, ko + d0 + e));
+                    }
 #pragma unroll
                     for (int h = 0; h < ATT_HB; h++)
 #pragma unroll
@@ -325,10 +388,17 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl) {
                 if (owns_dims) {
                     if constexpr (STAGE)
                         lds_n<DPL>(vw + jj * row_bytes + lane * DPL * es, a.cache_dtype, vv);
-                    else
+                    else if (c * ATT_CHUNK + jj >= geo.call0) {
+                        ldn<DPL>(a.v, a.act,
+                                 ((size_t)(geo.row0 + c * ATT_CHUNK + jj - geo.call0) * NKV + g) *
+                                         D + lane * DPL, vv);
+#pragma unroll
+                        for (int i = 0; i < DPL; i++) vv[i] = as_cached(a, vv[i]);
+                    } else {
                         ldn<DPL>(a.v_cache, a.cache_dtype,
                                  base + (size_t)(c * ATT_CHUNK + jj) * pos_stride + lane * DPL,
                                  vv);
+                    }
                 } else {
 #pragma unroll
                     for (int i = 0; i < DPL; i++) vv[i] = 0.0f;
@@ -396,7 +466,7 @@ act_sdpa_combine(const struct ds_attention_args a, const float *ws, int nspl) {
     const int t = blockIdx.x, NH = a.n_heads, D = a.head_dim;
     const int i = blockIdx.y * ATT_COMBINE_THREADS + threadIdx.x;
     struct att_geom geo;
-    if (i >= NH * D || !att_geom_of(a, t, &geo)) return;
+    if (i >= NH * D || !att_geom_of(a, t, false, &geo)) return;
     const int h = i / D;
     const size_t rec = (size_t)NH * (D + 2);
     const float *r = ws + (size_t)t * nspl * rec;
@@ -410,9 +480,15 @@ act_sdpa_combine(const struct ds_attention_args a, const float *ws, int nspl) {
 }
 
 // Upper bound of the splits any row of a call can span (grid z of split mode).
-static int att_slots_needed(int max_pos, int window) {
-    int n = (max_pos + ATT_CHUNK - 1) / ATT_CHUNK; // chunks of the longest possible range
+// Chunks of the longest key range a row of a call can have.
+static int att_max_chunks(int max_pos, int window) {
+    int n = (max_pos + ATT_CHUNK - 1) / ATT_CHUNK;
     if (window > 0) n = min(n, (window + ATT_CHUNK - 1) / ATT_CHUNK + 1);
+    return n;
+}
+
+static int att_slots_needed(int max_pos, int window) {
+    const int n = att_max_chunks(max_pos, window);
     if (n > ATT_BASE_CHUNKS * ATT_MAX_SPLITS) return ATT_SLOTS;
     return min(ATT_SLOTS, (n + ATT_BASE_CHUNKS - 1) / ATT_BASE_CHUNKS + 1);
 }
@@ -456,13 +532,16 @@ extern "C" enum ds_status ds_attention_cuda(const struct ds_attention_args *a, v
                             a->n_heads, a->n_kv_heads);
     cudaStream_t st = DS_STREAM(stream);
 
-    // Split mode when the row blocks alone would leave SMs idle and the workspace holds every
-    // row's split states; both modes give the same bits, so this choice is free.
+    // Split mode when the row blocks alone would leave SMs idle, a row can be long enough for the
+    // combine launch to pay off (a 128-key window spans <= 5 chunks in <= 2 splits: whole-row
+    // mode walks them in one launch) and the workspace holds every row's split states; both
+    // modes give the same bits, so this choice is free.
     const long long row_blocks = (long long)a->n_rows * a->n_kv_heads * n_sub;
     const int slots = att_slots_needed(a->max_pos, a->window);
     float *ws = NULL;
     int nspl = 0;
     if (a->workspace && slots > 1 && row_blocks < ATT_SPLIT_MAX_BLOCKS &&
+        att_max_chunks(a->max_pos, a->window) >= ATT_SPLIT_MIN_CHUNKS &&
         (uintptr_t)a->workspace % 16 == 0) {
         const size_t rec = (size_t)a->n_heads * (D + 2) * sizeof(float);
         const size_t per_row = ds_attention_workspace_bytes(1, a->n_heads, D, a->max_pos);
@@ -471,14 +550,19 @@ extern "C" enum ds_status ds_attention_cuda(const struct ds_attention_args *a, v
             ws = (float *)a->workspace;
     }
 
-    act_kv_cache_append<<<(unsigned)a->n_rows, 128, 0, st>>>(*a);
-    DS_KERNEL_CHECK();
+    // The append runs inside the attention kernel (its blocks read this call's keys from k/v)
+    // when k and v allow the 16-byte loads of that path; otherwise as a kernel of its own first.
+    const int fused = ((uintptr_t)a->k | (uintptr_t)a->v) % 16 == 0;
+    if (!fused) {
+        act_kv_cache_append<<<(unsigned)a->n_rows, 128, 0, st>>>(*a);
+        DS_KERNEL_CHECK();
+    }
     const dim3 grid((unsigned)a->n_rows, (unsigned)(a->n_kv_heads * n_sub), ws ? slots : 1);
     switch (D) {
-    case 16: act_sdpa_sink_gqa_d<16><<<grid, ATT_THREADS, 0, st>>>(*a, ws, nspl); break;
-    case 32: act_sdpa_sink_gqa_d<32><<<grid, ATT_THREADS, 0, st>>>(*a, ws, nspl); break;
-    case 64: act_sdpa_sink_gqa_d<64><<<grid, ATT_THREADS, 0, st>>>(*a, ws, nspl); break;
-    default: act_sdpa_sink_gqa_d<128><<<grid, ATT_THREADS, 0, st>>>(*a, ws, nspl); break;
+    case 16: act_sdpa_sink_gqa_d<16><<<grid, ATT_THREADS, 0, st>>>(*a, ws, nspl, fused); break;
+    case 32: act_sdpa_sink_gqa_d<32><<<grid, ATT_THREADS, 0, st>>>(*a, ws, nspl, fused); break;
+    case 64: act_sdpa_sink_gqa_d<64><<<grid, ATT_THREADS, 0, st>>>(*a, ws, nspl, fused); break;
+    default: act_sdpa_sink_gqa_d<128><<<grid, ATT_THREADS, 0, st>>>(*a, ws, nspl, fused); break;
     }
     DS_KERNEL_CHECK();
     if (ws) {
