@@ -17,16 +17,23 @@
 //                      (att_merge); out = acc / l.
 //
 // Kernels:
-//   act_kv_cache_append        one block per row: its new k and v go to (slot, pos) of its
-//                              sequence, converted to the cache dtype. Runs first, so a prefill
-//                              row sees the rows before it in the same call.
+//   (append)                   every row's new k and v go to (slot, pos) of its sequence,
+//                              converted to the cache dtype. When k and v are 16-byte aligned
+//                              this happens inside act_sdpa_sink_gqa_d (block z = 0 of each
+//                              (row, KV head) stores its row), and the attention blocks read keys
+//                              at positions >= the sequence's pos0 from k/v rounded to the cache
+//                              dtype instead of from the cache, so no block reads what another
+//                              writes and a prefill row still sees the rows before it. Otherwise
+//   act_kv_cache_append        runs first as its own kernel (one block per row). Same bits.
+//                              (Sequences must own distinct slots, as the reference checks.)
 //   act_sdpa_sink_gqa_d<D>     one block (4 warps) per (row, KV head, group of up to 8 query heads
 //                              [, split]), D in {16, 32, 64, 128}. Two modes, same arithmetic:
 //                              - split (flash-decoding): grid z = split; the block computes one
 //                                split state and writes it to the workspace;
-//                              - whole row (workspace NULL or too small, or enough rows to fill
-//                                the GPU): the block walks the splits itself and merges them as
-//                                it goes, with the very same att_merge calls.
+//                              - whole row (workspace NULL or too small, enough rows to fill
+//                                the GPU, or no row longer than 5 chunks, e.g. a 128-key window):
+//                                the block walks the splits itself and merges them as it goes,
+//                                with the very same att_merge calls.
 //   act_sdpa_combine           split mode only: one thread per (row, head, dim) merges the row's
 //                              split states from the workspace, sink first, in split order.
 //
