@@ -25,6 +25,7 @@ struct layer_weights {
     struct ds_wt q_w, q_b;           // (NH·D, H), (NH·D)
     struct ds_wt k_w, k_b, v_w, v_b; // (NKV·D, H), (NKV·D)
     struct ds_wt o_w, o_b;           // (H, NH·D), (H)
+    bool qkv_fused;                  // q_w, k_w, v_w back to back: one split matmul
     struct ds_wt sinks;              // (NH)
     struct ds_wt mlp_norm;           // (H) post_attention_layernorm
     struct ds_wt router_w, router_b; // (E, H), (E)
@@ -113,11 +114,13 @@ static enum ds_status bind_all(ds_gptoss_t *m, struct ds_weight_loader *wl) {
     for (int l = 0; l < m->L; l++) {
         struct layer_weights *w = &m->layers[l];
         if ((s = bind(wl, &w->attn_norm, NAME("input_layernorm.weight"), H))) return s;
+        // q, k, v weights bound one after the other: the loader places them back to back (their
+        // sizes are multiples of 256 bytes for every real shape), so one matmul can run all three.
         if ((s = bind(wl, &w->q_w, NAME("self_attn.q_proj.weight"), QD * H))) return s;
-        if ((s = bind(wl, &w->q_b, NAME("self_attn.q_proj.bias"), QD))) return s;
         if ((s = bind(wl, &w->k_w, NAME("self_attn.k_proj.weight"), KD * H))) return s;
-        if ((s = bind(wl, &w->k_b, NAME("self_attn.k_proj.bias"), KD))) return s;
         if ((s = bind(wl, &w->v_w, NAME("self_attn.v_proj.weight"), KD * H))) return s;
+        if ((s = bind(wl, &w->q_b, NAME("self_attn.q_proj.bias"), QD))) return s;
+        if ((s = bind(wl, &w->k_b, NAME("self_attn.k_proj.bias"), KD))) return s;
         if ((s = bind(wl, &w->v_b, NAME("self_attn.v_proj.bias"), KD))) return s;
         if ((s = bind(wl, &w->o_w, NAME("self_attn.o_proj.weight"), H * QD))) return s;
         if ((s = bind(wl, &w->o_b, NAME("self_attn.o_proj.bias"), H))) return s;
@@ -144,6 +147,18 @@ static enum ds_status bind_all(ds_gptoss_t *m, struct ds_weight_loader *wl) {
     }
 #undef NAME
     return DS_OK;
+}
+
+// Whether layer l's q, k and v weight matrices lie back to back in one dtype (biases may live
+// anywhere, in one dtype): then one matmul with split outputs computes all three (the same bits
+// as three calls). Checked once, after the load pass.
+static bool qkv_contiguous(const ds_gptoss_t *m, const struct layer_weights *w) {
+    if (w->k_w.e != w->q_w.e || w->v_w.e != w->q_w.e || w->k_b.e != w->q_b.e ||
+        w->v_b.e != w->q_b.e)
+        return false;
+    const size_t es = w->q_w.e == DS_ELEM_BF16 ? 2 : 4, H = (size_t)m->H;
+    const char *q = w->q_w.p, *k = w->k_w.p, *v = w->v_w.p;
+    return q && k == q + (size_t)m->NH * m->D * H * es && v == k + (size_t)m->NKV * m->D * H * es;
 }
 
 static enum ds_status check_plan(const ds_gptoss_t *m, const struct ds_gptoss_plan *p) {
@@ -302,6 +317,7 @@ static enum ds_status create_impl(const struct ds_target_config *cfg, const ds_s
     if ((s = bind_all(m, &wl)) != DS_OK) goto fail;
     if ((s = ds_wl_finish(&wl)) != DS_OK) goto fail;
     m->mem.weights = wl.bytes;
+    for (int l = 0; l < m->L; l++) m->layers[l].qkv_fused = qkv_contiguous(m, &m->layers[l]);
 
     // KV caches: (S, P, NKV, D) per layer for K and for V, in the activation dtype.
     size_t per = (size_t)m->plan.max_slots * (size_t)m->plan.max_pos * (size_t)m->NKV *
@@ -458,9 +474,31 @@ static enum ds_status attention_block(ds_gptoss_t *m, int l, int T, int n_seq) {
     const int QD = m->NH * m->D, KD = m->NKV * m->D;
     enum ds_status s;
     if ((s = rmsnorm(m, T, m->x, &w->attn_norm, m->xn))) return s;
-    if ((s = matmul(m, T, m->H, QD, m->xn, &w->q_w, &w->q_b, NULL, m->q))) return s;
-    if ((s = matmul(m, T, m->H, KD, m->xn, &w->k_w, &w->k_b, NULL, m->k))) return s;
-    if ((s = matmul(m, T, m->H, KD, m->xn, &w->v_w, &w->v_b, NULL, m->v))) return s;
+    if (w->qkv_fused) {
+        // One launch streams [q_w; k_w; v_w] and writes q, k and v (ds_matmul_args split).
+        struct ds_matmul_args qkv = {
+            .act = m->act,
+            .w_dtype = w->q_w.e,
+            .bias_dtype = w->q_b.e,
+            .n_rows = T,
+            .in_dim = m->H,
+            .out_dim = QD + 2 * KD,
+            .x = m->xn,
+            .w = w->q_w.p,
+            .bias = w->q_b.p,
+            .out = m->q,
+            .part_dim = {QD, KD, KD},
+            .out1 = m->k,
+            .out2 = m->v,
+            .bias1 = w->k_b.p,
+            .bias2 = w->v_b.p,
+        };
+        if ((s = be->matmul(be, &qkv))) return s;
+    } else {
+        if ((s = matmul(m, T, m->H, QD, m->xn, &w->q_w, &w->q_b, NULL, m->q))) return s;
+        if ((s = matmul(m, T, m->H, KD, m->xn, &w->k_w, &w->k_b, NULL, m->k))) return s;
+        if ((s = matmul(m, T, m->H, KD, m->xn, &w->v_w, &w->v_b, NULL, m->v))) return s;
+    }
     struct ds_rope_args r = {
         .act = m->act,
         .n_rows = T,

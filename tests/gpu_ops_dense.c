@@ -18,8 +18,16 @@ static const char *dt_name(enum ds_elem e) { return e == DS_ELEM_BF16 ? "bf16" :
 
 // ---------------------------------------------------------------------------------------------
 
+static void embed_case(int C);
+
+// C = 2880: 16-byte group copies; C = 45: element copies (C % 8 != 0), same results.
 static void embed_matches_reference_and_marks_bad_ids(void) {
-    enum { V = 1000, C = 2880, T = 9 };
+    const int widths[2] = {2880, 45};
+    for (int wi = 0; wi < 2; wi++) embed_case(widths[wi]);
+}
+
+static void embed_case(int C) {
+    enum { V = 1000, T = 9 };
     float *table = t_alloc((size_t)V * C * sizeof(float));
     t_fill(table, (size_t)V * C, 11, 4.0f);
     int32_t ids[T] = {0, 999, 5, 5, 512, 1, 998, 0, 7};
@@ -39,7 +47,8 @@ static void embed_matches_reference_and_marks_bad_ids(void) {
             float *got = g_download_f(d_out, (size_t)T * C, dt[ai]);
             // A copy of exactly representable values: tolerance 0.
             char what[64];
-            snprintf(what, sizeof what, "embed act %s table %s", dt_name(dt[ai]), dt_name(dt[ti]));
+            snprintf(what, sizeof what, "embed C=%d act %s table %s", C, dt_name(dt[ai]),
+                     dt_name(dt[ti]));
             g_compare(what, got, want, (size_t)T * C, C, 0.0, 0.0);
             free(got);
             g_free(d_out);
@@ -72,7 +81,9 @@ static void embed_matches_reference_and_marks_bad_ids(void) {
 // ---------------------------------------------------------------------------------------------
 
 static void rmsnorm_matches_reference(void) {
-    const int shapes[][2] = {{1, 64}, {5, 2880}, {37, 45}, {3, 4096}, {300, 64}};
+    // Fast path (C % 8 == 0, C <= 4096: registers, 16-byte loads): 64, 2880, 4096; element
+    // loads: 45, 4104 (beyond the register budget).
+    const int shapes[][2] = {{1, 64}, {5, 2880}, {37, 45}, {3, 4096}, {300, 64}, {2, 4104}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int T = shapes[s][0], C = shapes[s][1];
         const size_t n = (size_t)T * C;
@@ -124,9 +135,10 @@ struct mm_case {
     const char *why;
 };
 
-// The shape matrix. Tensor-core tiles (features × tokens × K per stage) by T: T <= 8: 16 × 8 × 256,
-// T <= 64: 32 × 64 × 128, larger: 64 × 128 × 64; cp.async 16-byte copies when K % 8 == 0 (element
-// loads otherwise); k16 steps past K skipped, a partial last step zero-filled.
+// The shape matrix. Tensor-core tiles (features × tokens × K per stage) by T: with K % 8 == 0 and
+// aligned buffers, T <= 8: the weight-streaming tile 16 × 8 × 256, T <= 16: 16 × 16 × 256; else
+// T <= 8: 16 × 8 × 256 (element loads), T <= 64: 32 × 64 × 128, larger: 64 × 128 × 64; k16 steps
+// past K skipped, a partial last step zero-filled.
 static const struct mm_case mm_cases[] = {
     {1, 64, 64, 0, 0, "one row, tiny config"},
     {1, 37, 13, 1, 1, "K not a multiple of 8 (scalar loads), partial feature tile"},
@@ -148,6 +160,13 @@ static const struct mm_case mm_cases[] = {
     {96, 2880, 5120, 1, 0, "96 rows: 64 x 128 tiles, gpt-oss qkv"},
     {129, 200, 70, 0, 1, "two 128-token tiles, partial features, K % 16 = 8"},
     {40, 37, 50, 1, 1, "K not a multiple of 8 in the 32 x 64 tiles"},
+    {5, 8, 19, 1, 1, "stream tile: K = 8, one chunk, the step's upper half zero-filled"},
+    {3, 200, 37, 1, 1, "stream tile: K % 16 = 8, partial feature block"},
+    {1, 4096, 4096, 1, 0, "stream tile: gpt-oss q projection at T = 1"},
+    {1, 2880, 201088, 0, 0, "stream tile: gpt-oss lm_head at T = 1"},
+    {12, 2880, 5120, 1, 0, "12 rows: stream tile of 16 tokens, gpt-oss qkv"},
+    {16, 4096, 2880, 1, 1, "16 rows: stream tile of 16 tokens, o_proj with fused residual"},
+    {11, 520, 33, 0, 1, "11 rows: stream tile of 16 tokens, partial K tile and features"},
 };
 
 static void run_matmul_case(const struct mm_case *c) {
@@ -237,12 +256,14 @@ static void matmul_bf16_continuous_values_loose(void) {
 }
 
 // A row's output bits must not depend on the batch: row r computed alone, then inside batches of
-// B rows at different positions with different neighbours. Covers the three tensor-core tile
-// shapes (a row alone and B = 8: 16 × 8; B = 32, 64: 32 × 64; B = 256, 300: 64 × 128, several token
-// tiles), which must all follow the same reduction order, and the CUDA-core f32 kernel.
+// B rows at different positions with different neighbours. Covers every tensor-core tile shape
+// (a row alone and B = 8: the 16 × 8 stream tile; B = 12, 16: the 16 × 16 stream tile; B = 32, 64:
+// 32 × 64; B = 256, 300: 64 × 128, several token tiles; K = 130 (K % 8 != 0): the 16 × 8 tile with
+// element loads), which must all follow the same reduction order, and the CUDA-core f32 kernel.
 static void matmul_is_batch_invariant(void) {
     const int shapes[][2] = {{2880, 2880}, {2880, 5120}, {2880, 32000}, {130, 40}};
-    const int batches[] = {8, 32, 64, 256, 300};
+    const int batches[] = {8, 12, 16, 32, 64, 256, 300};
+    enum { NB = sizeof batches / sizeof batches[0] };
     enum { POOL = 300 };
     for (int s = 0; s < 4; s++) {
         const int K = shapes[s][0], N = shapes[s][1];
@@ -265,7 +286,7 @@ static void matmul_is_batch_invariant(void) {
                                            .out = d_out};
                 EXPECT_OK(ds_matmul_cuda(&a, NULL));
                 g_download(alone, d_out, (size_t)N * es);
-                for (int bi = 0; bi < 5; bi++) {
+                for (int bi = 0; bi < NB; bi++) {
                     const int B = batches[bi];
                     // Batch rows: pool rows in a rotated order; row r lands at position (r·7) % B.
                     const int at = (r * 7) % B;
@@ -288,6 +309,104 @@ static void matmul_is_batch_invariant(void) {
             g_free(d_pool), g_free(d_w), g_free(d_x), g_free(d_out);
         }
     }
+}
+
+// Fused q/k/v: one call over [W0; W1; W2] (back to back) with split outputs and a bias per part
+// must write exactly the bits of separate calls over W0, W1, W2 (each element's reduction depends
+// on K only, whatever tile its call picks), and match the CPU reference's split call (exact
+// inputs: f32 bit for bit, bf16 the reference rounded once, 1 ulp allowed as in the matrix).
+// Shapes: gpt-oss qkv (2880 -> 4096 + 512 + 512) at T = 1, 4 (stream 16 × 8), 13 (stream 16 × 16),
+// 40 (32 × 64), 100 (64 × 128); the tiny config (256 -> 256 + 64 + 64); odd widths with an
+// absent middle part and K % 8 != 0 (element loads in the fused call, and separate calls whose
+// weight offsets are not 16-byte aligned).
+struct split_case {
+    int T, K, d[3], bias;
+};
+
+static void run_split_case(const struct split_case *c, enum ds_elem act) {
+    const int T = c->T, K = c->K, N = c->d[0] + c->d[1] + c->d[2];
+    const size_t es = act == DS_ELEM_BF16 ? 2 : 4;
+    float *x = t_alloc((size_t)T * K * 4), *w = t_alloc((size_t)N * K * 4);
+    float *b = t_alloc((size_t)N * 4);
+    t_fill(x, (size_t)T * K, 700 + T, 1.0f);
+    t_fill(w, (size_t)N * K, 800 + N, 1.0f);
+    t_fill(b, N, 900 + N, 1.0f);
+    void *d_x = g_upload_as(x, (size_t)T * K, act), *d_w = g_upload_as(w, (size_t)N * K,
+                                                                        DS_ELEM_BF16);
+    void *d_b = g_upload_as(b, N, DS_ELEM_F32);
+    void *fused[3], *sep[3];
+    float *want[3];
+    int first[3];
+    for (int j = 0, f = 0; j < 3; f += c->d[j], j++) {
+        first[j] = f;
+        fused[j] = c->d[j] ? g_alloc((size_t)T * c->d[j] * es) : NULL;
+        sep[j] = c->d[j] ? g_alloc((size_t)T * c->d[j] * es) : NULL;
+        want[j] = c->d[j] ? t_alloc((size_t)T * c->d[j] * 4) : NULL;
+    }
+    // The CPU reference's split call on the same values.
+    struct ds_matmul_args r = {.act = DS_ELEM_F32, .w_dtype = DS_ELEM_F32,
+                               .bias_dtype = DS_ELEM_F32, .n_rows = T, .in_dim = K, .out_dim = N,
+                               .x = x, .w = w, .bias = c->bias ? b : NULL, .out = want[0],
+                               .part_dim = {c->d[0], c->d[1], c->d[2]}, .out1 = want[1],
+                               .out2 = want[2], .bias1 = c->bias ? b + first[1] : NULL,
+                               .bias2 = c->bias ? b + first[2] : NULL};
+    EXPECT_OK(ds_matmul_ref(&r));
+    struct ds_matmul_args a = {.act = act, .w_dtype = DS_ELEM_BF16, .bias_dtype = DS_ELEM_F32,
+                               .n_rows = T, .in_dim = K, .out_dim = N, .x = d_x, .w = d_w,
+                               .bias = c->bias ? d_b : NULL, .out = fused[0],
+                               .part_dim = {c->d[0], c->d[1], c->d[2]}, .out1 = fused[1],
+                               .out2 = fused[2]};
+    if (c->bias) a.bias1 = (float *)d_b + first[1], a.bias2 = (float *)d_b + first[2];
+    EXPECT_OK(ds_matmul_cuda(&a, NULL));
+    for (int j = 0; j < 3; j++) {
+        if (!c->d[j]) continue;
+        const int D = c->d[j];
+        struct ds_matmul_args p = {.act = act, .w_dtype = DS_ELEM_BF16, .bias_dtype = DS_ELEM_F32,
+                                   .n_rows = T, .in_dim = K, .out_dim = D, .x = d_x,
+                                   .w = (uint16_t *)d_w + (size_t)first[j] * K,
+                                   .bias = c->bias ? (float *)d_b + first[j] : NULL,
+                                   .out = sep[j]};
+        EXPECT_OK(ds_matmul_cuda(&p, NULL));
+        const size_t bytes = (size_t)T * D * es;
+        unsigned char *hf = t_alloc(bytes), *hs = t_alloc(bytes);
+        g_download(hf, fused[j], bytes);
+        g_download(hs, sep[j], bytes);
+        char what[160];
+        snprintf(what, sizeof what, "split matmul T=%d K=%d parts %d/%d/%d act %s: part %d fused "
+                 "vs its own call", T, K, c->d[0], c->d[1], c->d[2], dt_name(act), j);
+        g_same_bytes(what, hf, hs, bytes, es);
+        float *got = g_download_f(fused[j], (size_t)T * D, act);
+        snprintf(what, sizeof what, "split matmul T=%d K=%d parts %d/%d/%d act %s: part %d vs "
+                 "reference", T, K, c->d[0], c->d[1], c->d[2], dt_name(act), j);
+        if (act == DS_ELEM_F32) g_compare(what, got, want[j], (size_t)T * D, D, 0.0, 0.0);
+        else g_compare_bf16(what, got, want[j], (size_t)T * D, D, 1.0);
+        free(got), free(hf), free(hs);
+    }
+    for (int j = 0; j < 3; j++) g_free(fused[j]), g_free(sep[j]), free(want[j]);
+    g_free(d_x), g_free(d_w), g_free(d_b);
+    free(x), free(w), free(b);
+}
+
+static void matmul_split_outputs_equal_separate_calls(void) {
+    static const struct split_case cases[] = {
+        {1, 2880, {4096, 512, 512}, 1},  {4, 2880, {4096, 512, 512}, 1},
+        {13, 2880, {4096, 512, 512}, 1}, {40, 2880, {4096, 512, 512}, 1},
+        {100, 2880, {4096, 512, 512}, 1}, {1, 256, {256, 64, 64}, 1},
+        {7, 256, {256, 64, 64}, 0},       {300, 256, {256, 64, 64}, 1},
+        {3, 72, {20, 0, 13}, 1},          {5, 37, {9, 7, 3}, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int ai = 0; ai < 2; ai++) run_split_case(&cases[i], dt[ai]);
+    // Host checks of the split fields name the problem.
+    struct ds_matmul_args a = {.act = DS_ELEM_BF16, .w_dtype = DS_ELEM_BF16, .n_rows = 1,
+                               .in_dim = 8, .out_dim = 8, .x = (void *)16, .w = (void *)32,
+                               .out = (void *)64, .part_dim = {4, 2, 1}, .out1 = (void *)128,
+                               .out2 = (void *)256};
+    EXPECT_STATUS(ds_matmul_cuda(&a, NULL), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("matmul: split widths 4 + 2 + 1 do not sum to out_dim 8");
+    a.part_dim[2] = 2, a.out1 = (void *)16;
+    EXPECT_STATUS(ds_matmul_cuda(&a, NULL), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("matmul: out1 must not alias x");
 }
 
 static void matmul_rejects_bad_arguments(void) {
@@ -444,6 +563,41 @@ static void rope_matches_reference(void) {
     }
 }
 
+// The fast path (16-byte loads, C <= 4096) and the element path follow one summation order, so
+// the same row gives the same bits through either: rows moved 2 bytes off 16-byte alignment take
+// the element path (bf16 and f32 activations, C = 2880 and 64).
+static void rmsnorm_paths_agree_bitwise(void) {
+    const int widths[2] = {2880, 64};
+    enum { T = 5 };
+    for (int ci = 0; ci < 2; ci++)
+        for (int ai = 0; ai < 2; ai++) {
+            const int C = widths[ci];
+            const enum ds_elem act = dt[ai];
+            const size_t es = act == DS_ELEM_BF16 ? 2 : 4, n = (size_t)T * C, bytes = n * es;
+            float *x = t_alloc(n * 4), *g = t_alloc((size_t)C * 4);
+            g_fill_cont(x, n, 40 + ci, -3.0f, 3.0f);
+            g_fill_cont(g, C, 41 + ci, 0.5f, 1.5f);
+            void *d_g = g_upload_as(g, C, DS_ELEM_BF16), *d_x = g_upload_as(x, n, act);
+            char *d_xu = g_alloc(bytes + 16), *d_yu = g_alloc(bytes + 16);
+            void *d_y = g_alloc(bytes);
+            G_CHECK(cudaMemcpy(d_xu + 2, d_x, bytes, cudaMemcpyDeviceToDevice));
+            struct ds_rmsnorm_args a = {.act = act, .w_dtype = DS_ELEM_BF16, .n_rows = T,
+                                        .dim = C, .eps = 1e-5f, .x = d_x, .w = d_g, .out = d_y};
+            EXPECT_OK(ds_rmsnorm_cuda(&a, NULL));
+            a.x = d_xu + 2, a.out = d_yu + 2;
+            EXPECT_OK(ds_rmsnorm_cuda(&a, NULL));
+            unsigned char *fast = t_alloc(bytes), *slow = t_alloc(bytes);
+            g_download(fast, d_y, bytes);
+            g_download(slow, d_yu + 2, bytes);
+            char what[96];
+            snprintf(what, sizeof what, "rmsnorm C=%d act %s: 16-byte path vs element path", C,
+                     dt_name(act));
+            g_same_bytes(what, fast, slow, bytes, es);
+            free(fast), free(slow), free(x), free(g);
+            g_free(d_g), g_free(d_x), g_free(d_xu), g_free(d_yu), g_free(d_y);
+        }
+}
+
 // RMSNorm rows alone vs in a batch (one block per row: trivially invariant, checked anyway).
 static void rmsnorm_is_batch_invariant(void) {
     enum { C = 2880, B = 64 };
@@ -471,11 +625,13 @@ int main(void) {
     G_REQUIRE_GPU();
     DS_RUN(embed_matches_reference_and_marks_bad_ids);
     DS_RUN(rmsnorm_matches_reference);
+    DS_RUN(rmsnorm_paths_agree_bitwise);
     DS_RUN(rmsnorm_is_batch_invariant);
     DS_RUN(matmul_rejects_bad_arguments);
     DS_RUN(matmul_shape_matrix_matches_reference);
     DS_RUN(matmul_bf16_continuous_values_loose);
     DS_RUN(matmul_is_batch_invariant);
+    DS_RUN(matmul_split_outputs_equal_separate_calls);
     DS_RUN(add_silu_gather_match_reference);
     DS_RUN(rope_matches_reference);
     return ds_test_end();

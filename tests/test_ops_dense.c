@@ -157,6 +157,59 @@ static void matmul_rejects_bad_arguments(void) {
     EXPECT_ERROR_HAS("in_dim is 0");
 }
 
+// Split outputs: [q; k; v] weights back to back, one call writes three buffers. Each part must
+// equal the exact formula (hand computed in double, as expect_matmul_exact) at row stride = its
+// width, with its own bias (a NULL bias adds nothing), and equal three plain calls bit for bit.
+static void matmul_split_outputs_match_separate_calls(void) {
+    enum { T = 3, K = 24, D0 = 5, D1 = 2, D2 = 3, N = D0 + D1 + D2 };
+    float x[T * K], w[N * K], b0[D0], b2[D2];
+    t_fill(x, T * K, 50, 1.0f);
+    t_fill(w, N * K, 51, 1.0f);
+    t_fill(b0, D0, 52, 1.0f);
+    t_fill(b2, D2, 53, 1.0f);
+    float q[T * D0], k[T * D1], v[T * D2];
+    struct ds_matmul_args a = {.act = DS_ELEM_F32, .w_dtype = DS_ELEM_F32,
+                               .bias_dtype = DS_ELEM_F32, .n_rows = T, .in_dim = K, .out_dim = N,
+                               .x = x, .w = w, .bias = b0, .out = q, .part_dim = {D0, D1, D2},
+                               .out1 = k, .out2 = v, .bias1 = NULL, .bias2 = b2};
+    EXPECT_OK(ds_matmul_ref(&a));
+    expect_matmul_exact(x, w, b0, NULL, q, T, K, D0);
+    expect_matmul_exact(x, w + D0 * K, NULL, NULL, k, T, K, D1);
+    expect_matmul_exact(x, w + (D0 + D1) * K, b2, NULL, v, T, K, D2);
+    // The same parts from three plain calls: bitwise equal.
+    float q1[T * D0], k1[T * D1], v1[T * D2];
+    struct ds_matmul_args p = {.act = DS_ELEM_F32, .w_dtype = DS_ELEM_F32,
+                               .bias_dtype = DS_ELEM_F32, .n_rows = T, .in_dim = K, .x = x};
+    p.out_dim = D0, p.w = w, p.bias = b0, p.out = q1;
+    EXPECT_OK(ds_matmul_ref(&p));
+    p.out_dim = D1, p.w = w + D0 * K, p.bias = NULL, p.out = k1;
+    EXPECT_OK(ds_matmul_ref(&p));
+    p.out_dim = D2, p.w = w + (D0 + D1) * K, p.bias = b2, p.out = v1;
+    EXPECT_OK(ds_matmul_ref(&p));
+    EXPECT(t_same_bits(q, q1, T * D0) && t_same_bits(k, k1, T * D1) && t_same_bits(v, v1, T * D2));
+    // A zero-width middle part is absent: [0, D0) to out, [D0, N) to out2.
+    float v2[T * (N - D0)];
+    a.part_dim[1] = 0, a.part_dim[2] = N - D0, a.out1 = NULL, a.out2 = v2, a.bias2 = NULL;
+    EXPECT_OK(ds_matmul_ref(&a));
+    expect_matmul_exact(x, w + D0 * K, NULL, NULL, v2, T, K, N - D0);
+    // Bad splits are refused with the reason.
+    a.part_dim[2] = 1;
+    EXPECT_STATUS(ds_matmul_ref(&a), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("split widths 5 + 0 + 1 do not sum to out_dim 10");
+    a.part_dim[0] = 0, a.part_dim[2] = N;
+    EXPECT_STATUS(ds_matmul_ref(&a), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("the first must be > 0");
+    a.part_dim[0] = D0, a.part_dim[1] = D1, a.part_dim[2] = D2, a.out1 = k, a.out2 = NULL;
+    EXPECT_STATUS(ds_matmul_ref(&a), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("out2 buffer is NULL");
+    a.out2 = x;
+    EXPECT_STATUS(ds_matmul_ref(&a), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("out2 must not alias x");
+    a.out2 = v, a.residual = q;
+    EXPECT_STATUS(ds_matmul_ref(&a), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("a split output takes no residual");
+}
+
 static void add_silu_mul_and_gather(void) {
     enum { T = 3, C = 11 };
     float a[T * C], b[T * C], y[T * C];
@@ -188,6 +241,7 @@ int main(void) {
     DS_RUN(matmul_shape_matrix_bf16_and_f32_weights);
     DS_RUN(matmul_is_batch_and_thread_invariant);
     DS_RUN(matmul_rejects_bad_arguments);
+    DS_RUN(matmul_split_outputs_match_separate_calls);
     DS_RUN(add_silu_mul_and_gather);
     return ds_test_end();
 }

@@ -34,20 +34,98 @@
 #include "ds/kernels_cuda.h"
 
 // ---------------------------------------------------------------------------------------------
+// Groups of 8 consecutive elements: the unit of the embed, rmsnorm and gather kernels. One 16-byte
+// access per group for bf16, two for f32, when the row length is a multiple of 8 and the buffers
+// are 16-byte aligned ("vec"); element accesses otherwise, in the same order.
+
+static __device__ __forceinline__ void ld8(const float *p, float v[8]) {
+    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z,
+    v[7] = b.w;
+}
+static __device__ __forceinline__ void ld8(const ds_bf16 *p, float v[8]) {
+    const uint4 u = *(const uint4 *)p; // element 2i is the low half of word i (little-endian)
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        v[2 * i] = __uint_as_float(w[i] << 16), v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+}
+static __device__ __forceinline__ void st8(float *p, const float v[8]) {
+    *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+    *(float4 *)(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
+}
+static __device__ __forceinline__ void st8(ds_bf16 *p, const float v[8]) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        w[i] = (uint32_t)ds_f32_to_bf16(v[2 * i]) | (uint32_t)ds_f32_to_bf16(v[2 * i + 1]) << 16;
+    *(uint4 *)p = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// Copies 8 elements: bit for bit when the dtypes agree, converted (RNE) when they differ.
+static __device__ __forceinline__ void cp8(float *d, const float *s) {
+    *(uint4 *)d = *(const uint4 *)s;
+    *(uint4 *)(d + 4) = *(const uint4 *)(s + 4);
+}
+static __device__ __forceinline__ void cp8(ds_bf16 *d, const ds_bf16 *s) {
+    *(uint4 *)d = *(const uint4 *)s;
+}
+template <typename TD, typename TS> static __device__ __forceinline__ void cp8(TD *d, const TS *s) {
+    float v[8];
+    ld8(s, v);
+    st8(d, v);
+}
+static __device__ __forceinline__ void cp1(float *d, const float *s) { *d = *s; }
+static __device__ __forceinline__ void cp1(ds_bf16 *d, const ds_bf16 *s) { *d = *s; }
+template <typename TD, typename TS> static __device__ __forceinline__ void cp1(TD *d, const TS *s) {
+    st_f(d, 0, ld_f(s, 0));
+}
+
+// Group gi of a row of C elements: src (NULL: the row is invalid, write NaN) into dst.
+template <typename TD, typename TS>
+static __device__ __forceinline__ void copy_group(TD *dst, const TS *src, int gi, int C, int vec) {
+    dst += (size_t)gi * 8;
+    if (src) src += (size_t)gi * 8;
+    if (vec) {
+        if (src) {
+            cp8(dst, src);
+        } else {
+            const float nan8[8] = {NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
+            st8(dst, nan8);
+        }
+        return;
+    }
+    for (int e = 0; e < 8 && gi * 8 + e < C; e++) {
+        if (src) cp1(dst + e, src + e);
+        else st_f(dst, e, NAN);
+    }
+}
+
+// Threads of the row kernels (embed, gather): one per group of 8 over all rows of the call, so a
+// one-row call spreads over ceil(C / 8) threads, each with one load in flight.
+#define ROWS_THREADS 256
+
+static inline bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+
+// ---------------------------------------------------------------------------------------------
 // Embedding
 
 template <typename TA, typename TW>
-static __device__ __forceinline__ void embed_body(const struct ds_embed_args &a) {
-    const int t = blockIdx.x;
+static __device__ __forceinline__ void embed_body(const struct ds_embed_args &a, int vec) {
+    const int C = a.dim, G = (C + 7) / 8;
+    const size_t i = blockIdx.x * (size_t)ROWS_THREADS + threadIdx.x;
+    if (i >= (size_t)a.n_rows * G) return;
+    const int t = (int)(i / G), gi = (int)(i % G);
     const int32_t id = a.ids[t];
     const bool ok = id >= 0 && id < a.vocab;
-    const TW *src = (const TW *)a.table + (size_t)(ok ? id : 0) * a.dim;
-    TA *dst = (TA *)a.out + (size_t)t * a.dim;
-    for (int c = threadIdx.x; c < a.dim; c += blockDim.x) st_f(dst, c, ok ? ld_f(src, c) : NAN);
+    const TW *src = ok ? (const TW *)a.table + (size_t)id * C : NULL;
+    copy_group((TA *)a.out + (size_t)t * C, src, gi, C, vec);
 }
 
 #define EMBED_KERNEL(name, TA, TW)                                                                 \
-    __global__ void name(const struct ds_embed_args a) { embed_body<TA, TW>(a); }
+    __global__ void __launch_bounds__(ROWS_THREADS) name(const struct ds_embed_args a, int vec) {  \
+        embed_body<TA, TW>(a, vec);                                                                \
+    }
 EMBED_KERNEL(f32_f32w_embed, float, float)
 EMBED_KERNEL(f32_bf16w_embed, float, ds_bf16)
 EMBED_KERNEL(bf16_f32w_embed, ds_bf16, float)
@@ -65,48 +143,80 @@ extern "C" enum ds_status ds_embed_cuda(const struct ds_embed_args *a, void *str
     CU_TRY(cu_check_ptr(op, "table", a->table));
     CU_TRY(cu_check_ptr(op, "ids", a->ids));
     CU_TRY(cu_check_ptr(op, "out", a->out));
+    const size_t groups = (size_t)a->n_rows * (size_t)((a->dim + 7) / 8);
+    if ((groups + ROWS_THREADS - 1) / ROWS_THREADS > (size_t)INT32_MAX)
+        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %d rows of %d are too many", op, a->n_rows,
+                            a->dim);
+    const int vec = a->dim % 8 == 0 && aligned16(a->table) && aligned16(a->out);
     const bool ob = a->act == DS_ELEM_BF16, tb = a->table_dtype == DS_ELEM_BF16;
-    void (*k)(const struct ds_embed_args) = ob ? (tb ? bf16_bf16w_embed : bf16_f32w_embed)
-                                               : (tb ? f32_bf16w_embed : f32_f32w_embed);
-    k<<<a->n_rows, 256, 0, DS_STREAM(stream)>>>(*a);
+    void (*k)(const struct ds_embed_args, int) = ob ? (tb ? bf16_bf16w_embed : bf16_f32w_embed)
+                                                    : (tb ? f32_bf16w_embed : f32_f32w_embed);
+    k<<<cu_blocks(groups, ROWS_THREADS), ROWS_THREADS, 0, DS_STREAM(stream)>>>(*a, vec);
     DS_KERNEL_CHECK();
     return DS_OK;
 }
 
 // ---------------------------------------------------------------------------------------------
-// RMSNorm: one block of NORM_THREADS per row. Thread i sums x[c]² in double over c = i, i + 256,
-// ... in increasing c (NORM_UNROLL loads in flight), then the fixed block tree: the order depends on
-// C alone, and the result is within an ulp of the reference. The second pass re-reads x (L1 hits).
+// RMSNorm: one block of NORM_THREADS per row. THE ORDER OF Σx² (fixed by C alone): thread i takes
+// the 8-element groups g = i, i + 256, i + 512, ... in increasing g and adds x[c]² (in double) for
+// c = 8g .. 8g + 7 in increasing c; then the fixed block tree (block_sum_d). The result is within
+// an ulp of the reference (which sums in another order). Fast path (C % 8 == 0, C <= 4096,
+// 16-byte aligned rows): every group is loaded once into registers with 16-byte loads, the gain
+// too, before the reduction, and the scaled row is written from registers: one load latency and
+// one reduction per row. Other shapes take the same order with element loads (same bits).
 
 #define NORM_THREADS 256
-#define NORM_UNROLL 8
+#define NORM_G 2 // groups held in registers per thread on the fast path: C <= 8 · 256 · 2
 
 template <typename TA, typename TW>
-static __device__ __forceinline__ void rmsnorm_body(const struct ds_rmsnorm_args &a) {
+static __device__ __forceinline__ void rmsnorm_body(const struct ds_rmsnorm_args &a, int vec) {
     __shared__ double scratch[33];
-    const int t = blockIdx.x, C = a.dim;
+    const int t = blockIdx.x, C = a.dim, G = (C + 7) / 8;
     const TA *x = (const TA *)a.x + (size_t)t * C;
     TA *y = (TA *)a.out + (size_t)t * C;
     const TW *w = (const TW *)a.w;
     double ss = 0.0;
-    for (int base = threadIdx.x; base < C; base += NORM_THREADS * NORM_UNROLL) {
-        float v[NORM_UNROLL];
+    if (vec) {
+        float v[NORM_G][8], g[NORM_G][8];
 #pragma unroll
-        for (int u = 0; u < NORM_UNROLL; u++) {
-            const int c = base + u * NORM_THREADS;
-            v[u] = c < C ? ld_f(x, c) : 0.0f;
+        for (int j = 0; j < NORM_G; j++) {
+            const int gi = threadIdx.x + j * NORM_THREADS;
+            if (gi < G) ld8(x + (size_t)gi * 8, v[j]), ld8(w + (size_t)gi * 8, g[j]);
         }
 #pragma unroll
-        for (int u = 0; u < NORM_UNROLL; u++) ss += (double)v[u] * (double)v[u]; // + 0 is exact
+        for (int j = 0; j < NORM_G; j++)
+            if (threadIdx.x + j * NORM_THREADS < G)
+#pragma unroll
+                for (int e = 0; e < 8; e++) ss += (double)v[j][e] * (double)v[j][e];
+        ss = block_sum_d(ss, scratch); // its barriers order every read of x before any write
+        const double inv = 1.0 / sqrt(ss / C + (double)a.eps);
+#pragma unroll
+        for (int j = 0; j < NORM_G; j++) {
+            const int gi = threadIdx.x + j * NORM_THREADS;
+            if (gi >= G) continue;
+            float o[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) o[e] = (float)((double)g[j][e] * ((double)v[j][e] * inv));
+            st8(y + (size_t)gi * 8, o);
+        }
+        return;
     }
-    ss = block_sum_d(ss, scratch); // its barriers also order every read of x before any write
+    for (int gi = threadIdx.x; gi < G; gi += NORM_THREADS)
+        for (int c = gi * 8; c < gi * 8 + 8 && c < C; c++) {
+            const double v = ld_f(x, c);
+            ss += v * v;
+        }
+    ss = block_sum_d(ss, scratch);
     const double inv = 1.0 / sqrt(ss / C + (double)a.eps);
     for (int c = threadIdx.x; c < C; c += NORM_THREADS)
         st_f(y, c, (float)((double)ld_f(w, c) * ((double)ld_f(x, c) * inv)));
 }
 
 #define RMSNORM_KERNEL(name, TA, TW)                                                               \
-    __global__ void name(const struct ds_rmsnorm_args a) { rmsnorm_body<TA, TW>(a); }
+    __global__ void __launch_bounds__(NORM_THREADS) name(const struct ds_rmsnorm_args a,           \
+                                                         int vec) {                                \
+        rmsnorm_body<TA, TW>(a, vec);                                                              \
+    }
 RMSNORM_KERNEL(f32_f32w_rmsnorm, float, float)
 RMSNORM_KERNEL(f32_bf16w_rmsnorm, float, ds_bf16)
 RMSNORM_KERNEL(bf16_f32w_rmsnorm, ds_bf16, float)
@@ -124,10 +234,13 @@ extern "C" enum ds_status ds_rmsnorm_cuda(const struct ds_rmsnorm_args *a, void 
     CU_TRY(cu_check_ptr(op, "x", a->x));
     CU_TRY(cu_check_ptr(op, "gain", a->w));
     CU_TRY(cu_check_ptr(op, "out", a->out));
+    const int vec = a->dim % 8 == 0 && a->dim <= 8 * NORM_THREADS * NORM_G && aligned16(a->x) &&
+                    aligned16(a->w) && aligned16(a->out);
     const bool ab = a->act == DS_ELEM_BF16, wb = a->w_dtype == DS_ELEM_BF16;
-    void (*k)(const struct ds_rmsnorm_args) = ab ? (wb ? bf16_bf16w_rmsnorm : bf16_f32w_rmsnorm)
-                                                 : (wb ? f32_bf16w_rmsnorm : f32_f32w_rmsnorm);
-    k<<<a->n_rows, NORM_THREADS, 0, DS_STREAM(stream)>>>(*a);
+    void (*k)(const struct ds_rmsnorm_args, int) =
+        ab ? (wb ? bf16_bf16w_rmsnorm : bf16_f32w_rmsnorm)
+           : (wb ? f32_bf16w_rmsnorm : f32_f32w_rmsnorm);
+    k<<<a->n_rows, NORM_THREADS, 0, DS_STREAM(stream)>>>(*a, vec);
     DS_KERNEL_CHECK();
     return DS_OK;
 }
@@ -230,6 +343,33 @@ static __device__ __forceinline__ void mm_load_stage(unsigned char *st, const ds
     }
 }
 
+// Where output (t, n) goes and which bias it takes: out (row stride N) and bias[n] without a
+// split; with one (ds_matmul_args part_dim), the part that holds feature n, at row stride = the
+// part's width, and that part's bias.
+struct mm_dst {
+    void *p;
+    size_t o; // element offset in p
+    const void *bias;
+    int bi; // element of bias
+};
+static __device__ __forceinline__ mm_dst mm_dst_of(const struct ds_matmul_args &a, int t, int n) {
+    const int d0 = a.part_dim[0], d1 = a.part_dim[1];
+    if (d0 <= 0) return {a.out, (size_t)t * a.out_dim + n, a.bias, n};
+    if (n < d0) return {a.out, (size_t)t * d0 + n, a.bias, n};
+    if (n < d0 + d1) return {a.out1, (size_t)t * d1 + (n - d0), a.bias1, n - d0};
+    return {a.out2, (size_t)t * a.part_dim[2] + (n - d0 - d1), a.bias2, n - d0 - d1};
+}
+
+// The last operations of THE REDUCTION ORDER for output (t, n): v = a0 + a1 from the caller, then
+// + bias, + residual (read before the write: out may be residual), one rounding to bf16.
+static __device__ __forceinline__ void mm_finish_bf16(const struct ds_matmul_args &a, int t, int n,
+                                                      float v) {
+    const mm_dst d = mm_dst_of(a, t, n);
+    if (d.bias) v += ld_elem(d.bias, a.bias_dtype, d.bi);
+    if (a.residual) v += ds_bf16_to_f32(((const ds_bf16 *)a.residual)[(size_t)t * a.out_dim + n]);
+    ((ds_bf16 *)d.p)[d.o] = ds_f32_to_bf16(v);
+}
+
 template <int BN, int BT, int BK, int WM, int WT, int WK, int STAGES>
 __global__ void __launch_bounds__(WM *WT *WK *DS_WARP)
     bf16_bf16w_matmul_tc(const struct ds_matmul_args a, int vec) {
@@ -323,8 +463,6 @@ __global__ void __launch_bounds__(WM *WT *WK *DS_WARP)
     }
 
     const int g = lane >> 2, q = lane & 3;
-    ds_bf16 *out = (ds_bf16 *)a.out;
-    const ds_bf16 *res = (const ds_bf16 *)a.residual;
 #pragma unroll
     for (int mi = 0; mi < MI; mi++)
 #pragma unroll
@@ -336,12 +474,173 @@ __global__ void __launch_bounds__(WM *WT *WK *DS_WARP)
                 const float a1 = WK == 2 ? xch[((mi * NI + ni) * 4 + r) * DS_WARP + lane]
                                          : acc[NA - 1][mi][ni][r];
                 if (n >= N || t >= T) continue;
-                float v = acc[0][mi][ni][r] + a1;
-                if (a.bias) v += ld_elem(a.bias, a.bias_dtype, n);
-                const size_t o = (size_t)t * N + n;
-                if (res) v += ds_bf16_to_f32(res[o]); // read before the write: out may be residual
-                out[o] = ds_f32_to_bf16(v);
+                mm_finish_bf16(a, t, n, acc[0][mi][ni][r] + a1);
             }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The weight-streaming tile for small T: bf16_bf16w_matmul_tc_stream<BT, STAGES> (T <= BT, BT 8
+// or 16; K % 8 == 0 and 16-byte aligned x and w). A block of 256 threads computes 16 features × BT
+// tokens: N/16 blocks (180 for N = 2880, 12,568 for the lm_head), each streaming its 16 weight rows
+// through a ring of STAGES stages of 16 × 256 (8 KB of W) + BT × 256 (x) bf16.
+//
+// Built to be memory bound rather than instruction bound:
+// - every thread's copies are fixed for the whole k loop: warp w copies W rows w and w + 8 and x
+//   rows w, w + 8 (those < T), lane l the 16-byte chunk l of each, so the source pointers and
+//   the swizzled shared offsets are computed once; a stage costs each thread 2-4 cp.async, one
+//   compare for the K tail and its address increments;
+// - x rows >= T are never copied: they are zeroed once in every stage at kernel start;
+// - W rows >= N read row N - 1 (valid memory; those accumulator rows are never stored);
+// - warps 0 and 1 own the two accumulators (a0: even k16 steps, a1: odd ones, in increasing
+//   order, exactly THE REDUCTION ORDER of the tile kernel above) and run ldmatrix + mma; the other
+//   six warps only copy. a1 meets a0 in shared memory, then (a0 + a1) + bias + residual.
+// With 6 stages of BT = 8 (72 KB, 3 blocks per SM) a block keeps 5 stages = 40 KB of weights in
+// flight, so 1-2 blocks per SM already cover the DRAM latency at full bandwidth.
+
+#define TS_BN 16  // features per block: one m16 tile
+#define TS_BK 256 // K per stage: 32 chunks of 16 bytes per row
+#define TS_THREADS 256
+#define TS_ROW_BYTES (TS_BK * 2)
+
+static __device__ __forceinline__ void cp_async16_s(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
+// Issues this thread's copies of the stage at shared address st for k = k0 .. k0 + TS_BK − 1.
+// w0, w1, x[j]: this lane's chunk of its W rows and x rows at k = 0; nx of the x rows exist.
+// A chunk at or past K is zero-filled (only read when K % 16 == 8, as the last step's upper half).
+template <int NX>
+static __device__ __forceinline__ void ts_load_stage(uint32_t st, uint32_t w_off, uint32_t x_off,
+                                                     const ds_bf16 *w0, const ds_bf16 *w1,
+                                                     const ds_bf16 *const x[NX], int nx, int k0,
+                                                     int k_lane, int K) {
+    const bool in = k0 + k_lane < K;
+    const int k = in ? k0 : 0, nb = in ? 16 : 0;
+    cp_async16_s(st + w_off, w0 + k, nb);
+    cp_async16_s(st + w_off + 8 * TS_ROW_BYTES, w1 + k, nb);
+#pragma unroll
+    for (int j = 0; j < NX; j++)
+        if (j < nx) cp_async16_s(st + x_off + j * 8 * TS_ROW_BYTES, x[j] + k, nb);
+}
+
+template <int BT, int STAGES>
+__global__ void __launch_bounds__(TS_THREADS)
+    bf16_bf16w_matmul_tc_stream(const struct ds_matmul_args a) {
+    constexpr int NI = BT / 8; // n8 token tiles; also x rows copied per warp
+    constexpr int STAGE_BYTES = (TS_BN + BT) * TS_ROW_BYTES;
+    constexpr int KSTEPS = TS_BK / 16;
+    static_assert(TS_THREADS == 8 * DS_WARP && TS_BK == 8 * DS_WARP, "copy roles: 8 warps");
+    static_assert((NI == 1 || NI % 2 == 0) && STAGES >= 2, "tile");
+
+    const int warp = threadIdx.x / DS_WARP, lane = threadIdx.x % DS_WARP;
+    const int N = a.out_dim, K = a.in_dim, T = a.n_rows;
+    const int f0 = blockIdx.x * TS_BN;
+    const int KT = (K + TS_BK - 1) / TS_BK, n_steps = (K + 15) / 16;
+
+    // Copy roles (see above). Tile row r of a stage holds W row f0 + r (r < 16) or x row r − 16;
+    // chunk c of row r sits at mm_off<TS_BK>(r, c), and (16 + w + 8j) & 7 == w & 7 == w.
+    const ds_bf16 *W = (const ds_bf16 *)a.w, *X = (const ds_bf16 *)a.x;
+    const ds_bf16 *w0 = W + (size_t)min(f0 + warp, N - 1) * K + lane * 8;
+    const ds_bf16 *w1 = W + (size_t)min(f0 + warp + 8, N - 1) * K + lane * 8;
+    const ds_bf16 *xr[NI];
+    int nx = 0;
+#pragma unroll
+    for (int j = 0; j < NI; j++) {
+        const int r = warp + 8 * j;
+        xr[j] = X + (size_t)(r < T ? r : 0) * K + lane * 8;
+        nx += r < T;
+    }
+    const uint32_t w_off = mm_off<TS_BK>(warp, lane);
+    const uint32_t x_off = mm_off<TS_BK>(TS_BN + warp, lane);
+    const uint32_t ring = smem_u32(mm_smem);
+
+    // x rows T .. BT − 1 are never copied: zero them in every stage, once.
+#pragma unroll
+    for (int j = 0; j < NI; j++)
+        if (j >= nx)
+            for (int s = 0; s < STAGES; s++)
+                *(uint4 *)(mm_smem + s * STAGE_BYTES + x_off + j * 8 * TS_ROW_BYTES) =
+                    make_uint4(0u, 0u, 0u, 0u);
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < KT)
+            ts_load_stage<NI>(ring + s * STAGE_BYTES, w_off, x_off, w0, w1, xr, nx, s * TS_BK,
+                              lane * 8, K);
+        cp_async_commit();
+    }
+
+    float acc[NI][4];
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++) acc[ni][0] = acc[ni][1] = acc[ni][2] = acc[ni][3] = 0.0f;
+    // ldmatrix lane roles as in the tile kernel (WM = WT = 1).
+    const int mat = lane >> 3, r8 = lane & 7;
+    const int a_row = r8 + (mat & 1) * 8, a_kc = mat >> 1;
+    const int b_row = TS_BN + r8 + (mat >> 1) * 8, b_kc = mat & 1;
+
+    for (int kt = 0; kt < KT; kt++) {
+        cp_async_wait<STAGES - 2>(); // this thread's copies of k-tile kt have landed
+        __syncthreads();             // everyone's have, and k-tile kt − 1 is no longer read
+        const int nk = kt + STAGES - 1;
+        if (nk < KT)
+            ts_load_stage<NI>(ring + (nk % STAGES) * STAGE_BYTES, w_off, x_off, w0, w1, xr, nx,
+                              nk * TS_BK, lane * 8, K);
+        cp_async_commit(); // possibly empty: keeps the group count of the wait above exact
+        if (warp >= 2) continue;
+        // Warp 0: the even steps (a0), warp 1: the odd ones (a1); KSTEPS is even, so the parity
+        // of the step within the k-tile is the parity of the global step.
+        const unsigned char *st = mm_smem + (kt % STAGES) * STAGE_BYTES;
+#pragma unroll
+        for (int ii = 0; ii < KSTEPS / 2; ii++) {
+            const int i = 2 * ii + warp;
+            if (kt * KSTEPS + i >= n_steps) break;
+            uint32_t af[4], bf[NI][2];
+            ldmatrix_x4(af, st + mm_off<TS_BK>(a_row, i * 2 + a_kc));
+            if (NI == 1) { // lanes 0-15 address the tile's two k halves
+                ldmatrix_x2(bf[0], st + mm_off<TS_BK>(b_row - (mat >> 1) * 8, i * 2 + b_kc));
+            } else {
+#pragma unroll
+                for (int ni = 0; ni + 1 < NI; ni += 2) {
+                    uint32_t r[4];
+                    ldmatrix_x4(r, st + mm_off<TS_BK>(b_row + ni * 8, i * 2 + b_kc));
+                    bf[ni][0] = r[0], bf[ni][1] = r[1], bf[ni + 1][0] = r[2], bf[ni + 1][1] = r[3];
+                }
+            }
+#pragma unroll
+            for (int ni = 0; ni < NI; ni++) mma_bf16_16816(acc[ni], af, bf[ni][0], bf[ni][1]);
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads(); // the ring is free: reuse it for the a1 hand-over
+
+    float *xch = (float *)mm_smem;
+    if (warp == 1)
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) xch[(ni * 4 + r) * DS_WARP + lane] = acc[ni][r];
+    __syncthreads();
+    if (warp != 0) return;
+    const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int n = f0 + g + (r >> 1) * 8, t = ni * 8 + 2 * q + (r & 1);
+            if (n >= N || t >= T) continue;
+            mm_finish_bf16(a, t, n, acc[ni][r] + xch[(ni * 4 + r) * DS_WARP + lane]);
+        }
+}
+
+template <int BT, int STAGES>
+static enum ds_status ts_launch(const struct ds_matmul_args *a, cudaStream_t s) {
+    void (*k)(const struct ds_matmul_args) = bf16_bf16w_matmul_tc_stream<BT, STAGES>;
+    const int smem = STAGES * (TS_BN + BT) * TS_ROW_BYTES;
+    DS_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    k<<<cu_blocks(a->out_dim, TS_BN), TS_THREADS, smem, s>>>(*a);
+    return DS_OK;
 }
 
 // Launches one tile shape: grid.x over token tiles (the blocks sharing a weight tile run side by
@@ -390,10 +689,10 @@ static __device__ __forceinline__ void matmul_simt_body(const struct ds_matmul_a
             float v = s[0];
 #pragma unroll
             for (int j = 1; j < SIMT_GROUP; j++) v = lane == j ? s[j] : v;
-            if (a.bias) v += ld_elem(a.bias, a.bias_dtype, n);
-            const size_t o = (size_t)t * N + n;
-            if (a.residual) v += ld_f((const TA *)a.residual, o);
-            st_f((TA *)a.out, o, v);
+            const mm_dst d = mm_dst_of(a, t, n);
+            if (d.bias) v += ld_elem(d.bias, a.bias_dtype, d.bi);
+            if (a.residual) v += ld_f((const TA *)a.residual, (size_t)t * N + n);
+            st_f((TA *)d.p, d.o, v);
         }
     }
 }
@@ -411,7 +710,7 @@ extern "C" enum ds_status ds_matmul_cuda(const struct ds_matmul_args *a, void *s
     if (!a) return ds_error_set(DS_ERR_ARG, "%s: no arguments", op);
     CU_TRY(cu_check_act(op, a->act));
     CU_TRY(cu_check_dtype(op, "weight", a->w_dtype));
-    if (a->bias) CU_TRY(cu_check_dtype(op, "bias", a->bias_dtype));
+    if (a->bias || a->bias1 || a->bias2) CU_TRY(cu_check_dtype(op, "bias", a->bias_dtype));
     CU_TRY(cu_check_dim(op, "n_rows", a->n_rows, 0));
     CU_TRY(cu_check_dim(op, "in_dim", a->in_dim, 1));
     CU_TRY(cu_check_dim(op, "out_dim", a->out_dim, 1));
@@ -420,14 +719,18 @@ extern "C" enum ds_status ds_matmul_cuda(const struct ds_matmul_args *a, void *s
     CU_TRY(cu_check_ptr(op, "weight", a->w));
     CU_TRY(cu_check_ptr(op, "out", a->out));
     if (a->out == a->x) return ds_error_set(DS_ERR_ARG, "%s: out must not alias x", op);
+    CU_TRY(ds_matmul_check_split(op, a)); // the reference's check
     cudaStream_t s = DS_STREAM(stream);
     if (a->act == DS_ELEM_BF16 && a->w_dtype == DS_ELEM_BF16) {
-        const int vec = a->in_dim % 8 == 0 && (uintptr_t)a->x % 16 == 0 && (uintptr_t)a->w % 16 == 0;
+        const int vec = a->in_dim % 8 == 0 && aligned16(a->x) && aligned16(a->w);
         // The tile follows T (see THE REDUCTION ORDER: every shape gives the same bits).
-        // T <= 8 (decode): 16 features per block for many blocks, 4 x 8 KB of W in flight each.
-        // T <= 64 (verify): 32 × 64 tiles. Larger T (big verify, prefill): 64 × 128 tiles.
+        // T <= 16 with 16-byte copies (decode, small verify): the weight-streaming tile, 16
+        // features per block, 5 × 8 KB of W in flight each. Otherwise T <= 8: the 16 × 8 tile
+        // (element loads); T <= 64 (verify): 32 × 64 tiles; larger T (prefill): 64 × 128 tiles.
         const int T = a->n_rows;
-        if (T <= 8) CU_TRY((mm_launch<16, 8, 256, 1, 1, 2, 4>(a, vec, s)));
+        if (vec && T <= 8) CU_TRY((ts_launch<8, 6>(a, s)));
+        else if (vec && T <= 16) CU_TRY((ts_launch<16, 6>(a, s)));
+        else if (T <= 8) CU_TRY((mm_launch<16, 8, 256, 1, 1, 2, 4>(a, vec, s)));
         else if (T <= 64) CU_TRY((mm_launch<32, 64, 128, 2, 2, 2, 4>(a, vec, s)));
         else CU_TRY((mm_launch<64, 128, 64, 2, 4, 1, 4>(a, vec, s)));
     } else {
@@ -512,23 +815,26 @@ extern "C" enum ds_status ds_silu_mul_cuda(const struct ds_silu_mul_args *a, voi
 }
 
 // ---------------------------------------------------------------------------------------------
-// Row gather
+// Row gather: one thread per 8-element group of the output, like embed (a copy: bitwise).
 
 template <typename TA>
-static __device__ __forceinline__ void gather_rows_body(const struct ds_gather_rows_args &a) {
-    const int i = blockIdx.x;
-    const int32_t r = a.rows[i];
-    const bool ok = r >= 0 && r < a.src_rows;
-    const TA *src = (const TA *)a.x + (size_t)(ok ? r : 0) * a.dim;
-    TA *dst = (TA *)a.out + (size_t)i * a.dim;
-    for (int c = threadIdx.x; c < a.dim; c += blockDim.x) {
-        if (ok) dst[c] = src[c]; // a copy: bitwise, whatever the dtype
-        else st_f(dst, c, NAN);
-    }
+static __device__ __forceinline__ void gather_rows_body(const struct ds_gather_rows_args &a,
+                                                        int vec) {
+    const int C = a.dim, G = (C + 7) / 8;
+    const size_t i = blockIdx.x * (size_t)ROWS_THREADS + threadIdx.x;
+    if (i >= (size_t)a.n_rows * G) return;
+    const int t = (int)(i / G), gi = (int)(i % G);
+    const int32_t r = a.rows[t];
+    const TA *src = r >= 0 && r < a.src_rows ? (const TA *)a.x + (size_t)r * C : NULL;
+    copy_group((TA *)a.out + (size_t)t * C, src, gi, C, vec);
 }
-__global__ void f32_gather_rows(const struct ds_gather_rows_args a) { gather_rows_body<float>(a); }
-__global__ void bf16_gather_rows(const struct ds_gather_rows_args a) {
-    gather_rows_body<ds_bf16>(a);
+__global__ void __launch_bounds__(ROWS_THREADS)
+    f32_gather_rows(const struct ds_gather_rows_args a, int vec) {
+    gather_rows_body<float>(a, vec);
+}
+__global__ void __launch_bounds__(ROWS_THREADS)
+    bf16_gather_rows(const struct ds_gather_rows_args a, int vec) {
+    gather_rows_body<ds_bf16>(a, vec);
 }
 
 extern "C" enum ds_status ds_gather_rows_cuda(const struct ds_gather_rows_args *a, void *stream) {
@@ -542,8 +848,15 @@ extern "C" enum ds_status ds_gather_rows_cuda(const struct ds_gather_rows_args *
     CU_TRY(cu_check_ptr(op, "x", a->x));
     CU_TRY(cu_check_ptr(op, "rows", a->rows));
     CU_TRY(cu_check_ptr(op, "out", a->out));
-    if (a->act == DS_ELEM_BF16) bf16_gather_rows<<<a->n_rows, 256, 0, DS_STREAM(stream)>>>(*a);
-    else f32_gather_rows<<<a->n_rows, 256, 0, DS_STREAM(stream)>>>(*a);
+    const size_t groups = (size_t)a->n_rows * (size_t)((a->dim + 7) / 8);
+    if ((groups + ROWS_THREADS - 1) / ROWS_THREADS > (size_t)INT32_MAX)
+        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %d rows of %d are too many", op, a->n_rows,
+                            a->dim);
+    const int vec = a->dim % 8 == 0 && aligned16(a->x) && aligned16(a->out);
+    const unsigned nb = cu_blocks(groups, ROWS_THREADS);
+    if (a->act == DS_ELEM_BF16)
+        bf16_gather_rows<<<nb, ROWS_THREADS, 0, DS_STREAM(stream)>>>(*a, vec);
+    else f32_gather_rows<<<nb, ROWS_THREADS, 0, DS_STREAM(stream)>>>(*a, vec);
     DS_KERNEL_CHECK();
     return DS_OK;
 }

@@ -65,31 +65,88 @@ enum ds_status ds_rmsnorm_ref(const struct ds_rmsnorm_args *a) {
     return DS_OK;
 }
 
-// One (row, feature) value of the matmul with its bias and residual, rounded once.
-static inline float matmul_elem(const struct ds_matmul_args *a, const float *xr, int t, int n) {
+// One (row, feature) value of the matmul with its bias and residual, rounded once. bias: the
+// feature's bias (NULL: none).
+static inline float matmul_elem(const struct ds_matmul_args *a, const float *xr, int t, int n,
+                                const void *bias, size_t bias_i) {
     double acc = dot_w(xr, a->w, a->w_dtype, (size_t)n, a->in_dim);
-    acc += load_elem(a->bias, a->bias_dtype, (size_t)n);
+    acc += load_elem(bias, a->bias_dtype, bias_i);
     if (a->residual) acc += ((const float *)a->residual)[(size_t)t * a->out_dim + n];
     return (float)acc;
+}
+
+// The split of the N features into destinations (ds_matmul_args): part j starts at feature
+// first[j], has width dim[j], row stride dim[j] and its own bias. Without a split, one part.
+struct mm_parts {
+    float *out[3];
+    const void *bias[3];
+    int first[3], dim[3], n;
+};
+
+static void mm_parts_of(const struct ds_matmul_args *a, struct mm_parts *p) {
+    if (a->part_dim[0] <= 0) {
+        *p = (struct mm_parts){
+            .out = {(float *)a->out}, .bias = {a->bias}, .dim = {a->out_dim}, .n = 1};
+        return;
+    }
+    float *outs[3] = {(float *)a->out, (float *)a->out1, (float *)a->out2};
+    const void *biases[3] = {a->bias, a->bias1, a->bias2};
+    p->n = 0;
+    for (int j = 0, first = 0; j < 3; first += a->part_dim[j], j++) {
+        if (a->part_dim[j] == 0) continue;
+        p->out[p->n] = outs[j], p->bias[p->n] = biases[j];
+        p->first[p->n] = first, p->dim[p->n] = a->part_dim[j];
+        p->n++;
+    }
+}
+
+// The split's fields must describe parts that cover N exactly, each with a buffer that is not x
+// (shared by the CUDA launcher: ds/kernel_args.h).
+enum ds_status ds_matmul_check_split(const char *op, const struct ds_matmul_args *a) {
+    const int *d = a->part_dim;
+    if (d[0] == 0 && d[1] == 0 && d[2] == 0) return DS_OK;
+    if (d[0] <= 0 || d[1] < 0 || d[2] < 0)
+        return ds_error_set(DS_ERR_ARG, "%s: split widths %d, %d, %d (the first must be > 0, "
+                            "none negative)", op, d[0], d[1], d[2]);
+    if ((long long)d[0] + d[1] + d[2] != a->out_dim)
+        return ds_error_set(DS_ERR_ARG, "%s: split widths %d + %d + %d do not sum to out_dim %d",
+                            op, d[0], d[1], d[2], a->out_dim);
+    if (a->residual) return ds_error_set(DS_ERR_ARG, "%s: a split output takes no residual", op);
+    const void *outs[3] = {a->out, a->out1, a->out2};
+    static const char *names[3] = {"out", "out1", "out2"};
+    for (int j = 0; j < 3; j++) {
+        if (!d[j]) continue;
+        REF_TRY(check_ptr(op, names[j], outs[j]));
+        if (outs[j] == a->x)
+            return ds_error_set(DS_ERR_ARG, "%s: %s must not alias x", op, names[j]);
+    }
+    return DS_OK;
 }
 
 // f32 activations × {bf16, f32} weights. Parallel over output features: each weight row is read
 // once and used for every row of the call.
 static void f32_anyw_matmul_ref(const struct ds_matmul_args *a) {
     const float *x = (const float *)a->x;
-    float *out = (float *)a->out;
-    const int T = a->n_rows, N = a->out_dim, K = a->in_dim;
-#pragma omp parallel for schedule(static) if ((double)T * N * K > REF_PAR_MIN_WORK)
-    for (int n = 0; n < N; n++)
-        for (int t = 0; t < T; t++)
-            out[(size_t)t * N + n] = matmul_elem(a, x + (size_t)t * K, t, n);
+    const int T = a->n_rows, K = a->in_dim;
+    struct mm_parts p;
+    mm_parts_of(a, &p);
+    for (int j = 0; j < p.n; j++) {
+        const int first = p.first[j], D = p.dim[j];
+        float *out = p.out[j];
+        const void *bias = p.bias[j];
+#pragma omp parallel for schedule(static) if ((double)T * D * K > REF_PAR_MIN_WORK)
+        for (int n = 0; n < D; n++)
+            for (int t = 0; t < T; t++)
+                out[(size_t)t * D + n] =
+                    matmul_elem(a, x + (size_t)t * K, t, first + n, bias, (size_t)n);
+    }
 }
 
 enum ds_status ds_matmul_ref(const struct ds_matmul_args *a) {
     static const char op[] = "matmul";
     REF_TRY(check_act(op, a->act));
     REF_TRY(check_wdtype(op, "weight", a->w_dtype));
-    if (a->bias) REF_TRY(check_wdtype(op, "bias", a->bias_dtype));
+    if (a->bias || a->bias1 || a->bias2) REF_TRY(check_wdtype(op, "bias", a->bias_dtype));
     REF_TRY(check_dim(op, "n_rows", a->n_rows, 0));
     REF_TRY(check_dim(op, "in_dim", a->in_dim, 1));
     REF_TRY(check_dim(op, "out_dim", a->out_dim, 1));
@@ -98,6 +155,7 @@ enum ds_status ds_matmul_ref(const struct ds_matmul_args *a) {
     REF_TRY(check_ptr(op, "weight", a->w));
     REF_TRY(check_ptr(op, "out", a->out));
     if (a->out == a->x) return ds_error_set(DS_ERR_ARG, "%s: out must not alias x", op);
+    REF_TRY(ds_matmul_check_split(op, a));
     f32_anyw_matmul_ref(a);
     return DS_OK;
 }

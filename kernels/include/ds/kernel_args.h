@@ -36,6 +36,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ds/status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -81,6 +83,17 @@ struct ds_rmsnorm_args {
 
 // out[t][n] = Σ_k x[t][k]·w[n][k] + bias[n] + residual[t][n].
 // bias and residual are optional (NULL). out may equal residual (fused residual add), never x.
+//
+// Split outputs (optional; a zero-initialised struct has none): one call computes several
+// projections whose weight matrices lie back to back in memory (w is their concatenation along
+// N), e.g. q, k and v, and writes each part to its own buffer. When part_dim[0] > 0, the N
+// features are cut into consecutive parts of part_dim[0], part_dim[1], part_dim[2] features
+// (they must sum to N; a part of width 0 is absent): features [0, d0) go to out, [d0, d0 + d1)
+// to out1, the rest to out2, each part (T, dj) row-major with row stride dj. Each part has its
+// own optional bias (any address, bias_dtype): bias for part 0 (d0 entries), bias1, bias2.
+// residual must be NULL then; no part may overlap x. Every element is computed exactly as
+// without the split (its reduction depends on K only), so the parts are bitwise what separate
+// calls would write.
 struct ds_matmul_args {
     enum ds_elem act;        // dtype of x, residual and out
     enum ds_elem w_dtype;    // dtype of w
@@ -90,10 +103,19 @@ struct ds_matmul_args {
     int out_dim;             // N
     const void *x;           // (T, K) act
     const void *w;           // (N, K) w_dtype
-    const void *bias;        // (N) bias_dtype, or NULL
+    const void *bias;        // (N) bias_dtype, or NULL; with a split: part 0's, (part_dim[0])
     const void *residual;    // (T, N) act, or NULL
-    void *out;               // (T, N) act
+    void *out;               // (T, N) act; with a split: part 0, (T, part_dim[0]) act
+    int part_dim[3];         // split widths, or all 0 (no split)
+    void *out1;              // (T, part_dim[1]) act, part 1 (ignored when part_dim[1] is 0)
+    void *out2;              // (T, part_dim[2]) act, part 2 (ignored when part_dim[2] is 0)
+    const void *bias1;       // (part_dim[1]) bias_dtype or NULL; used only with a split
+    const void *bias2;       // (part_dim[2]) bias_dtype or NULL; used only with a split
 };
+
+// Checks the split fields of a matmul call (widths sum to N, a buffer per part, none aliasing x,
+// no residual); DS_OK without a split. Shared by the CPU reference and the CUDA launcher.
+enum ds_status ds_matmul_check_split(const char *op, const struct ds_matmul_args *a);
 
 // out = a + b elementwise over n_rows × dim. out may equal a or b.
 struct ds_add_args {
