@@ -1,22 +1,28 @@
 // kernels/cuda/dense.cu: the dense ops on CUDA — embedding lookup, RMSNorm, matmul (bias, fused
-// residual), elementwise add, SiLU-gated product, row gather. Math and shapes: ds/kernel_args.h.
+// residual, split outputs), elementwise add, SiLU-gated product, row gather. Math and shapes:
+// ds/kernel_args.h.
 //
 // Layouts: activations (T, C) row-major in act (bf16 or f32); weights W[N][K] row-major as in the
 // checkpoint (y = x·Wᵀ). All math is fp32 or wider; bf16 is storage only (RNE rounding once per
 // output element).
 //
 // Kernels (names read <act>_<weight>w_<op>):
-//   <a>_<w>w_embed            one block per row; copies (and converts) the table row
+//   <a>_<w>w_embed            one thread per 8-element group of the output (16-byte copies)
 //   <a>_<w>w_rmsnorm          one block of 256 threads per row; Σx² and the scaling in double
-//                             (as the reference), 8 loads in flight per thread
+//                             (as the reference); the row held in registers when C <= 4096
+//   bf16_bf16w_matmul_tc_stream<BT, STAGES>
+//                             the small-T matmul (T <= 16): 16 features × BT tokens per block,
+//                             256 threads whose cp.async roles are fixed for the whole k loop, a
+//                             6-stage ring; two warps run the mma, six only copy
 //   bf16_bf16w_matmul_tc<BN, BT, BK, WM, WT, WK, STAGES>
-//                             the production matmul: bf16 tensor cores (mma.sync m16n8k16, fp32
+//                             the larger-T matmul: bf16 tensor cores (mma.sync m16n8k16, fp32
 //                             accumulation) fed by a cp.async ring of shared memory; tile shape by
-//                             T: 16 × 8 (T <= 8), 32 × 64 (T <= 64), 64 × 128 (features × tokens)
+//                             T: 32 × 64 (T <= 64), 64 × 128 (features × tokens), and 16 × 8 for
+//                             T <= 8 when K % 8 != 0 or a buffer is unaligned (element loads)
 //   <a>_<w>w_matmul_simt      fp32 CUDA-core matmul for the other dtype pairs (f32 activations:
 //                             tests against the reference, fp32 runs)
 //   <a>_add, <a>_silu_mul     elementwise, grid-stride (silu in double, as the reference)
-//   <a>_gather_rows           one block per gathered row
+//   <a>_gather_rows           one thread per 8-element group of the output (16-byte copies)
 //
 // Batch invariance of the matmul (the property the profiler rests on): the reduction order of
 // every output element is fixed by K alone — k16 steps in increasing order, even steps into one
@@ -24,7 +30,8 @@
 // every tile shape performs exactly that sequence (THE REDUCTION ORDER below). A token's row sits
 // in some n8 column of the mma; each column of D depends only on its own column of B; a feature
 // always sits in row n mod 16 of its m16 tile. So a row gives the same bits alone or among 299
-// others, whichever tile shape its call used.
+// others, whichever tile shape its call used. Split outputs (fused q/k/v) change only where an
+// element is stored and which bias it adds, so a fused call writes the bits of separate calls.
 // The SIMT kernel: one warp per output feature, lane l sums k = l, l+32, ... in order, then a
 // fixed xor butterfly; again independent of T.
 //
