@@ -126,12 +126,12 @@ static void router_matches_reference(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) router_case(&cases[i], 100 + i);
 }
 
-// Timing (printed, not asserted): the 120b router at T = 1 and 256 (a 128 × 2880 bf16 matrix is
-// 737 KB: a few µs at the H200's bandwidth).
+// Timing (printed, not asserted): the 120b router at T = 1, 4 (one row per cluster) and 256 (4-row
+// tiles); a 128 × 2880 bf16 matrix is 737 KB: a few µs at the H200's bandwidth.
 static void router_timing(void) {
     enum { C = 2880, E = 128, K = 4 };
-    static const int rows[] = {1, 256};
-    for (int ri = 0; ri < 2; ri++) {
+    static const int rows[] = {1, 4, 256};
+    for (int ri = 0; ri < 3; ri++) {
         const int T = rows[ri];
         struct ds_router_args a = {.act = DS_ELEM_BF16, .w_dtype = DS_ELEM_BF16,
                                    .bias_dtype = DS_ELEM_BF16, .n_rows = T, .dim = C,
@@ -400,17 +400,23 @@ static void moe_case(const char *name, int T, int C, int I, int E, int K, uint64
     moe_free(&p);
 }
 
-// The GEMV kernels come in a decode variant (token tiles of 2 and 1) and a wide one (8, 4, 2, 1),
-// picked by the host when T·k >= 3·E; the names say which runs.
+// The GEMV kernels come in three variants: one row (token tiles of 1), tiles of 2 and 1, and the
+// wide one (8, 4, 2, 1) when T·k >= 3·E; up to T·k = 32 pairs the blocks group the pairs
+// themselves, above a grouping kernel does. The names say which runs.
 static void moe_matches_reference_over_a_shape_matrix(void) {
-    moe_case("T=1 C=32 I=32 E=1 k=1 (decode variant)", 1, 32, 32, 1, 1, 1, 0);
-    moe_case("T=3 C=64 I=96 E=5 k=2 (decode variant, tiles 2+1)", 3, 64, 96, 5, 2, 2, 0);
-    moe_case("T=6 C=96 I=64 E=7 k=4 (wide variant)", 6, 96, 64, 7, 4, 3, 0);
-    moe_case("T=15 E=4 k=4 (wide: tiles 8+4+2+1)", 15, 64, 64, 4, 4, 4, 0);
+    moe_case("T=1 C=32 I=32 E=1 k=1 (1-token variant, self-grouped)", 1, 32, 32, 1, 1, 1, 0);
+    moe_case("T=3 C=64 I=96 E=5 k=2 (tiles 2+1, self-grouped)", 3, 64, 96, 5, 2, 2, 0);
+    moe_case("T=6 C=96 I=64 E=7 k=4 (wide variant, self-grouped)", 6, 96, 64, 7, 4, 3, 0);
+    moe_case("T=8 C=64 I=64 E=4 k=4 (32 pairs: the largest self-grouped call, wide)", 8, 64, 64,
+             4, 4, 11, 0);
+    moe_case("T=9 C=64 I=64 E=40 k=4 (36 pairs: grouping kernel, tiles 2+1)", 9, 64, 64, 40, 4,
+             12, 0);
+    moe_case("T=15 E=4 k=4 (wide: tiles 8+4+2+1, grouping kernel)", 15, 64, 64, 4, 4, 4, 0);
     moe_case("T=150 E=2 k=2 (150 tokens per expert: 3 chunks)", 150, 32, 32, 2, 2, 5, 0);
     moe_case("20b T=1 C=I=2880 E=32 k=4", 1, 2880, 2880, 32, 4, 8, 1);
     moe_case("20b T=4 C=I=2880 E=32 k=4", 4, 2880, 2880, 32, 4, 6, 1);
     moe_case("120b T=1 C=I=2880 E=128 k=4", 1, 2880, 2880, 128, 4, 9, 1);
+    moe_case("120b T=4 C=I=2880 E=128 k=4 (a K = 3 verify)", 4, 2880, 2880, 128, 4, 13, 1);
     moe_case("120b T=8 C=I=2880 E=128 k=4", 8, 2880, 2880, 128, 4, 7, 1);
     moe_case("20b T=64 C=I=2880 E=32 k=4 (wide: ~8 tokens per expert)", 64, 2880, 2880, 32, 4, 10,
              1);
