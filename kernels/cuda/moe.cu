@@ -7,21 +7,22 @@
 // activations, fp32 math".
 //
 // Kernels, in launch order:
-//   act_anyw_router_topk_softmax  a thread-block cluster of 8 blocks (16 warps each) per tile of 4
-//                                  rows: cluster warp w owns the experts e ≡ w (mod 128), each lane
+//   act_anyw_router_topk_softmax  a thread-block cluster of 8 blocks (16 warps each) per tile of R
+//                                  rows (R = 1 up to 8 rows, else 4): cluster warp w owns the experts e ≡ w (mod 128), each lane
 //                                  8 consecutive inputs per 256-input step; logit = bias +
 //                                  butterfly(Σ lane partials), kept in the owner block's shared
 //                                  memory. Block 0 gathers the logits over distributed shared
 //                                  memory and selects: top-k by repeated warp argmax (ties → lower
 //                                  index), softmax over the k logits in fp32, summed best first.
-//   moe_group_by_expert            one block: counts per expert, exclusive offsets, the list of
+//   moe_group_by_expert            (only when T·KE > 32; below, every GEMV block finds its expert
+//                                  and pairs from the ids itself: small_group) one block: counts per expert, exclusive offsets, the list of
 //                                  experts in use (increasing id) and the pairs (row, slot) of each
 //                                  expert in increasing pair index (a stable counting sort by warp
 //                                  ballots). Invalid ids are dropped here.
-//   act_mxfp4w_moe_gate_up_swiglu  grid (64-row tiles of W1, expert in use, 64-token chunk). Each
-//                                  warp owns 8 consecutive rows of W1 (4 gate/linear pairs) and
-//                                  streams them once for every token tile of its chunk (8/4/2/1
-//                                  tokens at a time, or 2/1 in the decode variant). Writes h[pair][unit] (f32) with the bias and
+//   act_mxfp4w_moe_gate_up_swiglu  grid (32-row tiles of W1, expert in use, 64-token chunk), 4
+//                                  warps. Each warp owns 8 consecutive rows of W1 (4 gate/linear
+//                                  pairs) and streams them once for every token tile of its chunk
+//                                  (variants: 1; 2/1; wide 8/4/2/1 tokens at a time). Writes h[pair][unit] (f32) with the bias and
 //                                  clamped SwiGLU fused.
 //   f32_mxfp4w_moe_down            the same GEMV core over W2 with h as input: y[pair][c] (f32),
 //                                  down bias added.
