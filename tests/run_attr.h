@@ -25,4 +25,9 @@ static inline void ru_read_attr_str(const char *path, const char *name, char *bu
     H5Fclose(f);
 }
 
+// The root attribute options_json (what `draftscope run` recorded of its options).
+static inline void ru_read_options(const char *path, char *buf, size_t n) {
+    ru_read_attr_str(path, "options_json", buf, n);
+}
+
 #endif // DS_TEST_RUN_ATTR_H

@@ -331,3 +331,13 @@ extern "C" enum ds_status ds_cuda_fill_bytes(uint8_t *buf, size_t n, uint64_t se
     DS_KERNEL_CHECK();
     return DS_OK;
 }
+
+// Programmatic dependent launch switch of ds_launch (common.cuh): on unless DS_PDL=0.
+int ds_pdl_enabled(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        const char *e = getenv("DS_PDL");
+        cached = !(e && e[0] == '0' && e[1] == 0);
+    }
+    return cached;
+}

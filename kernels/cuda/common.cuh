@@ -217,4 +217,55 @@ static inline unsigned cu_blocks(size_t n, size_t per_block) {
     return (unsigned)(b ? b : 1);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Programmatic dependent launch (sm_90)
+//
+// A decode step is ~500 small kernels; between two of them the GPU idles for the launch latency
+// (~1 us inside a CUDA graph). A kernel launched with ds_launch may be scheduled while the
+// previous kernel of the stream is still running, so that latency overlaps the previous kernel.
+// The contract: such a kernel calls DS_GRID_DEPENDENCY() before its first global memory access
+// (read or write); griddepcontrol.wait returns once every earlier kernel of the stream has
+// completed and its writes are visible, so the kernel's semantics stay exactly stream-ordered;
+// only the launch and the block set-up overlap. The same macro then lets the next kernel start
+// its own launch. Kernels that do not start with the macro must be launched with <<<>>>.
+// DS_PDL=0 in the environment turns the overlap off (for measuring what it gains).
+
+#define DS_GRID_DEPENDENCY()                                                                       \
+    do {                                                                                           \
+        ds_grid_wait();                                                                            \
+        ds_grid_launch_dependents();                                                               \
+    } while (0)
+
+static __device__ __forceinline__ void ds_grid_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void ds_grid_launch_dependents(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// 1 unless DS_PDL=0 (read once).
+int ds_pdl_enabled(void);
+
+// k<<<grid, block, smem, s>>>(args...) with programmatic stream serialization allowed.
+template <typename... P, typename... A>
+static inline void ds_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                             A... args) {
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = ds_pdl_enabled();
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, args...));
+}
+
 #endif // DS_CUDA_COMMON_CUH
