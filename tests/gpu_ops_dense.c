@@ -564,8 +564,10 @@ static void rope_matches_reference(void) {
 }
 
 // The fast path (16-byte loads, C <= 4096) and the element path follow one summation order, so
-// the same row gives the same bits through either: rows moved 2 bytes off 16-byte alignment take
-// the element path (bf16 and f32 activations, C = 2880 and 64).
+// the same row gives the same bits through either: rows moved one element off 16-byte alignment
+// (2 bytes for bf16, 4 for f32: still naturally aligned) take the element path (bf16 and f32
+// activations, C = 2880 and 64). A buffer that is not aligned to its element size is refused on
+// the host (an f32 row 2 bytes off would fault on the device).
 static void rmsnorm_paths_agree_bitwise(void) {
     const int widths[2] = {2880, 64};
     enum { T = 5 };
@@ -580,19 +582,24 @@ static void rmsnorm_paths_agree_bitwise(void) {
             void *d_g = g_upload_as(g, C, DS_ELEM_BF16), *d_x = g_upload_as(x, n, act);
             char *d_xu = g_alloc(bytes + 16), *d_yu = g_alloc(bytes + 16);
             void *d_y = g_alloc(bytes);
-            G_CHECK(cudaMemcpy(d_xu + 2, d_x, bytes, cudaMemcpyDeviceToDevice));
+            G_CHECK(cudaMemcpy(d_xu + es, d_x, bytes, cudaMemcpyDeviceToDevice));
             struct ds_rmsnorm_args a = {.act = act, .w_dtype = DS_ELEM_BF16, .n_rows = T,
                                         .dim = C, .eps = 1e-5f, .x = d_x, .w = d_g, .out = d_y};
             EXPECT_OK(ds_rmsnorm_cuda(&a, NULL));
-            a.x = d_xu + 2, a.out = d_yu + 2;
+            a.x = d_xu + es, a.out = d_yu + es;
             EXPECT_OK(ds_rmsnorm_cuda(&a, NULL));
             unsigned char *fast = t_alloc(bytes), *slow = t_alloc(bytes);
             g_download(fast, d_y, bytes);
-            g_download(slow, d_yu + 2, bytes);
+            g_download(slow, d_yu + es, bytes);
             char what[96];
             snprintf(what, sizeof what, "rmsnorm C=%d act %s: 16-byte path vs element path", C,
                      dt_name(act));
             g_same_bytes(what, fast, slow, bytes, es);
+            if (act == DS_ELEM_F32) { // 2 bytes off: not a float address, refused before launch
+                a.x = d_xu + 2;
+                EXPECT_STATUS(ds_rmsnorm_cuda(&a, NULL), DS_ERR_ARG);
+                EXPECT_ERROR_HAS("rmsnorm: x is not aligned to its 4-byte f32 elements");
+            }
             free(fast), free(slow), free(x), free(g);
             g_free(d_g), g_free(d_x), g_free(d_xu), g_free(d_yu), g_free(d_y);
         }

@@ -114,6 +114,20 @@ static __device__ __forceinline__ void copy_group(TD *dst, const TS *src, int gi
 
 static inline bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 
+// Every buffer must be aligned to its element size (the element paths load whole elements); an
+// f32 buffer 2 bytes off would fault on the device, so it is refused here with one line.
+static enum ds_status check_align(const char *op, const char *what, const void *p, size_t elem,
+                                  const char *dtype) {
+    if (!p || (uintptr_t)p % elem == 0) return DS_OK;
+    return ds_error_set(DS_ERR_ARG, "%s: %s is not aligned to its %zu-byte %s elements", op, what,
+                        elem, dtype);
+}
+static enum ds_status check_align_e(const char *op, const char *what, const void *p,
+                                    enum ds_elem e) {
+    return e == DS_ELEM_BF16 ? check_align(op, what, p, 2, "bf16")
+                             : check_align(op, what, p, 4, "f32");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Embedding
 
@@ -131,6 +145,7 @@ static __device__ __forceinline__ void embed_body(const struct ds_embed_args &a,
 
 #define EMBED_KERNEL(name, TA, TW)                                                                 \
     __global__ void __launch_bounds__(ROWS_THREADS) name(const struct ds_embed_args a, int vec) {  \
+        DS_GRID_DEPENDENCY();                                                                      \
         embed_body<TA, TW>(a, vec);                                                                \
     }
 EMBED_KERNEL(f32_f32w_embed, float, float)
@@ -150,6 +165,9 @@ extern "C" enum ds_status ds_embed_cuda(const struct ds_embed_args *a, void *str
     CU_TRY(cu_check_ptr(op, "table", a->table));
     CU_TRY(cu_check_ptr(op, "ids", a->ids));
     CU_TRY(cu_check_ptr(op, "out", a->out));
+    CU_TRY(check_align_e(op, "table", a->table, a->table_dtype));
+    CU_TRY(check_align(op, "ids", a->ids, 4, "int32"));
+    CU_TRY(check_align_e(op, "out", a->out, a->act));
     const size_t groups = (size_t)a->n_rows * (size_t)((a->dim + 7) / 8);
     if ((groups + ROWS_THREADS - 1) / ROWS_THREADS > (size_t)INT32_MAX)
         return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %d rows of %d are too many", op, a->n_rows,
@@ -158,7 +176,7 @@ extern "C" enum ds_status ds_embed_cuda(const struct ds_embed_args *a, void *str
     const bool ob = a->act == DS_ELEM_BF16, tb = a->table_dtype == DS_ELEM_BF16;
     void (*k)(const struct ds_embed_args, int) = ob ? (tb ? bf16_bf16w_embed : bf16_f32w_embed)
                                                     : (tb ? f32_bf16w_embed : f32_f32w_embed);
-    k<<<cu_blocks(groups, ROWS_THREADS), ROWS_THREADS, 0, DS_STREAM(stream)>>>(*a, vec);
+    ds_launch(k, cu_blocks(groups, ROWS_THREADS), ROWS_THREADS, 0, DS_STREAM(stream), *a, vec);
     DS_KERNEL_CHECK();
     return DS_OK;
 }
@@ -222,6 +240,7 @@ static __device__ __forceinline__ void rmsnorm_body(const struct ds_rmsnorm_args
 #define RMSNORM_KERNEL(name, TA, TW)                                                               \
     __global__ void __launch_bounds__(NORM_THREADS) name(const struct ds_rmsnorm_args a,           \
                                                          int vec) {                                \
+        DS_GRID_DEPENDENCY();                                                                      \
         rmsnorm_body<TA, TW>(a, vec);                                                              \
     }
 RMSNORM_KERNEL(f32_f32w_rmsnorm, float, float)
@@ -241,13 +260,17 @@ extern "C" enum ds_status ds_rmsnorm_cuda(const struct ds_rmsnorm_args *a, void 
     CU_TRY(cu_check_ptr(op, "x", a->x));
     CU_TRY(cu_check_ptr(op, "gain", a->w));
     CU_TRY(cu_check_ptr(op, "out", a->out));
+    CU_TRY(check_align_e(op, "x", a->x, a->act));
+    CU_TRY(check_align_e(op, "gain", a->w, a->w_dtype));
+    CU_TRY(check_align_e(op, "out", a->out, a->act));
+    // Row t starts at t·C elements: C % 8 == 0 keeps every row 16-byte aligned too.
     const int vec = a->dim % 8 == 0 && a->dim <= 8 * NORM_THREADS * NORM_G && aligned16(a->x) &&
                     aligned16(a->w) && aligned16(a->out);
     const bool ab = a->act == DS_ELEM_BF16, wb = a->w_dtype == DS_ELEM_BF16;
     void (*k)(const struct ds_rmsnorm_args, int) =
         ab ? (wb ? bf16_bf16w_rmsnorm : bf16_f32w_rmsnorm)
            : (wb ? f32_bf16w_rmsnorm : f32_f32w_rmsnorm);
-    k<<<a->n_rows, NORM_THREADS, 0, DS_STREAM(stream)>>>(*a, vec);
+    ds_launch(k, a->n_rows, NORM_THREADS, 0, DS_STREAM(stream), *a, vec);
     DS_KERNEL_CHECK();
     return DS_OK;
 }
@@ -350,6 +373,33 @@ static __device__ __forceinline__ void mm_load_stage(unsigned char *st, const ds
     }
 }
 
+// L2 prefetch of weights ahead of the grid dependency. A matmul's weights are never written by
+// the kernels before it, so its blocks may start pulling them into L2 while the previous kernel
+// still runs (programmatic dependent launch): thread r < rows of the block issues one bulk
+// prefetch of the first bytes of W row f0 + r. A prefetch is a cache hint — it observes no value
+// and cannot change a result (L2 is the device's point of coherence) — so it is the one global
+// access allowed before DS_GRID_DEPENDENCY(). The bytes per row are a function of N and K only:
+// at most MM_PREFETCH_BYTES over all N rows (half the H200's 50 MB L2: the whole o_proj, 85% of
+// the fused qkv), none when that leaves under 512 bytes a row (the lm_head streams as before).
+// Needs 16-byte aligned rows (K % 8 == 0, aligned W) and sm_90.
+#define MM_PREFETCH_BYTES (24u << 20)
+
+static __device__ __forceinline__ void mm_prefetch_w(const ds_bf16 *W, int f0, int rows, int N,
+                                                     int K) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const size_t row_bytes = (size_t)K * 2, budget = (MM_PREFETCH_BYTES / (unsigned)N) & ~15u;
+    const unsigned per_row = (unsigned)(row_bytes < budget ? row_bytes : budget);
+    const int r = f0 + (int)threadIdx.x;
+    if (per_row < 512 || (int)threadIdx.x >= rows || r >= N) return;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(
+                     (size_t)__cvta_generic_to_global(W + (size_t)r * K)),
+                 "r"(per_row)
+                 : "memory");
+#else
+    (void)W, (void)f0, (void)rows, (void)N, (void)K;
+#endif
+}
+
 // Where output (t, n) goes and which bias it takes: out (row stride N) and bias[n] without a
 // split; with one (ds_matmul_args part_dim), the part that holds feature n, at row stride = the
 // part's width, and that part's bias.
@@ -380,6 +430,10 @@ static __device__ __forceinline__ void mm_finish_bf16(const struct ds_matmul_arg
 template <int BN, int BT, int BK, int WM, int WT, int WK, int STAGES>
 __global__ void __launch_bounds__(WM *WT *WK *DS_WARP)
     bf16_bf16w_matmul_tc(const struct ds_matmul_args a, int vec) {
+    // The first token tile of each feature tile prefetches its weight rows (see mm_prefetch_w).
+    if (vec && blockIdx.x == 0)
+        mm_prefetch_w((const ds_bf16 *)a.w, blockIdx.y * BN, BN, a.out_dim, a.in_dim);
+    DS_GRID_DEPENDENCY();
     constexpr int NT = WM * WT * WK * DS_WARP;
     constexpr int MI = BN / WM / 16, NI = BT / WT / 8; // m16 / n8 tiles per warp
     constexpr int NA = 2 / WK;                          // accumulator sets per warp
@@ -571,6 +625,11 @@ __global__ void __launch_bounds__(TS_THREADS)
                 *(uint4 *)(mm_smem + s * STAGE_BYTES + x_off + j * 8 * TS_ROW_BYTES) =
                     make_uint4(0u, 0u, 0u, 0u);
 
+    // Everything above is registers and shared memory; the weight prefetch is a cache hint (see
+    // mm_prefetch_w). From here on global memory is read: wait for the previous kernel.
+    mm_prefetch_w(W, f0, TS_BN, N, K);
+    DS_GRID_DEPENDENCY();
+
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < KT)
@@ -646,7 +705,7 @@ static enum ds_status ts_launch(const struct ds_matmul_args *a, cudaStream_t s) 
     void (*k)(const struct ds_matmul_args) = bf16_bf16w_matmul_tc_stream<BT, STAGES>;
     const int smem = STAGES * (TS_BN + BT) * TS_ROW_BYTES;
     DS_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    k<<<cu_blocks(a->out_dim, TS_BN), TS_THREADS, smem, s>>>(*a);
+    ds_launch(k, cu_blocks(a->out_dim, TS_BN), TS_THREADS, smem, s, *a);
     return DS_OK;
 }
 
@@ -662,7 +721,7 @@ static enum ds_status mm_launch(const struct ds_matmul_args *a, int vec, cudaStr
         return ds_error_set(DS_ERR_UNSUPPORTED, "matmul: %d output features (at most %d)",
                             a->out_dim, 65535 * BN);
     DS_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    k<<<dim3(cu_blocks(a->n_rows, BT), gy), WM * WT * WK * DS_WARP, smem, s>>>(*a, vec);
+    ds_launch(k, dim3(cu_blocks(a->n_rows, BT), gy), WM * WT * WK * DS_WARP, smem, s, *a, vec);
     return DS_OK;
 }
 
@@ -706,6 +765,7 @@ static __device__ __forceinline__ void matmul_simt_body(const struct ds_matmul_a
 
 #define MATMUL_SIMT_KERNEL(name, TA, TW)                                                           \
     __global__ void __launch_bounds__(MM_THREADS) name(const struct ds_matmul_args a) {           \
+        DS_GRID_DEPENDENCY();                                                                      \
         matmul_simt_body<TA, TW>(a);                                                               \
     }
 MATMUL_SIMT_KERNEL(f32_f32w_matmul_simt, float, float)
@@ -727,6 +787,17 @@ extern "C" enum ds_status ds_matmul_cuda(const struct ds_matmul_args *a, void *s
     CU_TRY(cu_check_ptr(op, "out", a->out));
     if (a->out == a->x) return ds_error_set(DS_ERR_ARG, "%s: out must not alias x", op);
     CU_TRY(ds_matmul_check_split(op, a)); // the reference's check
+    CU_TRY(check_align_e(op, "x", a->x, a->act));
+    CU_TRY(check_align_e(op, "weight", a->w, a->w_dtype));
+    CU_TRY(check_align_e(op, "residual", a->residual, a->act));
+    CU_TRY(check_align_e(op, "out", a->out, a->act));
+    if (a->part_dim[0] > 0) {
+        if (a->part_dim[1] > 0) CU_TRY(check_align_e(op, "out1", a->out1, a->act));
+        if (a->part_dim[2] > 0) CU_TRY(check_align_e(op, "out2", a->out2, a->act));
+        CU_TRY(check_align_e(op, "bias1", a->bias1, a->bias_dtype));
+        CU_TRY(check_align_e(op, "bias2", a->bias2, a->bias_dtype));
+    }
+    CU_TRY(check_align_e(op, "bias", a->bias, a->bias_dtype));
     cudaStream_t s = DS_STREAM(stream);
     if (a->act == DS_ELEM_BF16 && a->w_dtype == DS_ELEM_BF16) {
         const int vec = a->in_dim % 8 == 0 && aligned16(a->x) && aligned16(a->w);
@@ -749,7 +820,7 @@ extern "C" enum ds_status ds_matmul_cuda(const struct ds_matmul_args *a, void *s
             a->act == DS_ELEM_F32 ? (a->w_dtype == DS_ELEM_BF16 ? f32_bf16w_matmul_simt
                                                                 : f32_f32w_matmul_simt)
                                   : bf16_f32w_matmul_simt;
-        k<<<dim3(cu_blocks(a->out_dim, MM_WARPS), gy), MM_THREADS, 0, s>>>(*a);
+        ds_launch(k, dim3(cu_blocks(a->out_dim, MM_WARPS), gy), MM_THREADS, 0, s, *a);
     }
     DS_KERNEL_CHECK();
     return DS_OK;
@@ -765,8 +836,14 @@ static __device__ __forceinline__ void add_body(const struct ds_add_args &a) {
          i += (size_t)gridDim.x * blockDim.x)
         st_f((TA *)a.out, i, ld_f((const TA *)a.a, i) + ld_f((const TA *)a.b, i));
 }
-__global__ void f32_add(const struct ds_add_args a) { add_body<float>(a); }
-__global__ void bf16_add(const struct ds_add_args a) { add_body<ds_bf16>(a); }
+__global__ void f32_add(const struct ds_add_args a) {
+    DS_GRID_DEPENDENCY();
+    add_body<float>(a);
+}
+__global__ void bf16_add(const struct ds_add_args a) {
+    DS_GRID_DEPENDENCY();
+    add_body<ds_bf16>(a);
+}
 
 template <typename TA>
 static __device__ __forceinline__ void silu_mul_body(const struct ds_silu_mul_args &a) {
@@ -777,8 +854,14 @@ static __device__ __forceinline__ void silu_mul_body(const struct ds_silu_mul_ar
         st_f((TA *)a.out, i, (float)(g / (1.0 + exp(-g)) * (double)ld_f((const TA *)a.up, i)));
     }
 }
-__global__ void f32_silu_mul(const struct ds_silu_mul_args a) { silu_mul_body<float>(a); }
-__global__ void bf16_silu_mul(const struct ds_silu_mul_args a) { silu_mul_body<ds_bf16>(a); }
+__global__ void f32_silu_mul(const struct ds_silu_mul_args a) {
+    DS_GRID_DEPENDENCY();
+    silu_mul_body<float>(a);
+}
+__global__ void bf16_silu_mul(const struct ds_silu_mul_args a) {
+    DS_GRID_DEPENDENCY();
+    silu_mul_body<ds_bf16>(a);
+}
 
 // Grid of an elementwise kernel: enough blocks to fill the GPU several times over, then the
 // grid-stride loop covers the rest. Elementwise results do not depend on the split.
@@ -797,9 +880,11 @@ extern "C" enum ds_status ds_add_cuda(const struct ds_add_args *a, void *stream)
     CU_TRY(cu_check_ptr(op, "a", a->a));
     CU_TRY(cu_check_ptr(op, "b", a->b));
     CU_TRY(cu_check_ptr(op, "out", a->out));
+    CU_TRY(check_align_e(op, "a", a->a, a->act));
+    CU_TRY(check_align_e(op, "b", a->b, a->act));
+    CU_TRY(check_align_e(op, "out", a->out, a->act));
     const unsigned nb = ew_blocks((size_t)a->n_rows * a->dim);
-    if (a->act == DS_ELEM_BF16) bf16_add<<<nb, 256, 0, DS_STREAM(stream)>>>(*a);
-    else f32_add<<<nb, 256, 0, DS_STREAM(stream)>>>(*a);
+    ds_launch(a->act == DS_ELEM_BF16 ? bf16_add : f32_add, nb, 256, 0, DS_STREAM(stream), *a);
     DS_KERNEL_CHECK();
     return DS_OK;
 }
@@ -814,9 +899,12 @@ extern "C" enum ds_status ds_silu_mul_cuda(const struct ds_silu_mul_args *a, voi
     CU_TRY(cu_check_ptr(op, "gate", a->gate));
     CU_TRY(cu_check_ptr(op, "up", a->up));
     CU_TRY(cu_check_ptr(op, "out", a->out));
+    CU_TRY(check_align_e(op, "gate", a->gate, a->act));
+    CU_TRY(check_align_e(op, "up", a->up, a->act));
+    CU_TRY(check_align_e(op, "out", a->out, a->act));
     const unsigned nb = ew_blocks((size_t)a->n_rows * a->dim);
-    if (a->act == DS_ELEM_BF16) bf16_silu_mul<<<nb, 256, 0, DS_STREAM(stream)>>>(*a);
-    else f32_silu_mul<<<nb, 256, 0, DS_STREAM(stream)>>>(*a);
+    ds_launch(a->act == DS_ELEM_BF16 ? bf16_silu_mul : f32_silu_mul, nb, 256, 0,
+              DS_STREAM(stream), *a);
     DS_KERNEL_CHECK();
     return DS_OK;
 }
@@ -837,10 +925,12 @@ static __device__ __forceinline__ void gather_rows_body(const struct ds_gather_r
 }
 __global__ void __launch_bounds__(ROWS_THREADS)
     f32_gather_rows(const struct ds_gather_rows_args a, int vec) {
+    DS_GRID_DEPENDENCY();
     gather_rows_body<float>(a, vec);
 }
 __global__ void __launch_bounds__(ROWS_THREADS)
     bf16_gather_rows(const struct ds_gather_rows_args a, int vec) {
+    DS_GRID_DEPENDENCY();
     gather_rows_body<ds_bf16>(a, vec);
 }
 
@@ -855,15 +945,16 @@ extern "C" enum ds_status ds_gather_rows_cuda(const struct ds_gather_rows_args *
     CU_TRY(cu_check_ptr(op, "x", a->x));
     CU_TRY(cu_check_ptr(op, "rows", a->rows));
     CU_TRY(cu_check_ptr(op, "out", a->out));
+    CU_TRY(check_align_e(op, "x", a->x, a->act));
+    CU_TRY(check_align(op, "rows", a->rows, 4, "int32"));
+    CU_TRY(check_align_e(op, "out", a->out, a->act));
     const size_t groups = (size_t)a->n_rows * (size_t)((a->dim + 7) / 8);
     if ((groups + ROWS_THREADS - 1) / ROWS_THREADS > (size_t)INT32_MAX)
         return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %d rows of %d are too many", op, a->n_rows,
                             a->dim);
     const int vec = a->dim % 8 == 0 && aligned16(a->x) && aligned16(a->out);
-    const unsigned nb = cu_blocks(groups, ROWS_THREADS);
-    if (a->act == DS_ELEM_BF16)
-        bf16_gather_rows<<<nb, ROWS_THREADS, 0, DS_STREAM(stream)>>>(*a, vec);
-    else f32_gather_rows<<<nb, ROWS_THREADS, 0, DS_STREAM(stream)>>>(*a, vec);
+    ds_launch(a->act == DS_ELEM_BF16 ? bf16_gather_rows : f32_gather_rows,
+              cu_blocks(groups, ROWS_THREADS), ROWS_THREADS, 0, DS_STREAM(stream), *a, vec);
     DS_KERNEL_CHECK();
     return DS_OK;
 }
