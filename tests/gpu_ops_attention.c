@@ -5,8 +5,10 @@
 // to 2900); f32 and bf16 activations and caches. The cache after the call must hold the call's k/v
 // rows exactly, and stale cache entries (NaN here) outside a row's key range must not leak.
 // Every case runs twice on the GPU: with a workspace (the split-key path: one block per split of
-// a row's keys, then a combine kernel) and without (one block walks a row's splits); the outputs
-// must be bitwise equal, since both perform the same operations in the same order.
+// a row's keys, the last block of a row to finish merges the splits) and without (one block walks
+// a row's splits); the outputs must be bitwise equal, since both perform the same operations in
+// the same order. Small calls run 4 query heads per block, calls of many rows 8 (and the separate
+// append kernel): the batch-invariance batches cover both, compared bitwise.
 // Batch invariance: 64 sequences each alone and inside batches of 8, 32 and 64 (other neighbours,
 // padding rows between them), output rows bitwise equal; alone and in batches of 8 the split path
 // runs, in batches of 32 and 64 (enough rows to fill the GPU) the whole-row path, so this also
@@ -260,6 +262,42 @@ static void attention_matches_reference_gptoss_shapes(void) {
         p.seqs[2] = (struct ds_attn_seq){.row0 = 5, .n_rows = 5, .pos0 = 4094, .slot = 1};
         aprob_fill(&p, 510 + w, 1);
         check_case(&p);
+        aprob_free(&p);
+    }
+}
+
+// Decode at batch 1 deep in a 4096-key context (the real 120b decode: split mode with 4 query
+// heads per block, the split states merged by the last block of each (row, head group) to arrive,
+// whose arrival counter must be back at zero for the next call). Checked against the reference
+// in both modes, then the split path runs twice more (same inputs, NaN-filled output and
+// workspace each time): bitwise the same output every time, or a counter was left behind.
+static void attention_decode_split_repeats(void) {
+    for (int w = 0; w < 2; w++) {
+        struct aprob p = {.name = w ? "decode T=1 at 4095, window 128" : "decode T=1 at 4095, full",
+                          .T = 1, .NH = 64, .NKV = 8, .D = 64, .S = 2, .P = 4096,
+                          .window = w ? 128 : 0, .n_seq = 1};
+        p.seqs[0] = (struct ds_attn_seq){.row0 = 0, .n_rows = 1, .pos0 = 4095, .slot = 1};
+        aprob_fill(&p, 520 + w, 1);
+        check_case(&p);
+        const size_t nq = (size_t)p.NH * p.D;
+        for (int ai = 0; ai < 2; ai++) {
+            const enum ds_elem act = ai ? DS_ELEM_BF16 : DS_ELEM_F32;
+            float *o0, *k0, *v0;
+            unsigned char *r0;
+            gpu_run(&p, act, act, act, 1, 0, &o0, &r0, &k0, &v0);
+            for (int rep = 1; rep < 3; rep++) {
+                float *o, *kc, *vc;
+                unsigned char *r;
+                char what[160];
+                gpu_run(&p, act, act, act, 1, 0, &o, &r, &kc, &vc);
+                snprintf(what, sizeof what,
+                         "%s act %s: call %d vs call 0 with a workspace (element = head * %d + dim)",
+                         p.name, dt_name(act), rep, p.D);
+                g_same_bytes(what, r, r0, nq * esize(act), esize(act));
+                free(o), free(kc), free(vc), free(r);
+            }
+            free(o0), free(k0), free(v0), free(r0);
+        }
         aprob_free(&p);
     }
 }
@@ -588,6 +626,7 @@ int main(void) {
     }
     DS_RUN(attention_matches_reference_tiny_configs);
     DS_RUN(attention_matches_reference_gptoss_shapes);
+    DS_RUN(attention_decode_split_repeats);
     DS_RUN(attention_fused_append_matches_separate);
     DS_RUN(attention_is_batch_invariant);
     DS_RUN(attention_timing);

@@ -18,24 +18,35 @@
 //
 // Kernels:
 //   (append)                   every row's new k and v go to (slot, pos) of its sequence,
-//                              converted to the cache dtype. When k and v are 16-byte aligned
-//                              this happens inside act_sdpa_sink_gqa_d (block z = 0 of each
-//                              (row, KV head) stores its row), and the attention blocks read keys
-//                              at positions >= the sequence's pos0 from k/v rounded to the cache
-//                              dtype instead of from the cache, so no block reads what another
-//                              writes and a prefill row still sees the rows before it. Otherwise
+//                              converted to the cache dtype. In calls of few rows with 16-byte
+//                              aligned k and v this happens inside act_sdpa_sink_gqa_d (block
+//                              z = 0 of each (row, KV head) stores its row), and the attention
+//                              blocks read keys at positions >= the sequence's pos0 from k/v
+//                              rounded to the cache dtype instead of from the cache, so no block
+//                              reads what another writes and a prefill row still sees the rows
+//                              before it (FUSED variants). Otherwise
 //   act_kv_cache_append        runs first as its own kernel (one block per row). Same bits.
 //                              (Sequences must own distinct slots, as the reference checks.)
-//   act_sdpa_sink_gqa_d<D>     one block (4 warps) per (row, KV head, group of up to 8 query heads
-//                              [, split]), D in {16, 32, 64, 128}. Two modes, same arithmetic:
-//                              - split (flash-decoding): grid z = split; the block computes one
-//                                split state and writes it to the workspace;
+//   act_sdpa_sink_gqa_d<D, HB, FUSED, SPLIT>
+//                              one block (4 warps) per (row, KV head, group of up to HB query
+//                              heads [, split]), D in {16, 32, 64, 128}. HB = 8 for calls of many
+//                              rows; HB = 4 (twice the blocks, half the serial work per warp)
+//                              while the grid stays about one wave (decode and small verify).
+//                              Every per-head operation is the same whatever HB. Two modes:
+//                              - SPLIT (flash-decoding): grid z = split; the block computes one
+//                                split state and stores it to the workspace, then counts itself
+//                                in att_arrivals[(row, y)]; the last block to arrive merges the
+//                                row's states, sink first, in split order, writes out and resets
+//                                the counter (no combine launch);
 //                              - whole row (workspace NULL or too small, enough rows to fill
 //                                the GPU, or no row longer than 5 chunks, e.g. a 128-key window):
 //                                the block walks the splits itself and merges them as it goes,
-//                                with the very same att_merge calls.
-//   act_sdpa_combine           split mode only: one thread per (row, head, dim) merges the row's
-//                              split states from the workspace, sink first, in split order.
+//                                with the very same att_merge calls in the same order.
+//                              Calls of many rows (>= 1024 row blocks) run <D, 8, false, false>
+//                              after the append kernel: the fused key path costs registers that
+//                              this FMA-bound case needs for occupancy.
+//
+// All kernels are launched with ds_launch and begin with DS_GRID_DEPENDENCY().
 //
 // Batch invariance. The split boundaries, the owner warp of every chunk and every summation order
 // depend only on the row's own key range [max(0, p − W + 1), p] and compile-time constants, never
@@ -51,7 +62,9 @@
 // NaN/Inf entries of the cache are harmless.
 //
 // Workspace (split mode): per row, ds_attention_workspace_bytes(1, NH, D, P) / (NH·(D+2)·4)
-// records of NH·D f32 accumulators followed by NH (m, l) pairs.
+// records of NH·D f32 accumulators followed by NH (m, l) pairs. The arrival counters live in
+// static device memory (zero at module load, left at zero by every call): two split-mode calls
+// on one device must not run at the same time (all ops of a backend share one stream).
 #include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 #include <limits.h>
@@ -65,13 +78,21 @@
 #define ATT_WARPS 4
 #define ATT_THREADS (ATT_WARPS * DS_WARP)
 #define ATT_CHUNK 32                            // keys per chunk = lanes of a warp
-#define ATT_HB 8                                // query heads per block (one GQA group of gpt-oss)
+#define ATT_HB 8                                // query heads per block, many-row calls
+#define ATT_HB_SMALL 4                          // ... calls of few blocks (more, shorter blocks)
+#define ATT_SMALL_MAX_BLOCKS 1088               // ATT_HB_SMALL while blocks stay <= ~1 wave
+#define ATT_COUNTERS 8192                       // split mode: arrival counters, (row, y) pairs
 #define ATT_BASE_CHUNKS ATT_WARPS               // chunks of the shortest split (128 keys)
 #define ATT_MAX_SPLITS 32                       // splits of a range that starts on a split
 #define ATT_SLOTS (ATT_MAX_SPLITS + 1)          // ... and of one that starts mid-split
 #define ATT_SPLIT_MAX_BLOCKS 1024               // whole-row blocks that already fill the GPU
 #define ATT_SPLIT_MIN_CHUNKS 6                  // shorter ranges always run whole-row
-#define ATT_COMBINE_THREADS 256
+
+// Split mode: per (row, grid y) the number of split blocks that have stored their state. The last
+// one to arrive merges the states and sets the counter back to 0, so every call starts from zero
+// (static device memory is zero at module load). Calls of one device must not overlap in time:
+// every caller issues its ops on one stream (the backend's), where they never do.
+__device__ unsigned att_arrivals[ATT_COUNTERS];
 
 // N consecutive elements at element index i of a buffer of run-time dtype, vectorised: the address
 // must be aligned to N elements (N a power of two up to 32).
@@ -228,7 +249,8 @@ static __device__ __forceinline__ uint4 call_piece(const struct ds_attention_arg
     return make_uint4(u.x << 16, u.x & 0xffff0000u, u.y << 16, u.y & 0xffff0000u);
 }
 
-__global__ void act_kv_cache_append(const struct ds_attention_args a) {
+__global__ void __launch_bounds__(128) act_kv_cache_append(const struct ds_attention_args a) {
+    DS_GRID_DEPENDENCY();
     const int t = blockIdx.x;
     int slot, pos, pos0, row0;
     if (!row_place(a, t, &slot, &pos, &pos0, &row0)) return;
@@ -240,28 +262,36 @@ __global__ void act_kv_cache_append(const struct ds_attention_args a) {
     }
 }
 
-// ws == NULL: whole-row mode (grid z = 1). Otherwise split mode: blockIdx.z is the split's index
-// within the row's range, and the split state goes to record blockIdx.z of the row (nspl records
-// per row).
-template <int D>
+// Block (t, y, z): row t, KV head g = y / n_sub, query heads h0 .. h0+nh−1 of that group (HB per
+// block; the per-head arithmetic does not depend on HB, so neither do the bits).
+// SPLIT: z is the split's index within the row's range; the block stores its split state to
+// record z of the row (nspl records per row), and the last block of (t, y) to arrive merges the
+// row's records into out, sink first, in split order. Otherwise (z = 0) the block walks the
+// splits itself and merges them as it goes: the same att_merge calls in the same order.
+// FUSED: the append happens here and this call's keys and values are read from k/v as cached.
+template <int D, int HB, bool FUSED, bool SPLIT>
 __global__ void __launch_bounds__(ATT_THREADS)
-act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl, int fused) {
+act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl) {
+    DS_GRID_DEPENDENCY();
+    static_assert(HB % 4 == 0, "probabilities are staged as float4");
     constexpr int DPL = D >= DS_WARP ? D / DS_WARP : 1; // output dims per lane
     constexpr int KP = D < DS_WARP ? D : DS_WARP;        // key elements loaded at once
     constexpr bool STAGE = D <= 64;                      // values through shared memory
     constexpr int VBYTES = STAGE ? ATT_CHUNK * D * 4 : 16; // one chunk of values, f32 worst case
-    constexpr int EPT = ATT_HB * D / ATT_THREADS;         // merged elements per thread (D >= 16)
-    __shared__ __align__(16) float qs[ATT_HB][D];
+    constexpr int NE = HB * D;                            // output elements of the block
+    constexpr int EPT = (NE + ATT_THREADS - 1) / ATT_THREADS; // ... per thread
+    __shared__ __align__(16) float qs[HB][D];
     __shared__ __align__(16) unsigned char vs[ATT_WARPS][VBYTES];
-    __shared__ __align__(16) float ps[ATT_WARPS][ATT_CHUNK][ATT_HB];
-    __shared__ float pm[ATT_WARPS][ATT_HB], pl[ATT_WARPS][ATT_HB];
-    __shared__ __align__(16) float pacc[ATT_WARPS][ATT_HB][D];
+    __shared__ __align__(16) float ps[ATT_WARPS][ATT_CHUNK][HB];
+    __shared__ float pm[ATT_WARPS][HB], pl[ATT_WARPS][HB];
+    __shared__ __align__(16) float pacc[ATT_WARPS][HB][D];
+    __shared__ int last_block;
 
     const int t = blockIdx.x, lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
     const int NH = a.n_heads, NKV = a.n_kv_heads, G = NH / NKV;
-    const int n_sub = (G + ATT_HB - 1) / ATT_HB;
+    const int n_sub = (G + HB - 1) / HB;
     const int g = blockIdx.y / n_sub, sub = blockIdx.y % n_sub;
-    const int h0 = g * G + sub * ATT_HB, nh = min(ATT_HB, G - sub * ATT_HB);
+    const int h0 = g * G + sub * HB, nh = min(HB, G - sub * HB);
     // q and the sinks do not depend on the row's place: their loads are issued before the
     // sequence lookup so the two latencies overlap (row t < T is always readable).
     float qr[EPT];
@@ -269,14 +299,14 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl, int f
 #pragma unroll
     for (int k = 0; k < EPT; k++) {
         const int i = threadIdx.x + k * ATT_THREADS, h = i / D, d = i % D;
-        qr[k] = h < nh ? ld_elem(a.q, a.act, ((size_t)t * NH + h0 + h) * D + d) : 0.0f;
-        att_init(a, h0 + min(h, nh - 1), &rm[k], &rl[k], &racc[k]);
+        qr[k] = i < NE && h < nh ? ld_elem(a.q, a.act, ((size_t)t * NH + h0 + h) * D + d) : 0.0f;
+        if constexpr (!SPLIT) att_init(a, h0 + min(h, nh - 1), &rm[k], &rl[k], &racc[k]);
     }
     struct att_geom geo;
-    if (!att_geom_of(a, t, fused != 0, &geo)) return; // the whole block leaves: padding row
+    if (!att_geom_of(a, t, FUSED, &geo)) return; // the whole block leaves: padding row
     const size_t pos_stride = (size_t)NKV * D;
     const size_t base = (size_t)geo.slot * a.max_pos * pos_stride + (size_t)g * D;
-    if (fused && blockIdx.z == 0 && sub == 0 && threadIdx.x < D) {
+    if (FUSED && blockIdx.z == 0 && sub == 0 && threadIdx.x < D) {
         // The append: this row's k and v of KV head g go to the cache. No block of this call
         // reads these entries from the cache (keys >= call0 come from k/v), so no ordering.
         const size_t src = ((size_t)t * NKV + g) * D + threadIdx.x;
@@ -285,7 +315,7 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl, int f
         st_elem(a.v_cache, a.cache_dtype, dst, ld_elem(a.v, a.act, src));
     }
     int s_beg = geo.s_first, s_end = geo.s_last;
-    if (ws) {
+    if constexpr (SPLIT) {
         s_beg += blockIdx.z;
         if (s_beg > s_end) return; // the row has fewer splits
         s_end = s_beg;
@@ -293,7 +323,7 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl, int f
 #pragma unroll
     for (int k = 0; k < EPT; k++) {
         const int i = threadIdx.x + k * ATT_THREADS;
-        qs[i / D][i % D] = qr[k];
+        if (i < NE) qs[i / D][i % D] = qr[k];
     }
     __syncthreads();
     const bool owns_dims = lane * DPL < D;
@@ -301,9 +331,9 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl, int f
     unsigned char *vw = vs[warp];
 
     for (int s = s_beg; s <= s_end; s++) {
-        float m[ATT_HB], l[ATT_HB], acc[ATT_HB][DPL];
+        float m[HB], l[HB], acc[HB][DPL];
 #pragma unroll
-        for (int h = 0; h < ATT_HB; h++) {
+        for (int h = 0; h < HB; h++) {
             m[h] = -INFINITY, l[h] = 0.0f;
 #pragma unroll
             for (int i = 0; i < DPL; i++) acc[h][i] = 0.0f;
@@ -324,7 +354,7 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl, int f
                     const int key = q / pieces, part = q % pieces, jk = c * ATT_CHUNK + key;
                     if (key < k_lo || key > k_hi) continue;
                     unsigned char *dst = vw + key * row_bytes + part * 16;
-                    if (jk >= geo.call0) { // this call's value, converted like the append does
+                    if (FUSED && jk >= geo.call0) { // this call's value, converted as cached
                         const size_t i = ((size_t)(geo.row0 + jk - geo.call0) * NKV + g) * D +
                                          part * (16 / es);
                         *(uint4 *)dst = call_piece(a, i);
@@ -337,12 +367,12 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl, int f
                 }
                 __pipeline_commit();
             }
-            // Scores of key j for the 8 heads: Σ_d q[h][d]·k[d] in increasing d.
-            float sc[ATT_HB];
+            // Scores of key j for the block's heads: Σ_d q[h][d]·k[d] in increasing d.
+            float sc[HB];
 #pragma unroll
-            for (int h = 0; h < ATT_HB; h++) sc[h] = 0.0f;
+            for (int h = 0; h < HB; h++) sc[h] = 0.0f;
             if (valid) {
-                const bool call = j >= geo.call0; // this call's key: from k, as cached
+                const bool call = FUSED && j >= geo.call0; // this call's key: from k, as cached
                 const size_t ko = call ? ((size_t)(geo.row0 + j - geo.call0) * NKV + g) * D
                                        : base + (size_t)j * pos_stride;
                 // The dtype must stay warp-uniform for the vector loads: when act and cache
@@ -360,7 +390,7 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl, int f
                             kr[e] = as_cached(a, ld_elem(a.k, a.act, ko + d0 + e));
                     }
 #pragma unroll
-                    for (int h = 0; h < ATT_HB; h++)
+                    for (int h = 0; h < HB; h++)
 #pragma unroll
                         for (int d = 0; d < KP; d += 4) {
                             const float4 qv = *(const float4 *)&qs[h][d0 + d];
@@ -372,9 +402,9 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl, int f
                 }
             }
             // Online softmax per head over this chunk.
-            float pv[ATT_HB];
+            float pv[HB];
 #pragma unroll
-            for (int h = 0; h < ATT_HB; h++) {
+            for (int h = 0; h < HB; h++) {
                 const float x = valid ? __fmul_rn(sc[h], a.scale) : -INFINITY;
                 const float mn = fmaxf(m[h], warp_max_f(x));
                 const float corr = mn == -INFINITY ? 1.0f : expf(m[h] - mn);
@@ -384,8 +414,9 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl, int f
                 for (int i = 0; i < DPL; i++) acc[h][i] = __fmul_rn(acc[h][i], corr);
                 m[h] = mn;
             }
-            *(float4 *)&ps[warp][lane][0] = make_float4(pv[0], pv[1], pv[2], pv[3]);
-            *(float4 *)&ps[warp][lane][4] = make_float4(pv[4], pv[5], pv[6], pv[7]);
+#pragma unroll
+            for (int h = 0; h < HB; h += 4)
+                *(float4 *)&ps[warp][lane][h] = make_float4(pv[h], pv[h + 1], pv[h + 2], pv[h + 3]);
             if constexpr (STAGE) __pipeline_wait_prior(0);
             __syncwarp();
             // acc[h][d] += Σ_j p_j[h]·v_j[d] in increasing j; invalid keys are skipped, not read.
@@ -395,7 +426,7 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl, int f
                 if (owns_dims) {
                     if constexpr (STAGE)
                         lds_n<DPL>(vw + jj * row_bytes + lane * DPL * es, a.cache_dtype, vv);
-                    else if (c * ATT_CHUNK + jj >= geo.call0) {
+                    else if (FUSED && c * ATT_CHUNK + jj >= geo.call0) {
                         ldn<DPL>(a.v, a.act,
                                  ((size_t)(geo.row0 + c * ATT_CHUNK + jj - geo.call0) * NKV + g) *
                                          D + lane * DPL, vv);
@@ -410,11 +441,14 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl, int f
 #pragma unroll
                     for (int i = 0; i < DPL; i++) vv[i] = 0.0f;
                 }
-                const float4 p0 = *(const float4 *)&ps[warp][jj][0];
-                const float4 p1 = *(const float4 *)&ps[warp][jj][4];
-                const float pj[ATT_HB] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+                float pj[HB];
 #pragma unroll
-                for (int h = 0; h < ATT_HB; h++)
+                for (int h = 0; h < HB; h += 4) {
+                    const float4 p4 = *(const float4 *)&ps[warp][jj][h];
+                    pj[h] = p4.x, pj[h + 1] = p4.y, pj[h + 2] = p4.z, pj[h + 3] = p4.w;
+                }
+#pragma unroll
+                for (int h = 0; h < HB; h++)
 #pragma unroll
                     for (int i = 0; i < DPL; i++) acc[h][i] = __fmaf_rn(pj[h], vv[i], acc[h][i]);
             }
@@ -423,7 +457,7 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl, int f
 
         // The split state: the warp states merged in warp order.
 #pragma unroll
-        for (int h = 0; h < ATT_HB; h++) {
+        for (int h = 0; h < HB; h++) {
             if (lane == 0) pm[warp][h] = m[h], pl[warp][h] = l[h];
             if (owns_dims)
 #pragma unroll
@@ -433,6 +467,7 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl, int f
 #pragma unroll
         for (int k = 0; k < EPT; k++) {
             const int i = threadIdx.x + k * ATT_THREADS, h = i / D, d = i % D;
+            if (i >= NE) continue;
             float ms = -INFINITY;
             for (int w = 0; w < ATT_WARPS; w++)
                 if (pl[w][h] > 0.0f) ms = fmaxf(ms, pm[w][h]);
@@ -443,7 +478,7 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl, int f
                 ls = __fmaf_rn(pl[w][h], f, ls);
                 as = __fmaf_rn(pacc[w][h][d], f, as);
             }
-            if (ws) {
+            if constexpr (SPLIT) {
                 if (h < nh) {
                     float *rec = ws + ((size_t)t * nspl + blockIdx.z) * NH * (D + 2);
                     rec[(size_t)(h0 + h) * D + d] = as;
@@ -456,34 +491,48 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl, int f
                 att_merge(&rm[k], &rl[k], &racc[k], ms, ls, as);
             }
         }
-        __syncthreads(); // pm, pl, pacc are rewritten by the next split
+        if constexpr (!SPLIT) __syncthreads(); // pm, pl, pacc are rewritten by the next split
     }
-    if (ws) return;
+    if constexpr (SPLIT) {
+        // Arrival: the record must be visible device-wide before the counter says it is there.
+        const int n = geo.s_last - geo.s_first + 1;
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned *ctr = &att_arrivals[(size_t)t * gridDim.y + blockIdx.y];
+            const unsigned before = atomicAdd(ctr, 1u);
+            last_block = before == (unsigned)(n - 1);
+            if (last_block) atomicExch(ctr, 0u); // every split has arrived: ready for next call
+            __threadfence();
+        }
+        __syncthreads();
+        if (!last_block) return;
+        // The last block merges the row's split states (read from L2: other blocks wrote them),
+        // sink first, in split order: the whole-row sequence of att_merge calls.
+        const size_t rs = (size_t)NH * (D + 2);
+        const float *r0 = ws + (size_t)t * nspl * rs;
 #pragma unroll
-    for (int k = 0; k < EPT; k++) {
-        const int i = threadIdx.x + k * ATT_THREADS, h = i / D, d = i % D;
-        if (h < nh)
-            st_elem(a.out, a.act, ((size_t)t * NH + h0 + h) * D + d, __fdiv_rn(racc[k], rl[k]));
-    }
-}
-
-// Split mode, second pass: element i = (h, d) of row blockIdx.x merges the row's split states.
-__global__ void __launch_bounds__(ATT_COMBINE_THREADS)
-act_sdpa_combine(const struct ds_attention_args a, const float *ws, int nspl) {
-    const int t = blockIdx.x, NH = a.n_heads, D = a.head_dim;
-    const int i = blockIdx.y * ATT_COMBINE_THREADS + threadIdx.x;
-    struct att_geom geo;
-    if (i >= NH * D || !att_geom_of(a, t, false, &geo)) return;
-    const int h = i / D;
-    const size_t rec = (size_t)NH * (D + 2);
-    const float *r = ws + (size_t)t * nspl * rec;
-    float m, l, acc;
-    att_init(a, h, &m, &l, &acc);
-    const int n = geo.s_last - geo.s_first + 1;
+        for (int k = 0; k < EPT; k++) {
+            const int i = threadIdx.x + k * ATT_THREADS, h = i / D, d = i % D;
+            if (i >= NE || h >= nh) continue;
+            const size_t ia = (size_t)(h0 + h) * D + d, im = (size_t)NH * D + 2 * (h0 + h);
+            float m, l, acc;
+            att_init(a, h0 + h, &m, &l, &acc);
+            const float *r = r0;
 #pragma unroll 4
-    for (int s = 0; s < n; s++, r += rec)
-        att_merge(&m, &l, &acc, r[(size_t)NH * D + 2 * h], r[(size_t)NH * D + 2 * h + 1], r[i]);
-    st_elem(a.out, a.act, (size_t)t * NH * D + i, __fdiv_rn(acc, l));
+            for (int s = 0; s < n; s++, r += rs)
+                att_merge(&m, &l, &acc, __ldcg(r + im), __ldcg(r + im + 1), __ldcg(r + ia));
+            st_elem(a.out, a.act, ((size_t)t * NH + h0 + h) * D + d, __fdiv_rn(acc, l));
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < EPT; k++) {
+            const int i = threadIdx.x + k * ATT_THREADS, h = i / D, d = i % D;
+            if (i < NE && h < nh)
+                st_elem(a.out, a.act, ((size_t)t * NH + h0 + h) * D + d,
+                        __fdiv_rn(racc[k], rl[k]));
+        }
+    }
 }
 
 // Upper bound of the splits any row of a call can span (grid z of split mode).
@@ -498,6 +547,25 @@ static int att_slots_needed(int max_pos, int window) {
     const int n = att_max_chunks(max_pos, window);
     if (n > ATT_BASE_CHUNKS * ATT_MAX_SPLITS) return ATT_SLOTS;
     return min(ATT_SLOTS, (n + ATT_BASE_CHUNKS - 1) / ATT_BASE_CHUNKS + 1);
+}
+
+typedef void (*att_kernel)(const struct ds_attention_args, float *, int);
+
+// The kernel variant for (hb, fused, split); hb == ATT_HB_SMALL only with fused.
+template <int D>
+static void att_launch(const struct ds_attention_args *a, float *ws, int nspl, int hb, bool fused,
+                       dim3 grid, cudaStream_t st) {
+    att_kernel k;
+    if (hb == ATT_HB_SMALL)
+        k = ws ? act_sdpa_sink_gqa_d<D, ATT_HB_SMALL, true, true>
+               : act_sdpa_sink_gqa_d<D, ATT_HB_SMALL, true, false>;
+    else if (fused)
+        k = ws ? act_sdpa_sink_gqa_d<D, ATT_HB, true, true>
+               : act_sdpa_sink_gqa_d<D, ATT_HB, true, false>;
+    else
+        k = ws ? act_sdpa_sink_gqa_d<D, ATT_HB, false, true>
+               : act_sdpa_sink_gqa_d<D, ATT_HB, false, false>;
+    ds_launch(k, grid, dim3(ATT_THREADS), 0, st, *a, ws, nspl);
 }
 
 extern "C" enum ds_status ds_attention_cuda(const struct ds_attention_args *a, void *stream) {
@@ -533,23 +601,25 @@ extern "C" enum ds_status ds_attention_cuda(const struct ds_attention_args *a, v
     CU_TRY(cu_check_ptr(op, "out", a->out));
     if (((uintptr_t)a->k_cache | (uintptr_t)a->v_cache) % 16)
         return ds_error_set(DS_ERR_ARG, "%s: k_cache and v_cache must be 16-byte aligned", op);
-    const int G = a->n_heads / a->n_kv_heads, n_sub = (G + ATT_HB - 1) / ATT_HB;
-    if ((long long)a->n_kv_heads * n_sub > 65535)
+    const int G = a->n_heads / a->n_kv_heads, n_sub8 = (G + ATT_HB - 1) / ATT_HB;
+    const int n_sub4 = (G + ATT_HB_SMALL - 1) / ATT_HB_SMALL;
+    if ((long long)a->n_kv_heads * n_sub8 > 65535)
         return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %d heads over %d KV heads: too many", op,
                             a->n_heads, a->n_kv_heads);
     cudaStream_t st = DS_STREAM(stream);
 
     // Split mode when the row blocks alone would leave SMs idle, a row can be long enough for the
-    // combine launch to pay off (a 128-key window spans <= 5 chunks in <= 2 splits: whole-row
-    // mode walks them in one launch) and the workspace holds every row's split states; both
+    // split merge to pay off (a 128-key window spans <= 5 chunks in <= 2 splits: whole-row
+    // mode walks them in one pass) and the workspace holds every row's split states; both
     // modes give the same bits, so this choice is free.
-    const long long row_blocks = (long long)a->n_rows * a->n_kv_heads * n_sub;
+    const long long row_blocks = (long long)a->n_rows * a->n_kv_heads * n_sub8;
     const int slots = att_slots_needed(a->max_pos, a->window);
     float *ws = NULL;
     int nspl = 0;
     if (a->workspace && slots > 1 && row_blocks < ATT_SPLIT_MAX_BLOCKS &&
         att_max_chunks(a->max_pos, a->window) >= ATT_SPLIT_MIN_CHUNKS &&
-        (uintptr_t)a->workspace % 16 == 0) {
+        (uintptr_t)a->workspace % 16 == 0 &&
+        (long long)a->n_rows * a->n_kv_heads * n_sub4 <= ATT_COUNTERS) {
         const size_t rec = (size_t)a->n_heads * (D + 2) * sizeof(float);
         const size_t per_row = ds_attention_workspace_bytes(1, a->n_heads, D, a->max_pos);
         nspl = (int)(per_row / rec);
@@ -558,25 +628,27 @@ extern "C" enum ds_status ds_attention_cuda(const struct ds_attention_args *a, v
     }
 
     // The append runs inside the attention kernel (its blocks read this call's keys from k/v)
-    // when k and v allow the 16-byte loads of that path; otherwise as a kernel of its own first.
-    const int fused = ((uintptr_t)a->k | (uintptr_t)a->v) % 16 == 0;
+    // when k and v allow the 16-byte loads of that path and the call is small; a call of many
+    // rows (FMA-bound, occupancy-limited) runs the leaner kernel after a separate append, as
+    // does a call with misaligned k or v. Same bits either way.
+    const bool fused = ((uintptr_t)a->k | (uintptr_t)a->v) % 16 == 0 &&
+                       row_blocks < ATT_SPLIT_MAX_BLOCKS;
+    // Fewer query heads per block (more, shorter blocks) while the grid stays about one wave.
+    const int hb = fused && (long long)a->n_kv_heads * n_sub4 <= 65535 &&
+                           (long long)a->n_rows * a->n_kv_heads * n_sub4 * (ws ? slots : 1) <=
+                                   ATT_SMALL_MAX_BLOCKS
+                       ? ATT_HB_SMALL
+                       : ATT_HB;
     if (!fused) {
-        act_kv_cache_append<<<(unsigned)a->n_rows, 128, 0, st>>>(*a);
-        DS_KERNEL_CHECK();
+        ds_launch(act_kv_cache_append, dim3((unsigned)a->n_rows), dim3(128), 0, st, *a);
     }
-    const dim3 grid((unsigned)a->n_rows, (unsigned)(a->n_kv_heads * n_sub), ws ? slots : 1);
+    const dim3 grid((unsigned)a->n_rows,
+                    (unsigned)(a->n_kv_heads * (hb == ATT_HB ? n_sub8 : n_sub4)), ws ? slots : 1);
     switch (D) {
-    case 16: act_sdpa_sink_gqa_d<16><<<grid, ATT_THREADS, 0, st>>>(*a, ws, nspl, fused); break;
-    case 32: act_sdpa_sink_gqa_d<32><<<grid, ATT_THREADS, 0, st>>>(*a, ws, nspl, fused); break;
-    case 64: act_sdpa_sink_gqa_d<64><<<grid, ATT_THREADS, 0, st>>>(*a, ws, nspl, fused); break;
-    default: act_sdpa_sink_gqa_d<128><<<grid, ATT_THREADS, 0, st>>>(*a, ws, nspl, fused); break;
-    }
-    DS_KERNEL_CHECK();
-    if (ws) {
-        const dim3 cg((unsigned)a->n_rows,
-                      cu_blocks((size_t)a->n_heads * D, ATT_COMBINE_THREADS));
-        act_sdpa_combine<<<cg, ATT_COMBINE_THREADS, 0, st>>>(*a, ws, nspl);
-        DS_KERNEL_CHECK();
+    case 16: att_launch<16>(a, ws, nspl, hb, fused, grid, st); break;
+    case 32: att_launch<32>(a, ws, nspl, hb, fused, grid, st); break;
+    case 64: att_launch<64>(a, ws, nspl, hb, fused, grid, st); break;
+    default: att_launch<128>(a, ws, nspl, hb, fused, grid, st); break;
     }
     return DS_OK;
 }

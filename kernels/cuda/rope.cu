@@ -15,6 +15,8 @@
 // result equals the reference bit for bit, whatever VP. Rows are independent: batch invariant.
 //
 // A device-side position outside [0, table_len) turns that row's q and k into NaN (never a fault).
+// Launched with ds_launch (programmatic dependent launch): every kernel begins with
+// DS_GRID_DEPENDENCY(), so its launch overlaps the previous kernel of the stream.
 #include <stdint.h>
 
 #include "common.cuh"
@@ -71,6 +73,7 @@ static __device__ __forceinline__ void rope_ld_table(const float *p, float *o) {
 
 template <typename TA, int VP>
 static __device__ __forceinline__ void rope_body(const struct ds_rope_args &a) {
+    DS_GRID_DEPENDENCY(); // launched with ds_launch: nothing global is touched before this
     const int D = a.head_dim, H = D / 2, gph = H / VP; // groups per head
     const int nq = a.n_q_heads * gph, nk = a.k ? a.n_k_heads * gph : 0;
     const int u = blockIdx.x * ROPE_THREADS + threadIdx.x;
@@ -148,12 +151,9 @@ extern "C" enum ds_status ds_rope_cuda(const struct ds_rope_args *a, void *strea
     cudaStream_t st = DS_STREAM(stream);
     const dim3 grid = rope_grid(a, vec ? 4 : 1);
     if (a->act == DS_ELEM_BF16) {
-        if (vec) bf16_rope_v4<<<grid, ROPE_THREADS, 0, st>>>(*a);
-        else bf16_rope<<<grid, ROPE_THREADS, 0, st>>>(*a);
+        ds_launch(vec ? bf16_rope_v4 : bf16_rope, grid, dim3(ROPE_THREADS), 0, st, *a);
     } else {
-        if (vec) f32_rope_v4<<<grid, ROPE_THREADS, 0, st>>>(*a);
-        else f32_rope<<<grid, ROPE_THREADS, 0, st>>>(*a);
+        ds_launch(vec ? f32_rope_v4 : f32_rope, grid, dim3(ROPE_THREADS), 0, st, *a);
     }
-    DS_KERNEL_CHECK();
     return DS_OK;
 }
