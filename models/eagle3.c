@@ -37,6 +37,8 @@ struct ds_eagle3 {
     struct ds_wt lm_head;                        // (Dv, H): the draft's, or the target's for a
                                                  // full-vocabulary head without one
     void *weight_arena;
+    bool qkv_fused;     // q_w, k_w, v_w back to back: one split matmul (ds_matmul_args)
+    bool gate_up_fused; // gate_w, up_w back to back: one split matmul
 
     void *kv_arena;
     void *k_cache, *v_cache; // (S, P, NKV, D) act
@@ -148,6 +150,21 @@ static enum ds_status bind_all(ds_eagle3_t *d, struct ds_weight_loader *wl) {
         d->embed.p = ds_gptoss_embed_table(d->target, &d->embed.e);
     }
     return DS_OK;
+}
+
+// True when b starts right where a (n elements) ends and both have one dtype: the two matrices
+// are then one (rows_a + rows_b, K) matrix, which a split-output matmul streams in one launch.
+// Bind order is arena order on an uploading backend; a mapped file keeps the checkpoint's order.
+static bool adjacent(const struct ds_wt *a, uint64_t n, const struct ds_wt *b) {
+    const size_t es = a->e == DS_ELEM_BF16 ? 2 : 4;
+    return a->p && b->p && a->e == b->e && (const char *)b->p == (const char *)a->p + n * es;
+}
+
+static void find_fusions(ds_eagle3_t *d) {
+    const uint64_t H = (uint64_t)d->H, I = (uint64_t)d->I, QD = (uint64_t)d->NH * d->D,
+                   KD = (uint64_t)d->NKV * d->D;
+    d->qkv_fused = adjacent(&d->q_w, QD * 2 * H, &d->k_w) && adjacent(&d->k_w, KD * 2 * H, &d->v_w);
+    d->gate_up_fused = adjacent(&d->gate_w, I * H, &d->up_w);
 }
 
 static enum ds_status check_config(ds_eagle3_t *d) {
@@ -340,6 +357,7 @@ static enum ds_status create_impl(const char *dir, const struct ds_draft_config 
     if ((s = bind_all(d, &wl)) != DS_OK) goto fail;
     if ((s = ds_wl_finish(&wl)) != DS_OK) goto fail;
     d->mem.weights = wl.bytes;
+    find_fusions(d);
 
     size_t per = ds_align256((size_t)d->plan.max_slots * (size_t)d->plan.max_pos * (size_t)d->NKV *
                              (size_t)d->D * d->esz);
@@ -525,9 +543,28 @@ static enum ds_status forward_ops(void *user) {
     if ((s = be->copy_2d(be, (char *)d->u + row, 2 * row, d->gn, row, row, (size_t)T))) return s;
 
     // Attention over the draft's KV cache: plain causal, no sinks, no window.
-    if ((s = matmul(d, T, 2 * H, QD, d->u, &d->q_w, NULL, NULL, d->q))) return s;
-    if ((s = matmul(d, T, 2 * H, KD, d->u, &d->k_w, NULL, NULL, d->k))) return s;
-    if ((s = matmul(d, T, 2 * H, KD, d->u, &d->v_w, NULL, NULL, d->v))) return s;
+    if (d->qkv_fused) {
+        // One launch streams [q_w; k_w; v_w]: bitwise the three calls (split outputs).
+        struct ds_matmul_args qkv = {
+            .act = d->act,
+            .w_dtype = d->q_w.e,
+            .bias_dtype = DS_ELEM_F32, // no biases
+            .n_rows = T,
+            .in_dim = 2 * H,
+            .out_dim = QD + 2 * KD,
+            .x = d->u,
+            .w = d->q_w.p,
+            .out = d->q,
+            .part_dim = {QD, KD, KD},
+            .out1 = d->k,
+            .out2 = d->v,
+        };
+        if ((s = be->matmul(be, &qkv))) return s;
+    } else {
+        if ((s = matmul(d, T, 2 * H, QD, d->u, &d->q_w, NULL, NULL, d->q))) return s;
+        if ((s = matmul(d, T, 2 * H, KD, d->u, &d->k_w, NULL, NULL, d->k))) return s;
+        if ((s = matmul(d, T, 2 * H, KD, d->u, &d->v_w, NULL, NULL, d->v))) return s;
+    }
     struct ds_rope_args r = {
         .act = d->act,
         .n_rows = T,
@@ -573,8 +610,26 @@ static enum ds_status forward_ops(void *user) {
 
     // h2 = down(silu(gate(z)) · up(z)) + h1.
     if ((s = rmsnorm(d, T, H, d->h1, &d->post_ln, d->z))) return s;
-    if ((s = matmul(d, T, H, d->I, d->z, &d->gate_w, NULL, NULL, d->gate))) return s;
-    if ((s = matmul(d, T, H, d->I, d->z, &d->up_w, NULL, NULL, d->up))) return s;
+    if (d->gate_up_fused) {
+        // One launch streams [gate_w; up_w] into gate and up (split outputs, same bits).
+        struct ds_matmul_args gu = {
+            .act = d->act,
+            .w_dtype = d->gate_w.e,
+            .bias_dtype = DS_ELEM_F32, // no biases
+            .n_rows = T,
+            .in_dim = H,
+            .out_dim = 2 * d->I,
+            .x = d->z,
+            .w = d->gate_w.p,
+            .out = d->gate,
+            .part_dim = {d->I, d->I, 0},
+            .out1 = d->up,
+        };
+        if ((s = be->matmul(be, &gu))) return s;
+    } else {
+        if ((s = matmul(d, T, H, d->I, d->z, &d->gate_w, NULL, NULL, d->gate))) return s;
+        if ((s = matmul(d, T, H, d->I, d->z, &d->up_w, NULL, NULL, d->up))) return s;
+    }
     struct ds_silu_mul_args sm = {
         .act = d->act,
         .n_rows = T,

@@ -628,6 +628,97 @@ static void rmsnorm_is_batch_invariant(void) {
     g_free(d_x), g_free(d_g), g_free(d_all), g_free(d_one);
 }
 
+// Programmatic dependent launch: every dense kernel waits for the previous kernel of its stream
+// before touching global memory (the matmul only prefetches weights into L2 before that). A chain
+// of dependent ops on one stream with no host sync between them (rmsnorm -> matmul with the
+// residual in place -> rmsnorm -> split matmul -> add -> silu_mul -> gather, each reading what
+// the previous one wrote) must give the bytes of the same chain with a stream sync after every op.
+// A kernel that read its input early would race; repeated 20 times, T = 1 and 4 (stream tile),
+// 40 (32 x 64 tile), bf16 activations.
+static enum ds_status dense_chain(cudaStream_t st, int sync, int T, void *x, void *xn, void *y,
+                                  void *y1, const void *w, const void *g, const int32_t *rows,
+                                  void *out) {
+    enum { C = 2880 };
+    void *sp = (void *)st;
+    enum ds_status s = DS_OK;
+#define CHAIN(call)                                                                                \
+    do {                                                                                           \
+        if ((s = (call)) != DS_OK) return s;                                                       \
+        if (sync) G_CHECK(cudaStreamSynchronize(st));                                              \
+    } while (0)
+    struct ds_rmsnorm_args n = {.act = DS_ELEM_BF16, .w_dtype = DS_ELEM_BF16, .n_rows = T,
+                                .dim = C, .eps = 1e-5f, .x = x, .w = g, .out = xn};
+    struct ds_matmul_args m = {.act = DS_ELEM_BF16, .w_dtype = DS_ELEM_BF16,
+                               .bias_dtype = DS_ELEM_F32, .n_rows = T, .in_dim = C, .out_dim = C,
+                               .x = xn, .w = w, .residual = x, .out = x};
+    CHAIN(ds_rmsnorm_cuda(&n, sp));
+    CHAIN(ds_matmul_cuda(&m, sp));
+    CHAIN(ds_rmsnorm_cuda(&n, sp));
+    struct ds_matmul_args sm = {.act = DS_ELEM_BF16, .w_dtype = DS_ELEM_BF16,
+                                .bias_dtype = DS_ELEM_F32, .n_rows = T, .in_dim = C,
+                                .out_dim = C, .x = xn, .w = w, .out = y,
+                                .part_dim = {C / 2, C / 2, 0}, .out1 = y1};
+    CHAIN(ds_matmul_cuda(&sm, sp));
+    struct ds_add_args ad = {.act = DS_ELEM_BF16, .n_rows = T, .dim = C / 2, .a = y, .b = y1,
+                             .out = y};
+    CHAIN(ds_add_cuda(&ad, sp));
+    struct ds_silu_mul_args sl = {.act = DS_ELEM_BF16, .n_rows = T, .dim = C / 2, .gate = y,
+                                  .up = y1, .out = y};
+    CHAIN(ds_silu_mul_cuda(&sl, sp));
+    struct ds_gather_rows_args ga = {.act = DS_ELEM_BF16, .n_rows = T, .src_rows = T,
+                                     .dim = C / 2, .x = y, .rows = rows, .out = out};
+    CHAIN(ds_gather_rows_cuda(&ga, sp));
+#undef CHAIN
+    return s;
+}
+
+static void dense_chain_with_dependent_launches_equals_synced_chain(void) {
+    enum { C = 2880, TMAX = 40, REPS = 20 };
+    const int Ts[3] = {1, 4, 40};
+    float *hx = t_alloc((size_t)TMAX * C * 4), *hw = t_alloc((size_t)C * C * 4);
+    float *hg = t_alloc((size_t)C * 4);
+    g_fill_cont(hx, (size_t)TMAX * C, 91, -2.0f, 2.0f);
+    g_fill_cont(hw, (size_t)C * C, 92, -0.05f, 0.05f);
+    g_fill_cont(hg, C, 93, 0.5f, 1.5f);
+    int32_t hrows[TMAX];
+    void *d_x0 = g_upload_as(hx, (size_t)TMAX * C, DS_ELEM_BF16);
+    void *d_w = g_upload_as(hw, (size_t)C * C, DS_ELEM_BF16);
+    void *d_g = g_upload_as(hg, C, DS_ELEM_BF16);
+    int32_t *d_rows = g_alloc(sizeof hrows);
+    const size_t xb = (size_t)TMAX * C * 2, hb = (size_t)TMAX * (C / 2) * 2;
+    void *d_x = g_alloc(xb), *d_xn = g_alloc(xb), *d_y = g_alloc(hb), *d_y1 = g_alloc(hb);
+    void *d_out = g_alloc(hb);
+    unsigned char *want_o = t_alloc(hb), *want_x = t_alloc(xb), *got_o = t_alloc(hb),
+                  *got_x = t_alloc(xb);
+    cudaStream_t st;
+    G_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    for (int ti = 0; ti < 3; ti++) {
+        const int T = Ts[ti];
+        for (int i = 0; i < T; i++) hrows[i] = T - 1 - i; // reversed rows
+        G_CHECK(cudaMemcpy(d_rows, hrows, (size_t)T * 4, cudaMemcpyHostToDevice));
+        for (int rep = 0; rep <= REPS; rep++) {
+            const int sync = rep == 0; // the first run is the stepwise reference
+            G_CHECK(cudaMemcpy(d_x, d_x0, xb, cudaMemcpyDeviceToDevice));
+            G_CHECK(cudaMemset(d_out, 0xff, hb));
+            EXPECT_OK(dense_chain(st, sync, T, d_x, d_xn, d_y, d_y1, d_w, d_g, d_rows, d_out));
+            G_CHECK(cudaStreamSynchronize(st));
+            g_download(sync ? want_o : got_o, d_out, (size_t)T * (C / 2) * 2);
+            g_download(sync ? want_x : got_x, d_x, (size_t)T * C * 2);
+            if (sync) continue;
+            char what[96];
+            snprintf(what, sizeof what, "dense chain T=%d run %d: gathered output", T, rep);
+            int ok = g_same_bytes(what, got_o, want_o, (size_t)T * (C / 2) * 2, 2);
+            snprintf(what, sizeof what, "dense chain T=%d run %d: residual stream", T, rep);
+            ok &= g_same_bytes(what, got_x, want_x, (size_t)T * C * 2, 2);
+            if (!ok) break; // one report per shape
+        }
+    }
+    G_CHECK(cudaStreamDestroy(st));
+    free(hx), free(hw), free(hg), free(want_o), free(want_x), free(got_o), free(got_x);
+    g_free(d_x0), g_free(d_w), g_free(d_g), g_free(d_rows), g_free(d_x), g_free(d_xn);
+    g_free(d_y), g_free(d_y1), g_free(d_out);
+}
+
 int main(void) {
     G_REQUIRE_GPU();
     DS_RUN(embed_matches_reference_and_marks_bad_ids);
@@ -641,5 +732,6 @@ int main(void) {
     DS_RUN(matmul_split_outputs_equal_separate_calls);
     DS_RUN(add_silu_gather_match_reference);
     DS_RUN(rope_matches_reference);
+    DS_RUN(dense_chain_with_dependent_launches_equals_synced_chain);
     return ds_test_end();
 }
