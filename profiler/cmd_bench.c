@@ -677,58 +677,18 @@ static void load_dots(void *user, uint64_t done, uint64_t total) {
 // period the block lasted, as a run pays one flush per period). Each kernel row the sink receives
 // whose step belongs to a timed kernels block goes into the table: launches per step, µs per step
 // (CUPTI start..end), and the share of the step: summed kernel time / summed GPU step time (the
-// phase's event pair of the same steps).
+// phase's event pair of the same steps). The kernels trace numbers its steps apart (consecutive
+// ids), and the table (ds_trace_ktab) counts only rows of this kind's timed steps and phase, read
+// after the block's collect has drained the worker; any other row is counted apart and printed.
 
 #define TRACE_ROUNDS 2
-#define KTAB_MAX 512
-
-struct ktab_entry {
-    char name[96];
-    uint64_t launches, ns;
-};
-
-struct ktab {
-    struct ktab_entry e[KTAB_MAX];
-    int n;
-    uint64_t step_lo, step_hi; // rows of steps in [lo, hi) are counted
-    uint64_t rows_out;         // rows of other steps (warm-up excluded by design: none expected)
-    bool full;
-};
-
-static void ktab_sink(void *user, const struct ds_rec_kernel *row, const char *name) {
-    struct ktab *k = user;
-    if (row->step < k->step_lo || row->step >= k->step_hi) {
-        k->rows_out++;
-        return;
-    }
-    char shortn[96];
-    ds_trace_short_name(name, shortn, sizeof shortn);
-    int i = 0;
-    while (i < k->n && strcmp(k->e[i].name, shortn)) i++;
-    if (i == k->n) {
-        if (k->n == KTAB_MAX) {
-            k->full = true;
-            i = KTAB_MAX - 1; // the last slot takes the rest (named below)
-            snprintf(k->e[i].name, sizeof k->e[i].name, "(other kernels)");
-        } else {
-            k->n++;
-            snprintf(k->e[i].name, sizeof k->e[i].name, "%s", shortn);
-        }
-    }
-    k->e[i].launches++;
-    k->e[i].ns += row->end_ns > row->start_ns ? row->end_ns - row->start_ns : 0;
-}
-
-static int ktab_cmp(const void *a, const void *b) {
-    const struct ktab_entry *x = a, *y = b;
-    return x->ns < y->ns ? 1 : x->ns > y->ns ? -1 : strcmp(x->name, y->name);
-}
 
 struct trace_bench {
     ds_trace_t *phases, *kernels; // NULL when the level is not listed
     unsigned mask;                // 1 << level
-    uint64_t step_id;             // next phase step id (unique over the whole bench)
-    struct ktab *tab;
+    uint64_t step_id;             // next step id of the phases trace
+    uint64_t kstep;               // next step id of the kernels trace (consecutive per table)
+    ds_trace_ktab_t *tab;
 };
 
 static enum ds_rec_phase phase_of(enum step_kind k) {
@@ -758,6 +718,7 @@ static enum ds_status traced_step(struct step_ctx *c, ds_trace_t *t, uint64_t st
 struct level_result {
     double mean_ms, median_ms;
     uint64_t gpu_ns, steps, dropped; // kernels level: GPU step time summed, steps, records lost
+    uint64_t parse_ns, flush_ns;     // kernels level: worker parse time, forced flushes' time
 };
 
 // Times a step kind at every listed level; res[level]. times holds TRACE_ROUNDS * iters doubles
@@ -776,13 +737,9 @@ static enum ds_status time_step_levels(struct step_ctx *c, struct trace_bench *t
     const struct ds_trace_step_times *tt = NULL;
     size_t nt = 0;
     if (!s && tb->kernels) s = ds_trace_collect(tb->kernels, &tt, &nt); // warm-up records out
-    struct ds_trace_stats st0 = {0}, st1;
+    struct ds_trace_stats st0 = {0}, st1 = {0};
     if (tb->kernels) ds_trace_stats(tb->kernels, &st0);
-    tb->tab->n = 0;
-    tb->tab->full = false;
-    tb->tab->rows_out = 0;
-    tb->tab->step_lo = tb->step_id;
-    tb->tab->step_hi = tb->step_id; // grows with each kernels step
+    ds_trace_ktab_reset(tb->tab, tb->kstep, tb->kstep, phase_of(k), k == SK_DSTEP ? 1 : 0);
     for (int r = 0; r < TRACE_ROUNDS && !s; r++) {
         for (int lv = 0; lv < 3 && !s; lv++) {
             if (!(tb->mask & (1u << lv))) continue;
@@ -797,8 +754,10 @@ static enum ds_status time_step_levels(struct step_ctx *c, struct trace_bench *t
                 if (!t) {
                     s = step_once(c, k, B, it + 2);
                     if (!s) s = c->be->sync(c->be);
+                } else if (lv == DS_REC_TRACE_KERNELS) {
+                    ds_trace_ktab_set_end(tb->tab, tb->kstep + 1); // before its rows can come
+                    s = traced_step(c, t, tb->kstep++, k, B, it + 2, &g);
                 } else {
-                    if (lv == DS_REC_TRACE_KERNELS) tb->tab->step_hi = tb->step_id + 1;
                     s = traced_step(c, t, tb->step_id++, k, B, it + 2, &g);
                 }
                 const double ms = now_ms() - t0;
@@ -807,8 +766,9 @@ static enum ds_status time_step_levels(struct step_ctx *c, struct trace_bench *t
                 if (lv == DS_REC_TRACE_KERNELS) res[lv].gpu_ns += g, res[lv].steps++;
             }
             if (!s && lv == DS_REC_TRACE_KERNELS) {
-                // Every record of the block parsed now (the table needs them): its parse is
-                // charged; the forced flush for the block's share of a flush period.
+                // Every record of the block drained now (the table needs them). Charged: the
+                // rows' conversion and sink, and the forced flush for the block's share of a
+                // flush period; not the wait for the worker, whose parse ran beside the steps.
                 struct ds_trace_stats a;
                 ds_trace_stats(t, &a);
                 const double t0 = now_ms();
@@ -816,9 +776,11 @@ static enum ds_status time_step_levels(struct step_ctx *c, struct trace_bench *t
                 const double total = now_ms() - t0;
                 ds_trace_stats(t, &st1);
                 double flush = (double)(st1.flush_ns - a.flush_ns) * 1e-6;
+                double wait = (double)(st1.wait_ns - a.wait_ns) * 1e-6;
                 if (flush > total) flush = total;
+                if (wait > total - flush) wait = total - flush;
                 const double share = block / 1000.0; // the default 1000 ms flush period
-                sum[lv] += total - flush + flush * (share < 1.0 ? share : 1.0);
+                sum[lv] += total - flush - wait + flush * (share < 1.0 ? share : 1.0);
             }
             sum[lv] += block;
         }
@@ -827,6 +789,8 @@ static enum ds_status time_step_levels(struct step_ctx *c, struct trace_bench *t
         if (!s) s = ds_trace_pause(tb->kernels);
         ds_trace_stats(tb->kernels, &st1);
         res[DS_REC_TRACE_KERNELS].dropped = st1.dropped_records - st0.dropped_records;
+        res[DS_REC_TRACE_KERNELS].parse_ns = st1.parse_ns - st0.parse_ns;
+        res[DS_REC_TRACE_KERNELS].flush_ns = st1.flush_ns - st0.flush_ns;
     }
     if (s) return s;
     for (int lv = 0; lv < 3; lv++) {
@@ -863,38 +827,46 @@ static void report_levels(const struct trace_bench *tb, const struct level_resul
     if (row) json_object_set_new(row, "trace", levels);
     if (!(tb->mask & (1u << DS_REC_TRACE_KERNELS))) return;
     const struct level_result *r = &res[DS_REC_TRACE_KERNELS];
-    struct ktab *k = tb->tab;
-    qsort(k->e, (size_t)k->n, sizeof k->e[0], ktab_cmp);
+    size_t n = 0;
+    uint64_t other = 0, launches = 0;
+    int full = 0;
+    const struct ds_trace_ktab_entry *e = ds_trace_ktab_entries(tb->tab, &n, &other, &full);
     const double steps = r->steps ? (double)r->steps : 1.0;
     uint64_t kern_ns = 0;
-    for (int i = 0; i < k->n; i++) kern_ns += k->e[i].ns;
+    for (size_t i = 0; i < n; i++) kern_ns += e[i].ns, launches += e[i].launches;
     const double gpu_us = (double)r->gpu_ns / steps / 1e3;
     json_t *arr = row ? json_array() : NULL;
     if (!row)
-        printf("    kernels of %llu timed steps (API records %s): GPU step %.1f us, kernels %.1f "
-               "us (%.1f%%), %llu CUPTI records dropped%s\n"
+        printf("    kernels of %llu timed steps (API records %s): GPU step %.1f us, %.2f launches, "
+               "kernels %.1f us (%.1f%%), %llu CUPTI records dropped, %llu rows of other steps "
+               "ignored; worker parse %.1f us/step, forced flushes %.1f us/step%s\n"
                "    %-60s %9s %10s %7s\n",
                (unsigned long long)r->steps,
                ds_trace_api_name(ds_trace_api_records(tb->kernels)), gpu_us,
-               (double)kern_ns / steps / 1e3, r->gpu_ns ? 100.0 * kern_ns / r->gpu_ns : 0.0,
-               (unsigned long long)r->dropped, k->full ? " (table full: rest in the last row)" : "",
+               (double)launches / steps, (double)kern_ns / steps / 1e3,
+               r->gpu_ns ? 100.0 * kern_ns / r->gpu_ns : 0.0, (unsigned long long)r->dropped,
+               (unsigned long long)other, (double)r->parse_ns / steps / 1e3,
+               (double)r->flush_ns / steps / 1e3, full ? " (table full: rest in the last row)" : "",
                "kernel", "launches", "us/step", "share");
-    for (int i = 0; i < k->n; i++) {
-        const double lps = (double)k->e[i].launches / steps, us = (double)k->e[i].ns / steps / 1e3;
-        const double share = r->gpu_ns ? (double)k->e[i].ns / (double)r->gpu_ns : 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double lps = (double)e[i].launches / steps, us = (double)e[i].ns / steps / 1e3;
+        const double share = r->gpu_ns ? (double)e[i].ns / (double)r->gpu_ns : 0.0;
         if (arr)
-            json_array_append_new(arr, json_pack("{s:s, s:f, s:f, s:f}", "kernel", k->e[i].name,
+            json_array_append_new(arr, json_pack("{s:s, s:f, s:f, s:f}", "kernel", e[i].name,
                                                  "launches_per_step", lps, "us_per_step", us,
                                                  "share", share));
         else
-            printf("    %-60s %9.2f %10.2f %6.1f%%\n", k->e[i].name, lps, us, 100.0 * share);
+            printf("    %-60s %9.2f %10.2f %6.1f%%\n", e[i].name, lps, us, 100.0 * share);
     }
     if (row) {
-        json_t *o = json_pack("{s:s, s:I, s:f, s:f, s:I, s:o}", "api_records",
-                              ds_trace_api_name(ds_trace_api_records(tb->kernels)), "steps",
-                              (json_int_t)r->steps, "gpu_us_per_step", gpu_us,
-                              "kernel_us_per_step", (double)kern_ns / steps / 1e3,
-                              "dropped_records", (json_int_t)r->dropped, "kernels", arr);
+        json_t *o = json_pack(
+            "{s:s, s:I, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:o}", "api_records",
+            ds_trace_api_name(ds_trace_api_records(tb->kernels)), "steps", (json_int_t)r->steps,
+            "gpu_us_per_step", gpu_us, "launches_per_step", (double)launches / steps,
+            "kernel_us_per_step", (double)kern_ns / steps / 1e3, "dropped_records",
+            (json_int_t)r->dropped, "other_rows", (json_int_t)other, "parse_us_per_step",
+            (double)r->parse_ns / steps / 1e3, "flush_us_per_step",
+            (double)r->flush_ns / steps / 1e3, "kernels", arr);
         json_object_set_new(row, "kernel_table", o);
     }
     fflush(stdout);
@@ -912,8 +884,8 @@ static int bench_steps(const char *shape, const int *batches, int n_batches, int
     double *times = malloc(sizeof(double) * 3 * TRACE_ROUNDS * (size_t)(iters > 0 ? iters : 1));
     json_t *js = json_array();
     struct trace_bench tb = {.mask = trace_mask};
-    if (trace_mask && !(tb.tab = calloc(1, sizeof *tb.tab))) {
-        fprintf(stderr, "draftscope bench: out of memory\n");
+    if (trace_mask && ds_trace_ktab_create(&tb.tab) != DS_OK) {
+        fprintf(stderr, "draftscope bench: %s\n", ds_error_last());
         goto cleanup;
     }
     char arg[64];
@@ -927,7 +899,7 @@ static int bench_steps(const char *shape, const int *batches, int n_batches, int
     // CUPTI before the backend: before any module loads or graph is captured.
     if ((trace_mask & (1u << DS_REC_TRACE_KERNELS)) &&
         (ds_trace_create(DS_REC_TRACE_KERNELS, NULL, NULL, &tb.kernels) != DS_OK ||
-         ds_trace_set_kernel_sink(tb.kernels, ktab_sink, tb.tab) != DS_OK)) {
+         ds_trace_set_kernel_sink(tb.kernels, ds_trace_ktab_sink, tb.tab) != DS_OK)) {
         fprintf(stderr, "draftscope bench: %s\n", ds_error_last());
         goto cleanup;
     }
@@ -1061,7 +1033,7 @@ cleanup:
     ds_backend_release(be);
     ds_trace_release(tb.phases); // after the backend, as the run does
     ds_trace_release(tb.kernels);
-    free(tb.tab);
+    ds_trace_ktab_release(tb.tab);
     free(c.tok), free(c.rows), free(c.hrows), free(c.s_pos), free(c.s_slot), free(c.s_prev);
     free(c.seqs), free(c.experts), free(out), free(times);
     json_decref(js);

@@ -5,14 +5,19 @@
 // Data flow at level kernels:
 //   launch thread: phase_begin → NVTX push, begin event, cuptiActivityPushExternalCorrelationId
 //   CUPTI thread:  buffer_requested hands out 4 MiB buffers from a capped pool; buffer_completed
-//                  only queues the filled buffer and adds CUPTI's dropped-record count
-//   collect:       cuptiActivityFlushAll → parse queued buffers: external correlation records go
-//                  into a correlation-id map, kernel records wait there until their id resolves
-//                  → rows in session time → recorder (the recorder is single-threaded, so rows
-//                  are only appended here, on its thread)
-// The correlation map is two fixed open-addressing tables (this collect's and the previous one's),
-// swapped at each collect: a CUDA graph launch has one correlation id for all its kernels, so
-// entries are not removed on a match but age out after two collects.
+//                  only queues the filled buffer (a FIFO), adds CUPTI's dropped-record count and
+//                  wakes the worker
+//   worker thread: pops the FIFO in order; parses a buffer: external correlation records go into
+//                  a correlation-id map, kernel records wait until their id resolves; resolved
+//                  rows (raw CUPTI times) are published to `ready`. A marker in the FIFO (queued
+//                  by the recorder's thread right after a forced flush) is an ageing point, or a
+//                  discard; collect waits until the worker has passed its marker
+//   poll/collect:  (recorder's thread) forced flush by policy → marker; takes `ready` with a
+//                  pointer swap → rows in session time → recorder and sink (the recorder is
+//                  single-threaded, so rows are only appended here)
+// The correlation map is two fixed open-addressing tables (since the last forced flush, and the
+// one before), swapped at each ageing marker: a CUDA graph launch has one correlation id for all
+// its kernels, so entries are not removed on a match but age out after two forced flushes.
 //
 // Clocks: kernel records carry CUPTI timestamps (cuptiGetTimestamp's clock); the offset to the
 // session clock is measured at create and each collect (bracketed by two session-clock reads).
@@ -44,6 +49,7 @@
 #define CORR_FLUSH_LOAD ((size_t)1 << (CORR_BITS - 1)) // poll forces a flush at half load
 #define WAIT_FLUSHES 2 // forced flushes a kernel record waits for its external correlation
 #define DEFAULT_FLUSH_MS 1000
+#define MAX_MARKS 8 // ageing/discard markers queued and not yet passed by the worker
 #define ANCHOR_PERIOD_NS UINT64_C(100000000) // poll re-anchors phase events every 100 ms at most
 
 // The newest kernel record of the CUPTI we build against (same toolkit at run time).
@@ -57,25 +63,8 @@ typedef CUpti_ActivityKernel9 kernel_record;
 static const CUpti_ActivityKind cupti_kinds[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
     CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER};
-static const size_t n_kinds_of[] = {2, 2, 2, 3, 4}; // UNSET NONE LAUNCH RUNTIME ALL
+static const size_t n_kinds_of[] = {2, 2, 3, 4}; // UNSET NONE RUNTIME ALL
 
-// DS_TRACE_API_LAUNCH: runtime API records of the calls that launch kernels, and no others (one
-// API record and one external correlation record per launch instead of two of each per call).
-static const CUpti_CallbackId launch_cbids[] = {
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
-    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000,
-    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_ptsz_v7000,
-};
-#define N_LAUNCH_CBIDS (sizeof launch_cbids / sizeof launch_cbids[0])
 
 struct open_phase {
     uint64_t step;
@@ -95,12 +84,24 @@ struct corr_entry {
     uint64_t ext;
 };
 
-// A kernel record copied out of its buffer, waiting for its external correlation.
+// A kernel record copied out of its buffer, waiting for its external correlation (worker), or
+// resolved and waiting for the recorder's thread (ready/taken).
 struct waiting_kernel {
-    struct ds_rec_kernel row; // everything but step/phase/draft_step, times in session ns
-    const char *name;         // CUPTI's, shared by every record of the kernel (for the sink)
+    struct ds_rec_kernel row; // times in CUPTI ns until taken; step/phase once resolved
+    const char *name;         // CUPTI's, shared by every record of the kernel
     int age;                  // forced flushes waited
 };
+
+enum { MARK_NONE = 0, MARK_AGE, MARK_DISCARD };
+
+// An entry of the FIFO from CUPTI's thread (buffers) and the recorder's thread (markers).
+struct done_buf {
+    uint8_t *p; // NULL for a marker
+    size_t valid;
+    int mark;
+};
+
+#define NAME_CACHE 512 // CUPTI name pointer → interned id (direct-mapped)
 
 struct ds_trace {
     enum ds_rec_trace_level level;
@@ -133,21 +134,42 @@ struct ds_trace {
     bool cupti_on;
     uint8_t **free_bufs;
     size_t n_free;
-    struct done_buf {
-        uint8_t *p;
-        size_t valid;
-    } * done;
-    size_t n_done, n_alloc, max_bufs; // done/free hold at most max_bufs each
-    uint64_t dropped_cupti;           // guarded by g_mu
-    uint64_t buffers_done;            // guarded by g_mu
+    struct done_buf *done;            // FIFO ring (g_mu): buffers, then markers
+    size_t done_head, n_done, done_cap; // done_cap = max_bufs + MAX_MARKS: never overflows
+    size_t n_alloc, max_bufs;           // free_bufs holds at most max_bufs
+    uint64_t dropped_cupti;             // guarded by g_mu
+    uint64_t buffers_done;              // guarded by g_mu
     enum ds_trace_api api;
-    struct corr_entry *corr_cur, *corr_prev;
-    size_t corr_load; // entries in corr_cur
-    struct waiting_kernel *waiting;
+
+    // worker thread; fields under g_mu unless "worker only"
+    pthread_t worker;
+    bool worker_started, quit;
+    pthread_cond_t wake, idle; // wake: FIFO entry or quit; idle: a marker passed
+    bool conds_made;
+    uint64_t marks_queued, marks_done;
+    struct waiting_kernel *ready; // resolved rows published for the recorder's thread
+    size_t n_ready, cap_ready;
+    size_t corr_load_pub;               // corr_load as last published
+    uint64_t w_unattributed, w_drains, w_parse_ns;
+    size_t w_nomem;                     // records the worker had no memory for (0: none)
+    struct corr_entry *corr_cur, *corr_prev; // worker only
+    size_t corr_load;                        // worker only: entries in corr_cur
+    struct waiting_kernel *waiting;          // worker only
     size_t n_waiting, cap_waiting;
+    struct waiting_kernel *wout;             // worker only: rows resolved, not yet published
+    size_t n_wout, cap_wout;
+
+    // recorder's thread: rows taken from the worker
+    struct waiting_kernel *taken;
+    size_t cap_taken;
+    struct {
+        const char *p;
+        uint32_t id;
+    } names[NAME_CACHE];
     int64_t cupti_offset;   // session ns - CUPTI ns
     uint64_t last_flush;    // mono_ns of the last forced flush
     uint64_t flush_cost_ns; // host time of the last forced flush call
+    uint64_t wait_cost_ns;  // host time the last collect waited for the worker
     uint64_t anchor_mono;   // mono_ns of the last anchor
     bool quiet;             // parse but write nothing (overhead measurement)
     ds_trace_kernel_sink sink;
@@ -187,7 +209,7 @@ enum ds_status ds_trace_level_parse(const char *text, enum ds_rec_trace_level *l
     return ds_error_set(DS_ERR_ARG, "--trace: unknown level \"%s\" (off, phases or kernels)", text);
 }
 
-static const char *const api_names[] = {NULL, "none", "launch", "runtime", "all"};
+static const char *const api_names[] = {NULL, "none", "runtime", "all"};
 
 const char *ds_trace_api_name(enum ds_trace_api api) {
     return (unsigned)api <= DS_TRACE_API_ALL ? api_names[api] : NULL;
@@ -205,9 +227,12 @@ enum ds_status ds_trace_api_parse(const char *text, enum ds_trace_api *api_out) 
         *api_out = text[0] == '0' ? DS_TRACE_API_NONE : DS_TRACE_API_ALL;
         return DS_OK;
     }
+    if (!strcmp(text, "launch"))
+        return ds_error_set(DS_ERR_ARG,
+                            "DS_TRACE_API_RECORDS: \"launch\" was removed (records of the launch "
+                            "calls alone carry no external correlation); use runtime or all");
     return ds_error_set(DS_ERR_ARG,
-                        "DS_TRACE_API_RECORDS: unknown value \"%s\" (none, launch, runtime, all, "
-                        "0 or 1)",
+                        "DS_TRACE_API_RECORDS: unknown value \"%s\" (none, runtime, all, 0 or 1)",
                         text);
 }
 
@@ -216,19 +241,25 @@ uint64_t ds_trace_ext_id(uint64_t step, enum ds_rec_phase phase, unsigned draft_
            (draft_step & 0xff);
 }
 
+// The decode without a message (the worker thread joins with it).
+static bool ext_decode(uint64_t id, uint64_t *step, enum ds_rec_phase *phase, unsigned *dstep) {
+    unsigned ph = (unsigned)(id >> 8) & 0xff, ds = (unsigned)id & 0xff;
+    if (!(id & EXT_TAG) || ph >= DS_REC_PHASE_COUNT ||
+        (ph == DS_REC_PHASE_DRAFT_STEP) != (ds != 0))
+        return false;
+    *step = (id >> 16) & EXT_STEP_MAX;
+    *phase = (enum ds_rec_phase)ph;
+    *dstep = ds;
+    return true;
+}
+
 enum ds_status ds_trace_ext_id_decode(uint64_t id, uint64_t *step_out,
                                       enum ds_rec_phase *phase_out, unsigned *draft_step_out) {
     if (!step_out || !phase_out || !draft_step_out)
         return ds_error_set(DS_ERR_ARG, "trace: NULL argument");
-    unsigned phase = (unsigned)(id >> 8) & 0xff, ds = (unsigned)id & 0xff;
-    bool ok = (id & EXT_TAG) && phase < DS_REC_PHASE_COUNT &&
-              ((phase == DS_REC_PHASE_DRAFT_STEP) == (ds != 0));
-    if (!ok)
+    if (!ext_decode(id, step_out, phase_out, draft_step_out))
         return ds_error_set(DS_ERR_RANGE, "trace: external correlation id %#llx is not ours",
                             (unsigned long long)id);
-    *step_out = (id >> 16) & EXT_STEP_MAX;
-    *phase_out = (enum ds_rec_phase)phase;
-    *draft_step_out = ds;
     return DS_OK;
 }
 
@@ -470,13 +501,13 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
     pthread_mutex_lock(&g_mu);
     ds_trace_t *t = g_active;
     if (t && buffer) {
-        // done has room for every buffer ever allocated, so this never overflows.
-        t->done[t->n_done].p = buffer;
-        t->done[t->n_done].valid = valid;
-        t->n_done++;
+        // The ring has room for every buffer ever allocated plus MAX_MARKS markers.
+        t->done[(t->done_head + t->n_done++) % t->done_cap] =
+            (struct done_buf){.p = buffer, .valid = valid};
         t->buffers_done++;
         t->dropped_cupti += dropped;
         buffer = NULL;
+        pthread_cond_signal(&t->wake);
     }
     pthread_mutex_unlock(&g_mu);
     free(buffer); // a buffer completed after release
@@ -492,17 +523,6 @@ static enum ds_status cupti_fail(CUptiResult r, const char *what) {
     return ds_error_set(DS_ERR_UNSUPPORTED, "trace: %s failed: %s%s", what, msg, hint);
 }
 
-// Launch-call API records on or off. Only cudaLaunchKernel must be known to CUPTI; the other ids
-// may be missing from an older driver's CUPTI.
-static CUptiResult launch_api_enable(bool on) {
-    CUptiResult first = CUPTI_SUCCESS;
-    for (size_t i = 0; i < N_LAUNCH_CBIDS; i++) {
-        CUptiResult r = cuptiActivityEnableRuntimeApi(launch_cbids[i], on ? 1 : 0);
-        if (i == 0) first = r;
-    }
-    return first;
-}
-
 static enum ds_status cupti_enable(const ds_trace_t *t, bool on) {
     const size_t n = n_kinds_of[t->api];
     for (size_t i = 0; i < n; i++) {
@@ -510,14 +530,6 @@ static enum ds_status cupti_enable(const ds_trace_t *t, bool on) {
         if (r != CUPTI_SUCCESS && on) {
             for (size_t j = 0; j < i; j++) (void)cuptiActivityDisable(cupti_kinds[j]);
             return cupti_fail(r, "cuptiActivityEnable");
-        }
-    }
-    if (t->api == DS_TRACE_API_LAUNCH) {
-        CUptiResult r = launch_api_enable(on);
-        if (r != CUPTI_SUCCESS && on) {
-            (void)launch_api_enable(false);
-            for (size_t j = 0; j < n; j++) (void)cuptiActivityDisable(cupti_kinds[j]);
-            return cupti_fail(r, "cuptiActivityEnableRuntimeApi");
         }
     }
     return DS_OK;
@@ -557,8 +569,12 @@ static bool corr_get(const struct corr_entry *m, uint32_t corr, uint64_t *ext) {
 // ---------------------------------------------------------------------------------------------
 // Create / release
 
+static void *worker_main(void *arg);
+static void stop_worker(ds_trace_t *t);
+
 static void free_trace(ds_trace_t *t) {
     if (!t) return;
+    stop_worker(t);
     if (t->pend) {
         for (size_t i = 0; i < t->opt.max_ranges; i++) {
             if (t->ev_begin && t->ev_begin[i]) cudaEventDestroy(t->ev_begin[i]);
@@ -567,12 +583,19 @@ static void free_trace(ds_trace_t *t) {
     }
     if (t->anchor) cudaEventDestroy(t->anchor);
     for (size_t i = 0; i < t->n_free; i++) free(t->free_bufs[i]);
-    for (size_t i = 0; i < t->n_done; i++) free(t->done[i].p);
+    for (size_t i = 0; i < t->n_done; i++) free(t->done[(t->done_head + i) % t->done_cap].p);
+    if (t->conds_made) {
+        pthread_cond_destroy(&t->wake);
+        pthread_cond_destroy(&t->idle);
+    }
     free(t->free_bufs);
     free(t->done);
     free(t->corr_cur);
     free(t->corr_prev);
     free(t->waiting);
+    free(t->wout);
+    free(t->ready);
+    free(t->taken);
     free(t->pend);
     free(t->ev_begin);
     free(t->ev_end);
@@ -632,6 +655,7 @@ enum ds_status ds_trace_set_recorder(ds_trace_t *t, ds_recorder_t *rec) {
         return ds_error_set(DS_ERR_ARG, "trace: set recorder with %s",
                             t ? "a phase open" : "a NULL trace");
     t->rec = rec;
+    memset(t->names, 0, sizeof t->names); // ids belong to the recorder
     return DS_OK;
 }
 
@@ -696,14 +720,31 @@ enum ds_status ds_trace_create(enum ds_rec_trace_level level, ds_recorder_t *rec
     // CUPTI first: creating events starts the CUDA context, which may load modules.
     if (level == DS_REC_TRACE_KERNELS) {
         t->max_bufs = o.max_buffer_bytes / o.buffer_bytes;
+        t->done_cap = t->max_bufs + MAX_MARKS;
         t->free_bufs = calloc(t->max_bufs, sizeof *t->free_bufs);
-        t->done = calloc(t->max_bufs, sizeof *t->done);
+        t->done = calloc(t->done_cap, sizeof *t->done);
         t->corr_cur = calloc((size_t)1 << CORR_BITS, sizeof *t->corr_cur);
         t->corr_prev = calloc((size_t)1 << CORR_BITS, sizeof *t->corr_prev);
         if (!t->free_bufs || !t->done || !t->corr_cur || !t->corr_prev) {
             st = ds_error_set(DS_ERR_NOMEM, "trace: out of memory for the CUPTI tables");
             goto cleanup;
         }
+        if (pthread_cond_init(&t->wake, NULL) != 0) {
+            st = ds_error_set(DS_ERR_NOMEM, "trace: cannot make a condition variable");
+            goto cleanup;
+        }
+        if (pthread_cond_init(&t->idle, NULL) != 0) {
+            pthread_cond_destroy(&t->wake);
+            st = ds_error_set(DS_ERR_NOMEM, "trace: cannot make a condition variable");
+            goto cleanup;
+        }
+        t->conds_made = true;
+        // The worker exists before CUPTI can complete a buffer.
+        if (pthread_create(&t->worker, NULL, worker_main, t) != 0) {
+            st = ds_error_set(DS_ERR_NOMEM, "trace: cannot start the CUPTI worker thread");
+            goto cleanup;
+        }
+        t->worker_started = true;
         if ((st = cupti_start(t))) goto cleanup;
     }
 
@@ -754,6 +795,9 @@ void ds_trace_stats(const ds_trace_t *t, struct ds_trace_stats *out) {
     pthread_mutex_lock(&g_mu);
     out->dropped_records += t->dropped_cupti;
     out->buffers = t->buffers_done;
+    out->unattributed += t->w_unattributed;
+    out->drains = t->w_drains;
+    out->parse_ns = t->w_parse_ns;
     pthread_mutex_unlock(&g_mu);
 }
 
@@ -841,15 +885,22 @@ enum ds_status ds_trace_phase_end(ds_trace_t *t) {
 // ---------------------------------------------------------------------------------------------
 // Collect
 
-static enum ds_status grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return DS_OK;
+// Doubling growth; false when out of memory (the worker reports through the recorder's thread).
+static bool grow_to(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return true;
     size_t c = *cap ? *cap : 1024;
     while (c < need) c *= 2;
     void *q = realloc(*p, c * elem);
-    if (!q) return ds_error_set(DS_ERR_NOMEM, "trace: out of memory for %zu records", need);
+    if (!q) return false;
     *p = q;
     *cap = c;
-    return DS_OK;
+    return true;
+}
+
+static enum ds_status grow(void **p, size_t *cap, size_t need, size_t elem) {
+    return grow_to(p, cap, need, elem)
+               ? DS_OK
+               : ds_error_set(DS_ERR_NOMEM, "trace: out of memory for %zu records", need);
 }
 
 // Closed ranges → rows (session time); open ones move to the front with their events.
@@ -889,16 +940,17 @@ static enum ds_status collect_ranges(ds_trace_t *t) {
     return DS_OK;
 }
 
-// Copies one kernel record into the waiting list (name interned now: the buffer is reused).
-static enum ds_status take_kernel(ds_trace_t *t, const kernel_record *k) {
-    enum ds_status st = grow((void **)&t->waiting, &t->cap_waiting, t->n_waiting + 1,
-                             sizeof *t->waiting);
-    if (st) return st;
+// ---- worker thread (level kernels): parse and join off the recorder's thread ----
+
+// Copies one kernel record into the waiting list, CUPTI times as they are (worker only).
+static bool take_kernel(ds_trace_t *t, const kernel_record *k) {
+    if (!grow_to((void **)&t->waiting, &t->cap_waiting, t->n_waiting + 1, sizeof *t->waiting))
+        return false;
     struct waiting_kernel *w = &t->waiting[t->n_waiting++];
     memset(w, 0, sizeof *w);
     struct ds_rec_kernel *r = &w->row;
-    r->start_ns = from_cupti(t, k->start);
-    r->end_ns = from_cupti(t, k->end);
+    r->start_ns = k->start;
+    r->end_ns = k->end;
     r->graph_node = k->graphNodeId;
     r->stream = k->streamId;
     r->grid_x = (uint32_t)k->gridX;
@@ -912,69 +964,37 @@ static enum ds_status take_kernel(ds_trace_t *t, const kernel_record *k) {
     r->correlation = k->correlationId;
     r->registers = k->registersPerThread;
     w->name = k->name;
-    if (t->rec && k->name) return ds_recorder_intern(t->rec, k->name, &r->name);
-    return DS_OK;
+    return true;
 }
 
-// Forced flush (timed: the overhead measurement charges it), then counted.
-static enum ds_status force_flush(ds_trace_t *t) {
-    uint64_t a = mono_ns();
-    CUptiResult r = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    t->last_flush = mono_ns();
-    t->flush_cost_ns = t->last_flush - a;
-    t->st.flushes++;
-    t->st.flush_ns += t->flush_cost_ns;
-    return r == CUPTI_SUCCESS ? DS_OK : cupti_fail(r, "cuptiActivityFlushAll");
-}
-
-static bool buffers_queued(ds_trace_t *t) {
-    pthread_mutex_lock(&g_mu);
-    bool any = t->n_done > 0;
-    pthread_mutex_unlock(&g_mu);
-    return any;
-}
-
-// Parses every queued buffer and gives it back to the pool; discard: count nothing, keep nothing.
-static enum ds_status drain_buffers(ds_trace_t *t, bool discard) {
-    enum ds_status st = DS_OK;
-    t->st.drains++;
-    // In completion order; CUPTI's thread may append meanwhile, so the end is read under the lock.
-    for (size_t i = 0;;) {
-        pthread_mutex_lock(&g_mu);
-        struct done_buf b = {0};
-        if (i < t->n_done) b = t->done[i++];
-        else t->n_done = 0;
-        pthread_mutex_unlock(&g_mu);
-        if (!b.p) break;
-        CUpti_Activity *rec = NULL;
-        while (!st && !discard && cuptiActivityGetNextRecord(b.p, b.valid, &rec) == CUPTI_SUCCESS) {
-            if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
-                rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
-                st = take_kernel(t, (const kernel_record *)rec);
-            } else if (rec->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
-                const CUpti_ActivityExternalCorrelation *x =
-                    (const CUpti_ActivityExternalCorrelation *)rec;
-                if (x->externalKind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0 &&
-                    corr_put(t->corr_cur, x->correlationId, x->externalId) == 1)
-                    t->corr_load++;
-            }
+// Kernel records into the waiting list, external correlations into the map. Returns the records
+// lost for want of memory (worker only).
+static size_t parse_buffer(ds_trace_t *t, const struct done_buf *b) {
+    size_t lost = 0;
+    CUpti_Activity *rec = NULL;
+    while (cuptiActivityGetNextRecord(b->p, b->valid, &rec) == CUPTI_SUCCESS) {
+        if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
+            rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+            if (!take_kernel(t, (const kernel_record *)rec)) lost++;
+        } else if (rec->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
+            const CUpti_ActivityExternalCorrelation *x =
+                (const CUpti_ActivityExternalCorrelation *)rec;
+            if (x->externalKind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0 &&
+                corr_put(t->corr_cur, x->correlationId, x->externalId) == 1)
+                t->corr_load++;
         }
-        pthread_mutex_lock(&g_mu);
-        t->free_bufs[t->n_free++] = b.p;
-        pthread_mutex_unlock(&g_mu);
     }
-    return st;
+    return lost;
 }
 
-// Waiting kernels whose external correlation is known → rows; the others wait. Ageing happens
-// only at forced flushes (`aged`): a forced flush delivers every record of finished work, so a
-// kernel whose correlation has not come after two of them never will (launched outside every
-// phase), and a correlation entry older than two forced flushes has no kernel left to come.
-static enum ds_status resolve_kernels(ds_trace_t *t, bool aged) {
-    t->n_kernels_out = 0;
-    enum ds_status st = grow((void **)&t->kernels_out, &t->cap_kernels_out, t->n_waiting,
-                             sizeof *t->kernels_out);
-    if (st) return st;
+// Waiting kernels whose external correlation is known → wout; the others wait. Ageing happens
+// only at ageing markers (`aged`), which follow forced flushes: a forced flush delivers every
+// record of finished work, so a kernel whose correlation has not come after two of them never
+// will (launched outside every phase), and a correlation entry older than two forced flushes has
+// no kernel left to come. Returns the records left waiting for want of memory (worker only).
+static size_t resolve_kernels(ds_trace_t *t, bool aged, uint64_t *unattributed) {
+    if (!grow_to((void **)&t->wout, &t->cap_wout, t->n_wout + t->n_waiting, sizeof *t->wout))
+        return t->n_waiting; // they keep waiting; the recorder's thread reports the failure
     size_t keep = 0;
     for (size_t i = 0; i < t->n_waiting; i++) {
         struct waiting_kernel *w = &t->waiting[i];
@@ -983,15 +1003,14 @@ static enum ds_status resolve_kernels(ds_trace_t *t, bool aged) {
         unsigned dstep = 0;
         bool found = corr_get(t->corr_cur, w->row.correlation, &ext) ||
                      corr_get(t->corr_prev, w->row.correlation, &ext);
-        if (found && ds_trace_ext_id_decode(ext, &step, &phase, &dstep) == DS_OK) {
-            struct ds_rec_kernel *r = &t->kernels_out[t->n_kernels_out++];
-            *r = w->row;
-            r->step = step;
-            r->phase = (uint8_t)phase;
-            r->draft_step = (uint8_t)dstep;
-            if (t->sink && !t->quiet) t->sink(t->sink_user, r, w->name ? w->name : "?");
+        if (found && ext_decode(ext, &step, &phase, &dstep)) {
+            struct waiting_kernel *r = &t->wout[t->n_wout++];
+            *r = *w;
+            r->row.step = step;
+            r->row.phase = (uint8_t)phase;
+            r->row.draft_step = (uint8_t)dstep;
         } else if (aged && ++w->age >= WAIT_FLUSHES) {
-            t->st.unattributed++;
+            (*unattributed)++;
         } else {
             t->waiting[keep++] = *w;
         }
@@ -1005,25 +1024,180 @@ static enum ds_status resolve_kernels(ds_trace_t *t, bool aged) {
         memset(t->corr_cur, 0, ((size_t)1 << CORR_BITS) * sizeof *t->corr_cur);
         t->corr_load = 0;
     }
+    return 0;
+}
+
+// Moves wout to ready (g_mu held): a pointer swap when ready is empty (the usual case), else an
+// append; with no memory the rows stay in wout for the next try.
+static void publish(ds_trace_t *t) {
+    if (!t->n_wout) return;
+    if (!t->n_ready) {
+        struct waiting_kernel *p = t->ready;
+        size_t c = t->cap_ready;
+        t->ready = t->wout, t->cap_ready = t->cap_wout, t->n_ready = t->n_wout;
+        t->wout = p, t->cap_wout = c, t->n_wout = 0;
+    } else if (grow_to((void **)&t->ready, &t->cap_ready, t->n_ready + t->n_wout,
+                       sizeof *t->ready)) {
+        memcpy(t->ready + t->n_ready, t->wout, t->n_wout * sizeof *t->wout);
+        t->n_ready += t->n_wout;
+        t->n_wout = 0;
+    }
+}
+
+static void *worker_main(void *arg) {
+    ds_trace_t *t = arg;
+    pthread_mutex_lock(&g_mu);
+    for (;;) {
+        while (!t->quit && t->n_done == 0) pthread_cond_wait(&t->wake, &g_mu);
+        if (t->n_done == 0) break; // quit, and nothing left
+        struct done_buf b = t->done[t->done_head];
+        t->done_head = (t->done_head + 1) % t->done_cap;
+        t->n_done--;
+        const bool quit = t->quit;
+        pthread_mutex_unlock(&g_mu);
+
+        const uint64_t a = mono_ns();
+        size_t lost = 0;
+        uint64_t unattributed = 0;
+        if (quit) {
+            // Release: nothing will be taken any more.
+        } else if (b.mark == MARK_DISCARD) {
+            t->n_waiting = t->n_wout = 0;
+            memset(t->corr_cur, 0, ((size_t)1 << CORR_BITS) * sizeof *t->corr_cur);
+            memset(t->corr_prev, 0, ((size_t)1 << CORR_BITS) * sizeof *t->corr_prev);
+            t->corr_load = 0;
+        } else {
+            if (b.p) lost = parse_buffer(t, &b);
+            lost += resolve_kernels(t, b.mark == MARK_AGE, &unattributed);
+        }
+        const uint64_t dt = mono_ns() - a;
+
+        pthread_mutex_lock(&g_mu);
+        if (b.p) {
+            t->free_bufs[t->n_free++] = b.p;
+            t->w_drains++;
+        }
+        if (b.mark == MARK_DISCARD) t->n_ready = 0;
+        else publish(t);
+        t->w_nomem += lost;
+        t->w_unattributed += unattributed;
+        t->w_parse_ns += dt;
+        t->corr_load_pub = t->corr_load;
+        if (b.mark) {
+            t->marks_done++;
+            pthread_cond_broadcast(&t->idle);
+        }
+    }
+    pthread_mutex_unlock(&g_mu);
+    return NULL;
+}
+
+static void stop_worker(ds_trace_t *t) {
+    if (!t->worker_started) return;
+    pthread_mutex_lock(&g_mu);
+    t->quit = true;
+    pthread_cond_signal(&t->wake);
+    pthread_mutex_unlock(&g_mu);
+    pthread_join(t->worker, NULL);
+    t->worker_started = false;
+}
+
+// ---- the recorder's thread ----
+
+// Forced flush (timed: the overhead measurement charges it), then counted.
+static enum ds_status force_flush(ds_trace_t *t) {
+    uint64_t a = mono_ns();
+    CUptiResult r = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    t->last_flush = mono_ns();
+    t->flush_cost_ns = t->last_flush - a;
+    t->st.flushes++;
+    t->st.flush_ns += t->flush_cost_ns;
+    return r == CUPTI_SUCCESS ? DS_OK : cupti_fail(r, "cuptiActivityFlushAll");
+}
+
+// A forced flush, then a marker behind the buffers it delivered; `wait`: until the worker has
+// passed the marker (every record of finished work parsed, joined and published).
+static enum ds_status flush_mark(ds_trace_t *t, int mark, bool wait) {
+    const uint64_t a = mono_ns();
+    pthread_mutex_lock(&g_mu);
+    while (t->marks_queued - t->marks_done >= MAX_MARKS) pthread_cond_wait(&t->idle, &g_mu);
+    pthread_mutex_unlock(&g_mu);
+    uint64_t waited = mono_ns() - a;
+    enum ds_status st = force_flush(t);
+    if (st) return st;
+    pthread_mutex_lock(&g_mu);
+    t->done[(t->done_head + t->n_done++) % t->done_cap] = (struct done_buf){.mark = mark};
+    const uint64_t seq = ++t->marks_queued;
+    pthread_cond_signal(&t->wake);
+    const uint64_t b = mono_ns();
+    while (wait && t->marks_done < seq) pthread_cond_wait(&t->idle, &g_mu);
+    pthread_mutex_unlock(&g_mu);
+    waited += mono_ns() - b;
+    t->wait_cost_ns = waited;
+    t->st.wait_ns += waited;
     return DS_OK;
 }
 
-// Kernel records: a forced flush when `force`, or when poll's policy says so; otherwise only the
-// buffers CUPTI completed on its own are parsed (none: nothing to do).
+// The interned id of a CUPTI kernel name: CUPTI gives every record of a kernel the same pointer,
+// so a pointer cache spares the string hash per row.
+static enum ds_status intern_name(ds_trace_t *t, const char *name, uint32_t *id) {
+    const size_t h = (size_t)(((uintptr_t)name >> 4) * 2654435761u) % NAME_CACHE;
+    if (t->names[h].p == name) {
+        *id = t->names[h].id;
+        return DS_OK;
+    }
+    enum ds_status st = ds_recorder_intern(t->rec, name, id);
+    if (!st) t->names[h].p = name, t->names[h].id = *id;
+    return st;
+}
+
+// Takes the rows the worker published (a pointer swap under the lock), then converts their times
+// to the session clock, interns names and hands them to the sink.
+static enum ds_status take_rows(ds_trace_t *t) {
+    t->n_kernels_out = 0;
+    pthread_mutex_lock(&g_mu);
+    struct waiting_kernel *rows = t->ready;
+    const size_t n = t->n_ready, cap = t->cap_ready, nomem = t->w_nomem;
+    t->ready = t->taken, t->cap_ready = t->cap_taken, t->n_ready = 0;
+    t->taken = rows, t->cap_taken = cap;
+    t->w_nomem = 0;
+    pthread_mutex_unlock(&g_mu);
+    if (nomem)
+        return ds_error_set(DS_ERR_NOMEM, "trace: out of memory for %zu kernel records", nomem);
+    if (!n) return DS_OK;
+    enum ds_status st = grow((void **)&t->kernels_out, &t->cap_kernels_out, n,
+                             sizeof *t->kernels_out);
+    if (st) return st;
+    measure_cupti_offset(t);
+    for (size_t i = 0; i < n; i++) {
+        struct ds_rec_kernel *r = &t->kernels_out[i];
+        *r = rows[i].row;
+        r->start_ns = from_cupti(t, r->start_ns);
+        r->end_ns = from_cupti(t, r->end_ns);
+        r->name = 0;
+        if (t->rec && rows[i].name && (st = intern_name(t, rows[i].name, &r->name))) return st;
+        if (t->sink && !t->quiet) t->sink(t->sink_user, r, rows[i].name ? rows[i].name : "?");
+    }
+    t->n_kernels_out = n;
+    return DS_OK;
+}
+
+// Kernel rows: a forced flush (and a wait for the worker) when `force`; poll flushes only when
+// flush_ms have passed or the correlation table is half full, and never waits.
 static enum ds_status gather_kernels(ds_trace_t *t, bool force) {
     t->n_kernels_out = 0;
     if (!t->cupti_on) return DS_OK;
-    if (!force) {
-        uint64_t now = mono_ns();
-        force = now - t->last_flush >= (uint64_t)t->opt.flush_ms * 1000000u ||
-                t->corr_load >= CORR_FLUSH_LOAD;
+    bool flush = force;
+    if (!flush) {
+        pthread_mutex_lock(&g_mu);
+        const uint64_t pending = t->marks_queued - t->marks_done;
+        const bool full = t->corr_load_pub >= CORR_FLUSH_LOAD && pending == 0;
+        pthread_mutex_unlock(&g_mu);
+        flush = pending < MAX_MARKS - 1 &&
+                (full || mono_ns() - t->last_flush >= (uint64_t)t->opt.flush_ms * 1000000u);
     }
-    if (!force && !buffers_queued(t)) return DS_OK;
-    enum ds_status st = force ? force_flush(t) : DS_OK;
-    if (st) return st;
-    measure_cupti_offset(t);
-    if ((st = drain_buffers(t, false))) return st;
-    return resolve_kernels(t, force);
+    enum ds_status st = flush ? flush_mark(t, MARK_AGE, force) : DS_OK;
+    return st ? st : take_rows(t);
 }
 
 // collect (force) and poll: ranges always, kernel records by policy, rows out.
@@ -1096,13 +1270,13 @@ enum ds_status ds_trace_discard(ds_trace_t *t) {
     if (!t) return ds_error_set(DS_ERR_ARG, "trace: NULL trace");
     if (t->level == DS_REC_TRACE_OFF) return DS_OK;
     enum ds_status st = collect_ranges(t);
-    if (!st && t->cupti_on) {
-        if (!(st = force_flush(t)) && !(st = drain_buffers(t, true))) {
-            t->n_waiting = 0;
-            memset(t->corr_cur, 0, ((size_t)1 << CORR_BITS) * sizeof *t->corr_cur);
-            memset(t->corr_prev, 0, ((size_t)1 << CORR_BITS) * sizeof *t->corr_prev);
-            t->corr_load = 0;
-        }
+    if (!st && t->cupti_on && !(st = flush_mark(t, MARK_DISCARD, true))) {
+        // The worker emptied its tables and `ready` at the marker; a memory failure before it
+        // concerned rows now thrown away.
+        pthread_mutex_lock(&g_mu);
+        t->n_ready = 0;
+        t->w_nomem = 0;
+        pthread_mutex_unlock(&g_mu);
     }
     t->n_ranges_out = t->n_kernels_out = t->n_times = 0;
     if (!st && t->depth == 0) st = anchor(t, false);
@@ -1128,6 +1302,102 @@ enum ds_status ds_trace_resume(ds_trace_t *t) {
     }
     t->paused = false;
     return DS_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-kernel table
+
+#define KTAB_MAX 512
+#define KTAB_CACHE 1024 // CUPTI name pointer → entry (direct-mapped)
+
+struct ds_trace_ktab {
+    struct ds_trace_ktab_entry e[KTAB_MAX];
+    struct ds_trace_ktab_entry sorted[KTAB_MAX];
+    size_t n;
+    bool full;
+    uint64_t lo, hi, other;
+    unsigned phase, dstep;
+    struct {
+        const char *p;
+        size_t idx;
+    } cache[KTAB_CACHE];
+};
+
+enum ds_status ds_trace_ktab_create(ds_trace_ktab_t **out) {
+    if (!out) return ds_error_set(DS_ERR_ARG, "kernel table: NULL argument");
+    *out = calloc(1, sizeof **out);
+    return *out ? DS_OK : ds_error_set(DS_ERR_NOMEM, "kernel table: out of memory");
+}
+
+void ds_trace_ktab_release(ds_trace_ktab_t *k) { free(k); }
+
+void ds_trace_ktab_reset(ds_trace_ktab_t *k, uint64_t step_lo, uint64_t step_hi,
+                         enum ds_rec_phase phase, unsigned draft_step) {
+    if (!k) return;
+    // Every entry and the name cache go: an entry made later starts from zero counts.
+    memset(k, 0, sizeof *k);
+    k->lo = step_lo;
+    k->hi = step_hi;
+    k->phase = (unsigned)phase;
+    k->dstep = draft_step;
+}
+
+void ds_trace_ktab_set_end(ds_trace_ktab_t *k, uint64_t step_hi) {
+    if (k) k->hi = step_hi;
+}
+
+void ds_trace_ktab_sink(void *user, const struct ds_rec_kernel *row, const char *name) {
+    ds_trace_ktab_t *k = user;
+    if (!k || !row) return;
+    if (row->step < k->lo || row->step >= k->hi || row->phase != k->phase ||
+        row->draft_step != k->dstep) {
+        k->other++;
+        return;
+    }
+    const size_t h = (size_t)(((uintptr_t)name >> 4) * 2654435761u) % KTAB_CACHE;
+    size_t i;
+    if (name && k->cache[h].p == name) {
+        i = k->cache[h].idx;
+    } else {
+        char shortn[sizeof k->e[0].name];
+        ds_trace_short_name(name ? name : "?", shortn, sizeof shortn);
+        for (i = 0; i < k->n && strcmp(k->e[i].name, shortn); i++) {
+        }
+        if (i == k->n) {
+            if (k->n == KTAB_MAX) {
+                k->full = true;
+                i = KTAB_MAX - 1; // the last entry takes the rest
+                snprintf(k->e[i].name, sizeof k->e[i].name, "(other kernels)");
+            } else {
+                memset(&k->e[i], 0, sizeof k->e[i]);
+                snprintf(k->e[i].name, sizeof k->e[i].name, "%s", shortn);
+                k->n++;
+            }
+        }
+        if (name) k->cache[h].p = name, k->cache[h].idx = i;
+    }
+    k->e[i].launches++;
+    k->e[i].ns += row->end_ns > row->start_ns ? row->end_ns - row->start_ns : 0;
+}
+
+static int ktab_cmp(const void *a, const void *b) {
+    const struct ds_trace_ktab_entry *x = a, *y = b;
+    return x->ns < y->ns ? 1 : x->ns > y->ns ? -1 : strcmp(x->name, y->name);
+}
+
+const struct ds_trace_ktab_entry *ds_trace_ktab_entries(ds_trace_ktab_t *k, size_t *n_out,
+                                                        uint64_t *other_out, int *full_out) {
+    if (n_out) *n_out = 0;
+    if (other_out) *other_out = 0;
+    if (full_out) *full_out = 0;
+    if (!k) return NULL;
+    // A sorted copy: the entries keep their places for the name cache.
+    memcpy(k->sorted, k->e, k->n * sizeof k->e[0]);
+    qsort(k->sorted, k->n, sizeof k->sorted[0], ktab_cmp);
+    if (n_out) *n_out = k->n;
+    if (other_out) *other_out = k->other;
+    if (full_out) *full_out = k->full;
+    return k->sorted;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1277,13 +1547,16 @@ enum ds_status ds_trace_measure_overhead(ds_trace_t *t, ds_gptoss_t *target, uin
         }
     }
     if (!st && t->cupti_on) {
-        // The records not parsed yet are parsed now and charged; the forced flush is charged for
-        // the share of a flush period the traced steps lasted (a run flushes once per period).
+        // The final collect: the forced flush is charged for the share of a flush period the
+        // traced steps lasted (a run flushes once per period), the rows' conversion in full; the
+        // wait for the worker is not (its parse runs beside the steps; a worker that fell behind
+        // would show as dropped records).
         uint64_t a = mono_ns();
         st = gather(t, true, &times, &nt);
         uint64_t total = mono_ns() - a, flush = t->flush_cost_ns < total ? t->flush_cost_ns : total;
+        uint64_t wait = t->wait_cost_ns < total - flush ? t->wait_cost_ns : total - flush;
         double period = (double)t->opt.flush_ms * 1e6, share = (double)on / period;
-        on += total - flush + (uint64_t)((double)flush * (share < 1.0 ? share : 1.0));
+        on += total - flush - wait + (uint64_t)((double)flush * (share < 1.0 ? share : 1.0));
     }
     if (!st) *overhead_out = off ? (double)on / (double)off - 1.0 : 0.0;
 cleanup:

@@ -270,8 +270,8 @@ static void poll_and_sink_without_a_trace(void) {
 
 static void api_records_modes_parse(void) {
     enum ds_trace_api a = DS_TRACE_API_UNSET;
-    static const char *const names[] = {"none", "launch", "runtime", "all"};
-    for (int i = 0; i < 4; i++) {
+    static const char *const names[] = {"none", "runtime", "all"};
+    for (int i = 0; i < 3; i++) {
         EXPECT_OK(ds_trace_api_parse(names[i], &a));
         EXPECT_EQ_INT(a, DS_TRACE_API_NONE + i);
         EXPECT_EQ_STR(ds_trace_api_name(a), names[i]);
@@ -283,10 +283,15 @@ static void api_records_modes_parse(void) {
     EXPECT_STATUS(ds_trace_api_parse("drivers", &a), DS_ERR_ARG);
     EXPECT_ERROR_HAS("DS_TRACE_API_RECORDS");
     EXPECT_ERROR_HAS("\"drivers\"");
+    // The launch-calls-only mode is gone (it attributed nothing on the H200): refused, with why.
+    EXPECT_STATUS(ds_trace_api_parse("launch", &a), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("\"launch\" was removed");
+    EXPECT_ERROR_HAS("use runtime");
     EXPECT(ds_trace_api_name(DS_TRACE_API_UNSET) == NULL);
     EXPECT(ds_trace_api_name((enum ds_trace_api)9) == NULL);
-    // The default is one of the modes that attributes kernels.
-    EXPECT(DS_TRACE_API_DEFAULT_MODE != DS_TRACE_API_NONE);
+    // The default is the mode gpu_trace measured to attribute every kernel with the fewest
+    // records: runtime.
+    EXPECT_EQ_INT(DS_TRACE_API_DEFAULT_MODE, DS_TRACE_API_RUNTIME);
 
     // Options: a mode out of range is refused; a bad environment value is refused at create
     // (before the device is looked for), naming the variable; other levels ignore it.
@@ -329,11 +334,134 @@ static void kernel_names_shorten(void) {
     EXPECT_EQ_STR(ds_trace_short_name(NULL, out, sizeof out), "");
 }
 
+// A kernel row of (step, phase, draft step) lasting ns.
+static struct ds_rec_kernel krow(uint64_t step, enum ds_rec_phase phase, unsigned dstep,
+                                 uint64_t ns) {
+    return (struct ds_rec_kernel){.step = step, .phase = (uint8_t)phase,
+                                  .draft_step = (uint8_t)dstep, .start_ns = 1000,
+                                  .end_ns = 1000 + ns};
+}
+
+// The bench's per-kernel table: rows of two step kinds fed one after the other through the same
+// table, as the bench does. Expected counts are worked by hand from the rows fed below.
+static void kernel_table_counts_its_own_steps(void) {
+    ds_trace_ktab_t *k = NULL;
+    EXPECT_STATUS(ds_trace_ktab_create(NULL), DS_ERR_ARG);
+    EXPECT_OK(ds_trace_ktab_create(&k));
+    if (!k) return;
+    // Two distinct name pointers with the same text count as one kernel (names by text).
+    static const char n_mm[] = "_Z9matmul_tcILi16ELi8EEvPKv", n_mm2[] = "_Z9matmul_tcILi16ELi8EEvPKv";
+    static const char n_emb[] = "embed_bf16", n_norm[] = "rmsnorm_bf16";
+
+    // Kind 1 (verify, steps 10..11): per step 3 matmul (10 ns each), 1 rmsnorm (4 ns).
+    ds_trace_ktab_reset(k, 10, 10, DS_REC_PHASE_VERIFY, 0);
+    for (uint64_t step = 10; step < 12; step++) {
+        ds_trace_ktab_set_end(k, step + 1);
+        struct ds_rec_kernel r = krow(step, DS_REC_PHASE_VERIFY, 0, 10);
+        ds_trace_ktab_sink(k, &r, n_mm);
+        ds_trace_ktab_sink(k, &r, n_mm2);
+        ds_trace_ktab_sink(k, &r, n_mm);
+        r = krow(step, DS_REC_PHASE_VERIFY, 0, 4);
+        ds_trace_ktab_sink(k, &r, n_norm);
+    }
+    // Rows that are not the table's: a later step, an earlier one, another phase, another draft
+    // step: 4 rows counted apart.
+    struct ds_rec_kernel late = krow(12, DS_REC_PHASE_VERIFY, 0, 50);
+    struct ds_rec_kernel early = krow(9, DS_REC_PHASE_VERIFY, 0, 50);
+    struct ds_rec_kernel phase = krow(10, DS_REC_PHASE_PREFILL, 0, 50);
+    struct ds_rec_kernel dstep = krow(10, DS_REC_PHASE_VERIFY, 1, 50);
+    ds_trace_ktab_sink(k, &late, n_emb);
+    ds_trace_ktab_sink(k, &early, n_emb);
+    ds_trace_ktab_sink(k, &phase, n_emb);
+    ds_trace_ktab_sink(k, &dstep, n_emb);
+    size_t n = 0;
+    uint64_t other = 0;
+    int full = 1;
+    const struct ds_trace_ktab_entry *e = ds_trace_ktab_entries(k, &n, &other, &full);
+    EXPECT_EQ_INT(n, 2);
+    EXPECT_EQ_INT(other, 4);
+    EXPECT_EQ_INT(full, 0);
+    if (n == 2) {
+        // Sorted by time: matmul 2 steps x 3 x 10 ns = 60 ns, rmsnorm 2 x 4 = 8 ns.
+        EXPECT_EQ_STR(e[0].name, "matmul_tc<16,8>");
+        EXPECT_EQ_INT(e[0].launches, 6);
+        EXPECT_EQ_INT(e[0].ns, 60);
+        EXPECT_EQ_STR(e[1].name, "rmsnorm_bf16");
+        EXPECT_EQ_INT(e[1].launches, 2);
+        EXPECT_EQ_INT(e[1].ns, 8);
+    }
+
+    // Kind 2 (draft step 1, steps 12..14): per step 1 embed (7 ns), 1 matmul (10 ns). A new name
+    // in the first place must not inherit kind 1's counts (the round-1 table showed embed with
+    // the previous kind's top entry's launches).
+    ds_trace_ktab_reset(k, 12, 12, DS_REC_PHASE_DRAFT_STEP, 1);
+    e = ds_trace_ktab_entries(k, &n, &other, &full);
+    EXPECT_EQ_INT(n + other, 0);
+    for (uint64_t step = 12; step < 15; step++) {
+        ds_trace_ktab_set_end(k, step + 1);
+        struct ds_rec_kernel r = krow(step, DS_REC_PHASE_DRAFT_STEP, 1, 7);
+        ds_trace_ktab_sink(k, &r, n_emb);
+        r = krow(step, DS_REC_PHASE_DRAFT_STEP, 1, 10);
+        ds_trace_ktab_sink(k, &r, n_mm);
+    }
+    // A late row of kind 1 (step 11, verify) arriving now is not counted.
+    struct ds_rec_kernel stale = krow(11, DS_REC_PHASE_VERIFY, 0, 10);
+    ds_trace_ktab_sink(k, &stale, n_mm);
+    e = ds_trace_ktab_entries(k, &n, &other, NULL);
+    EXPECT_EQ_INT(n, 2);
+    EXPECT_EQ_INT(other, 1);
+    if (n == 2) {
+        EXPECT_EQ_STR(e[0].name, "matmul_tc<16,8>"); // 3 x 10 = 30 ns
+        EXPECT_EQ_INT(e[0].launches, 3);
+        EXPECT_EQ_INT(e[0].ns, 30);
+        EXPECT_EQ_STR(e[1].name, "embed_bf16"); // 3 x 7 = 21 ns
+        EXPECT_EQ_INT(e[1].launches, 3);
+        EXPECT_EQ_INT(e[1].ns, 21);
+    }
+    // Reading the entries does not disturb later counting (a sorted copy is returned).
+    struct ds_rec_kernel r = krow(14, DS_REC_PHASE_DRAFT_STEP, 1, 7);
+    ds_trace_ktab_sink(k, &r, n_emb);
+    e = ds_trace_ktab_entries(k, &n, NULL, NULL);
+    EXPECT(n == 2 && e[1].launches == 4 && e[1].ns == 28);
+    // NULL table and row are ignored.
+    ds_trace_ktab_sink(NULL, &r, n_emb);
+    ds_trace_ktab_sink(k, NULL, n_emb);
+    EXPECT(ds_trace_ktab_entries(NULL, &n, &other, &full) == NULL);
+    EXPECT_EQ_INT(n + other + (uint64_t)full, 0);
+    ds_trace_ktab_release(k);
+    ds_trace_ktab_release(NULL);
+}
+
+// More distinct names than the table holds: the last entry takes the rest, and says so.
+static void kernel_table_full_keeps_counting(void) {
+    ds_trace_ktab_t *k = NULL;
+    EXPECT_OK(ds_trace_ktab_create(&k));
+    if (!k) return;
+    ds_trace_ktab_reset(k, 0, 1, DS_REC_PHASE_VERIFY, 0);
+    static char names[600][16];
+    struct ds_rec_kernel r = krow(0, DS_REC_PHASE_VERIFY, 0, 1);
+    for (int i = 0; i < 600; i++) {
+        snprintf(names[i], sizeof names[i], "k%d", i);
+        ds_trace_ktab_sink(k, &r, names[i]);
+    }
+    size_t n = 0;
+    int full = 0;
+    const struct ds_trace_ktab_entry *e = ds_trace_ktab_entries(k, &n, NULL, &full);
+    EXPECT_EQ_INT(full, 1);
+    EXPECT_EQ_INT(n, 512);
+    uint64_t launches = 0;
+    for (size_t i = 0; i < n; i++) launches += e[i].launches;
+    EXPECT_EQ_INT(launches, 600); // none lost
+    ds_trace_ktab_release(k);
+}
+
 int main(void) {
     DS_RUN(levels_parse_and_name);
     DS_RUN(poll_and_sink_without_a_trace);
     DS_RUN(api_records_modes_parse);
     DS_RUN(kernel_names_shorten);
+    DS_RUN(kernel_table_counts_its_own_steps);
+    DS_RUN(kernel_table_full_keeps_counting);
     DS_RUN(without_gpu_tracing_says_it_is_off);
     DS_RUN(level_off_records_nothing);
     DS_RUN(null_trace_is_a_no_op);

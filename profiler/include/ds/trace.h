@@ -27,17 +27,21 @@
 // CUPTI timestamps are shifted by an offset measured against cuptiGetTimestamp at each collect;
 // CUDA events are placed by an anchor event recorded at the end of each collect.
 //
-// Threads: phase calls and collect come from the thread that owns the recorder (CUPTI buffers
-// are completed on CUPTI's thread; the completion callback only queues them). At most one trace
-// of level kernels exists per process (CUPTI's activity API is process-wide).
+// Threads: phase calls, poll and collect come from the thread that owns the recorder. At level
+// kernels the trace owns a worker thread: CUPTI's completion callback only queues a filled
+// buffer and wakes the worker, which parses it and joins kernel records to their external
+// correlation; the recorder's thread only takes the joined rows (a lock and a pointer swap),
+// converts their times and appends them, so the launch path pays CUPTI's own per-kernel cost and
+// a forced flush per flush period, not the parse. The sink is called on the recorder's thread.
+// At most one trace of level kernels exists per process (CUPTI's activity API is process-wide).
 //
 // Cost: phase calls never allocate and never synchronize: NVTX push/pop and two cudaEventRecord
 // per phase, plus (level kernels only) the CUPTI external correlation push/pop. Between steps the
 // run loop calls ds_trace_poll, which reads the finished phases' events (exact phase times every
-// step) but parses CUPTI records lazily: only buffers CUPTI has completed on its own, and a forced
-// flush every flush_ms or when the correlation table fills. ds_trace_collect is the full form
-// (forced flush every call): for the end of a run and for tests. docs/tracing.md gives the
-// measured overheads and the collection policy.
+// step) and takes the kernel rows the worker has joined so far; it forces a CUPTI flush only
+// every flush_ms or when the correlation table fills. ds_trace_collect is the full form (a forced
+// flush, then it waits for the worker to parse everything up to it): for the end of a run, the
+// end of a timed block and tests. docs/tracing.md gives the measured overheads and the policy.
 #ifndef DS_TRACE_H
 #define DS_TRACE_H
 
@@ -63,22 +67,23 @@ struct ds_trace_options {
                              //   and counted (stats.dropped_ranges)
     unsigned flush_ms;       // ds_trace_poll forces a CUPTI flush at most this often [1000]
     int api_records;         // enum ds_trace_api; 0: the environment variable
-                             //   DS_TRACE_API_RECORDS (none|launch|runtime|all, or 0/1 for
+                             //   DS_TRACE_API_RECORDS (none|runtime|all, or 0/1 for
                              //   none/all), else DS_TRACE_API_DEFAULT_MODE
 };
 
 // Which CUDA API activity records level kernels asks CUPTI for. External correlation records are
 // emitted alongside API records, so a kernel gets its (step, phase) only if the API call that
-// launched it is recorded.
+// launched it is recorded. (A mode recording the launch calls alone, through
+// cuptiActivityEnableRuntimeApi, was measured on the H200 to attribute no kernel at all: CUPTI
+// emits no external correlation record for those; it was removed.)
 enum ds_trace_api {
     DS_TRACE_API_UNSET = 0, // options: take the environment / the default
-    DS_TRACE_API_NONE,      // no API records (kernel and external correlation kinds only)
-    DS_TRACE_API_LAUNCH,    // runtime API records of the launch calls only (cudaLaunchKernel*,
-                            //   cudaLaunchCooperativeKernel*, cudaGraphLaunch*): one per launch
-    DS_TRACE_API_RUNTIME,   // every runtime API call
-    DS_TRACE_API_ALL,       // every runtime and driver API call (two records per call)
+    DS_TRACE_API_NONE,      // no API records (kernel and external correlation kinds only):
+                            //   attributes nothing; for experiments
+    DS_TRACE_API_RUNTIME,   // every runtime API call (one API + one correlation record per call)
+    DS_TRACE_API_ALL,       // every runtime and driver API call (two records of each per call)
 };
-#define DS_TRACE_API_DEFAULT_MODE DS_TRACE_API_LAUNCH
+#define DS_TRACE_API_DEFAULT_MODE DS_TRACE_API_RUNTIME
 
 // Phase times of one step, from its ranges (GPU time between the phase's two events).
 struct ds_trace_step_times {
@@ -99,10 +104,13 @@ struct ds_trace_stats {
                               //   e.g. weight uploads); not written
     uint64_t buffers;         // CUPTI buffers completed
     uint64_t flushes;         // forced CUPTI flushes (cuptiActivityFlushAll)
-    uint64_t drains;          // times queued CUPTI buffers were parsed
-    uint64_t flush_ns;        // host time spent in forced flushes
+    uint64_t drains;          // CUPTI buffers parsed by the worker thread
+    uint64_t flush_ns;        // recorder-thread time spent in forced flushes
+    uint64_t parse_ns;        // worker-thread time spent parsing buffers and joining
+                              //   correlations (off the launch path)
+    uint64_t wait_ns;         // recorder-thread time collect/discard spent waiting for the
+                              //   worker to catch up (the final drain)
 };
-
 // A kernel row handed to the sink set with ds_trace_set_kernel_sink, with its name (valid during
 // the call only).
 typedef void (*ds_trace_kernel_sink)(void *user, const struct ds_rec_kernel *row,
@@ -154,37 +162,40 @@ enum ds_status ds_trace_phase_begin(ds_trace_t *trace, uint64_t step, enum ds_re
 enum ds_status ds_trace_phase_end(ds_trace_t *trace);
 
 // Between steps, on the recorder's thread: waits for the phases' end events, flushes CUPTI
-// (cuptiActivityFlushAll, forced), converts records to session time, appends /ranges and /kernels
-// rows to the recorder, and gives the phase times of the steps whose ranges closed since the last
-// collect, in step order (*times_out points into the trace, valid until the next collect; NULL
-// with *n_out = 0 at level off). Kernel records whose external correlation has not arrived yet
-// wait for the next collect. Open phases stay open. NULL trace: *n_out = 0, DS_OK.
+// (cuptiActivityFlushAll, forced), waits until the worker has parsed every buffer that flush
+// delivered, converts records to session time, appends /ranges and /kernels rows to the recorder,
+// and gives the phase times of the steps whose ranges closed since the last collect, in step
+// order (*times_out points into the trace, valid until the next collect; NULL with *n_out = 0 at
+// level off). After it, every kernel of work finished before the call has its row (earlier or
+// now), except records whose external correlation has not arrived (they wait for the next
+// collect). Open phases stay open. NULL trace: *n_out = 0, DS_OK.
 // Errors: DS_ERR_ARG (a NULL out pointer), DS_ERR_NODEVICE (a CUDA event failed: the runtime's message), DS_ERR_NOMEM, and the recorder's
 // errors (DS_ERR_IO ...) passed through.
 enum ds_status ds_trace_collect(ds_trace_t *trace, const struct ds_trace_step_times **times_out,
                                 size_t *n_out);
 
 // The cheap form of collect, for every step of a run: phase ranges and step times exactly as
-// collect gives them (it waits for the closed phases' end events), but CUPTI records are parsed
-// only when CUPTI has completed a buffer, and flushed (forced) only when flush_ms have passed
-// since the last forced flush or the correlation table is half full. Kernel rows therefore reach
-// the recorder some steps late; call ds_trace_collect once at the end so that none is left
-// behind. The phase events are re-anchored to the session clock at most every 100 ms. Errors: as
-// collect.
+// collect gives them (it waits for the closed phases' end events), and the kernel rows the worker
+// has joined so far (it never waits for the worker). CUPTI is flushed (forced) only when flush_ms
+// have passed since the last forced flush or the correlation table is half full; otherwise
+// records arrive as CUPTI completes buffers on its own. Kernel rows therefore reach the recorder
+// some steps late; call ds_trace_collect once at the end so that none is left behind. The phase
+// events are re-anchored to the session clock at most every 100 ms. Errors: as collect.
 enum ds_status ds_trace_poll(ds_trace_t *trace, const struct ds_trace_step_times **times_out,
                              size_t *n_out);
 
 // Every attributed kernel row (the ones appended to the recorder) is also handed to sink, on the
-// collecting thread, with its name (the recorder may be NULL then). NULL sink: none. Errors:
-// DS_ERR_ARG (NULL trace).
+// recorder's thread inside poll/collect, with CUPTI's name for it (the same pointer for every
+// record of one kernel; the recorder may be NULL then). NULL sink: none. Errors: DS_ERR_ARG
+// (NULL trace).
 enum ds_status ds_trace_set_kernel_sink(ds_trace_t *trace, ds_trace_kernel_sink sink, void *user);
 
 // The API records mode of a kernels-level trace (DS_TRACE_API_UNSET for other levels and NULL),
-// and its name: "none", "launch", "runtime", "all" (NULL for UNSET or an invalid value).
+// and its name: "none", "runtime", "all" (NULL for UNSET or an invalid value).
 enum ds_trace_api ds_trace_api_records(const ds_trace_t *trace);
 const char *ds_trace_api_name(enum ds_trace_api api);
-// Parses a DS_TRACE_API_RECORDS value (none|launch|runtime|all, 0 = none, 1 = all).
-// Errors: DS_ERR_ARG naming the text.
+// Parses a DS_TRACE_API_RECORDS value (none|runtime|all, 0 = none, 1 = all). Errors: DS_ERR_ARG
+// naming the text ("launch" too, with the reason it was removed).
 enum ds_status ds_trace_api_parse(const char *text, enum ds_trace_api *api_out);
 
 // A short readable kernel name from CUPTI's (an Itanium-mangled C++ name, or a plain C name):
@@ -229,7 +240,8 @@ enum ds_status ds_trace_pause(ds_trace_t *trace);
 enum ds_status ds_trace_resume(ds_trace_t *trace);
 
 // Flushes and throws away everything recorded since the last collect (warm-up windows, overhead
-// measurement). Errors: as collect, less the recorder's.
+// measurement); waits for the worker, so that no row of before the call comes later. Errors: as
+// collect, less the recorder's.
 enum ds_status ds_trace_discard(ds_trace_t *trace);
 
 // Disables this trace's CUPTI kinds, flushes and frees. Rows not yet collected are lost (collect
@@ -239,6 +251,38 @@ void ds_trace_release(ds_trace_t *trace);
 // 1 once this process has registered CUPTI activity callbacks (any kernels-level trace), else 0.
 // Level off and level phases never do.
 int ds_trace_cupti_registered(void);
+
+// ---- per-kernel table (bench --steps --trace kernels) ----
+//
+// A kernel sink that sums the rows of one step kind by short kernel name: only rows whose step
+// lies in [step_lo, step_hi) and whose (phase, draft step) is the table's are counted; any other
+// row is counted apart (`other`), so rows of another block or kind can never leak in. Callers give
+// the timed steps consecutive ids, then (after a collect, which drains the worker) read the
+// entries: launches per step = launches / (step_hi - step_lo).
+
+struct ds_trace_ktab_entry {
+    char name[96];     // ds_trace_short_name of the kernel ("(other kernels)" when full)
+    uint64_t launches; // rows counted
+    uint64_t ns;       // summed end - start
+};
+
+typedef struct ds_trace_ktab ds_trace_ktab_t;
+
+// Errors: DS_ERR_ARG (NULL), DS_ERR_NOMEM.
+enum ds_status ds_trace_ktab_create(ds_trace_ktab_t **ktab_out);
+void ds_trace_ktab_release(ds_trace_ktab_t *ktab);
+// Empties the table and sets what it counts: steps in [step_lo, step_hi), phase, draft_step.
+void ds_trace_ktab_reset(ds_trace_ktab_t *ktab, uint64_t step_lo, uint64_t step_hi,
+                         enum ds_rec_phase phase, unsigned draft_step);
+// Moves the end of the counted step range (steps are added as they are timed).
+void ds_trace_ktab_set_end(ds_trace_ktab_t *ktab, uint64_t step_hi);
+// The sink (user: the table): pass it to ds_trace_set_kernel_sink.
+void ds_trace_ktab_sink(void *user, const struct ds_rec_kernel *row, const char *name);
+// The entries sorted by summed time (largest first, then by name), valid until the next reset or
+// sink call; *other_out: rows not counted (another step or phase); *full_out: 1 when more names
+// came than the table holds (the last entry took the rest). NULL outs are skipped.
+const struct ds_trace_ktab_entry *ds_trace_ktab_entries(ds_trace_ktab_t *ktab, size_t *n_out,
+                                                        uint64_t *other_out, int *full_out);
 
 // ---- decode baseline and overhead ----
 
