@@ -20,7 +20,8 @@
 // its kernels, so entries are not removed on a match but age out after two forced flushes.
 //
 // Clocks: kernel records carry CUPTI timestamps (cuptiGetTimestamp's clock); the offset to the
-// session clock is measured at create and each collect (bracketed by two session-clock reads).
+// session clock is measured at create and whenever rows are taken from the worker (bracketed by
+// two session-clock reads).
 // Phase events are placed relative to an anchor event recorded on the idle stream at the end of
 // each collect, whose session time is the midpoint of the host reads around its completion;
 // durations come from elapsed(begin, end) directly (cudaEventElapsedTime: about 0.5 µs).

@@ -14,9 +14,13 @@
 //   - ds_trace_poll (the run loop's per-step call) gives every step's phase times at once but
 //     forces no CUPTI flush within flush_ms; the final collect then delivers every kernel row,
 //     each with its launch's (step, phase);
-//   - each API records mode (none, launch, runtime, all) is run on the same plan, and the number
-//     of kernels it attributes is printed; every mode but none must attribute all of them (none
-//     is the experiment: do external correlation records come without API records?).
+//   - each API records mode (none, runtime, all) is run on the same plan, and the number of
+//     kernels it attributes is printed; runtime and all must attribute all of them; none is the
+//     experiment (the first H200 run: 0 of 18, as was the removed launch-calls-only mode);
+//   - the bench's per-kernel table (ds_trace_ktab as the sink), fed by two step kinds one after
+//     the other on one trace with polls and a collect per block as `bench --steps --trace`
+//     does, holds for each kind exactly its own kernels: launches per step equal to the
+//     launches the test makes per step (plain and graph launches), no row of the other kind.
 // The kernels are PTX written below (names are not mangled), JIT-loaded after the trace exists,
 // as the run loop loads its modules after ds_trace_create. Each one spins on %globaltimer for a
 // given number of ns, so durations are known independently of the GPU.
@@ -24,6 +28,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -625,7 +630,7 @@ static void api_record_modes(void) {
                "%llu unattributed so far, %llu dropped\n",
                name, n_got, n_exp, n_graph, (unsigned long long)st.unattributed,
                (unsigned long long)st.dropped_records);
-        if (mode != DS_TRACE_API_NONE) {
+        if (mode == DS_TRACE_API_RUNTIME || mode == DS_TRACE_API_ALL) {
             EXPECT_EQ_INT(n_got, n_exp);
             EXPECT_EQ_INT(n_graph, 4);
         }
@@ -637,6 +642,120 @@ static void api_record_modes(void) {
         ds_trace_release(t);
         EXPECT_OK(ds_recorder_close(rec));
     }
+}
+
+// What one step of a bench-like kind launches: plain launches and graph replays, in one phase.
+struct kind_plan {
+    const char *what;
+    enum ds_rec_phase phase;
+    unsigned draft_step;
+    int n_plain;
+    struct launch plain[3];
+    int graph_replays;     // replays of the 2-node graph (SPIN, SMEM) per step
+    uint64_t spin, smem;   // launches per step of each probe (worked from the lists above)
+};
+
+// The bench's per-kernel table on known steps: two kinds in turn on one kernels trace, each
+// timed as bench --steps does (warm-up outside phases, then blocks of steps each wrapped in its
+// phase with a poll, a collect after each block), the table reset per kind.
+static void kernel_table_holds_each_kinds_launches(void) {
+    static const struct kind_plan kinds[2] = {
+        {"verify-like", DS_REC_PHASE_VERIFY, 0, 3,
+         {{SPIN, 2, 1, 1, 32, 1, 1, 0}, {SPIN, 3, 1, 1, 32, 1, 1, 0}, {SMEM, 1, 1, 1, 64, 1, 1, 0}},
+         0, 2, 1},
+        {"draft-step-like", DS_REC_PHASE_DRAFT_STEP, 1, 1,
+         {{SMEM, 2, 1, 1, 32, 1, 1, 0}},
+         2, 2, 3}, // 1 plain SMEM + 2 replays x (SPIN, SMEM)
+    };
+    enum { STEPS = 6, ROUNDS = 2 };
+    ds_trace_t *t = NULL;
+    ds_trace_ktab_t *tab = NULL;
+    cudaStream_t s = NULL;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    struct probes pr = {0};
+    // A long flush period: the polls stay lazy, so rows of a block arrive late, at its collect.
+    struct ds_trace_options opt = {.flush_ms = 600000};
+    EXPECT_OK(ds_trace_create(DS_REC_TRACE_KERNELS, NULL, &opt, &t));
+    EXPECT_OK(ds_trace_ktab_create(&tab));
+    if (!t || !tab || !cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream") ||
+        !load_probes(&pr))
+        goto done;
+    EXPECT_OK(ds_trace_set_kernel_sink(t, ds_trace_ktab_sink, tab));
+    EXPECT_OK(ds_trace_set_stream(t, s));
+    static const struct launch g_l[2] = {{SPIN, 4, 1, 1, 32, 1, 1, 0},
+                                         {SMEM, 5, 1, 1, 32, 1, 1, 0}};
+    if (!cuda_ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture")) goto done;
+    for (int i = 0; i < 2; i++) launch(&pr, &g_l[i], s);
+    if (!cuda_ok(cudaStreamEndCapture(s, &graph), "end capture") ||
+        !cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate"))
+        goto done;
+    uint64_t kstep = 100;
+    for (int ki = 0; ki < 2; ki++) {
+        const struct kind_plan *kp = &kinds[ki];
+        const struct ds_trace_step_times *times = NULL;
+        size_t n = 0;
+        // Warm-up: the kind's launches outside every phase (unattributed, never in the table).
+        for (int w = 0; w < 2; w++) {
+            for (int j = 0; j < kp->n_plain; j++) launch(&pr, &kp->plain[j], s);
+            for (int g = 0; g < kp->graph_replays; g++) cuda_ok(cudaGraphLaunch(exec, s), "graph");
+        }
+        cuda_ok(cudaStreamSynchronize(s), "sync");
+        EXPECT_OK(ds_trace_collect(t, &times, &n));
+        ds_trace_ktab_reset(tab, kstep, kstep, kp->phase, kp->draft_step);
+        const uint64_t lo = kstep;
+        for (int r = 0; r < ROUNDS; r++) {
+            for (int it = 0; it < STEPS; it++) {
+                ds_trace_ktab_set_end(tab, kstep + 1);
+                EXPECT_OK(ds_trace_phase_begin(t, kstep++, kp->phase, kp->draft_step, 1));
+                for (int j = 0; j < kp->n_plain; j++) launch(&pr, &kp->plain[j], s);
+                for (int g = 0; g < kp->graph_replays; g++)
+                    cuda_ok(cudaGraphLaunch(exec, s), "graph launch");
+                cuda_ok(cudaStreamSynchronize(s), "sync");
+                EXPECT_OK(ds_trace_phase_end(t));
+                EXPECT_OK(ds_trace_poll(t, &times, &n));
+            }
+            EXPECT_OK(ds_trace_collect(t, &times, &n)); // the block's end: drains the worker
+        }
+        const uint64_t steps = kstep - lo;
+        size_t ne = 0;
+        uint64_t other = 0, spin = 0, smem = 0, spin_ns = 0, smem_ns = 0;
+        int full = 0;
+        const struct ds_trace_ktab_entry *e = ds_trace_ktab_entries(tab, &ne, &other, &full);
+        printf("  kernel table, %s kind (%llu steps): %zu kernels, %llu other rows\n", kp->what,
+               (unsigned long long)steps, ne, (unsigned long long)other);
+        for (size_t i = 0; i < ne; i++) {
+            printf("    %-16s %.2f launches/step, %.1f us/step\n", e[i].name,
+                   (double)e[i].launches / (double)steps, (double)e[i].ns / (double)steps / 1e3);
+            if (!strcmp(e[i].name, probe_names[SPIN])) spin = e[i].launches, spin_ns = e[i].ns;
+            if (!strcmp(e[i].name, probe_names[SMEM])) smem = e[i].launches, smem_ns = e[i].ns;
+        }
+        EXPECT_EQ_INT(ne, 2);       // the two probes, nothing else
+        EXPECT_EQ_INT(other, 0);    // no row of another step or kind reached the sink
+        EXPECT_EQ_INT(full, 0);
+        EXPECT_EQ_INT(spin, kp->spin * steps);
+        EXPECT_EQ_INT(smem, kp->smem * steps);
+        // Each launch spins SPIN_NS on the GPU's timer.
+        EXPECT(spin_ns >= spin * SPIN_NS && smem_ns >= smem * SPIN_NS);
+    }
+    struct ds_trace_stats st;
+    ds_trace_stats(t, &st);
+    printf("  stats: %llu kernels, %llu unattributed, %llu dropped, %llu buffers parsed, worker "
+           "parse %.1f us, collect waits %.1f us, %llu forced flushes\n",
+           (unsigned long long)st.kernels, (unsigned long long)st.unattributed,
+           (unsigned long long)st.dropped_records, (unsigned long long)st.drains,
+           st.parse_ns / 1e3, st.wait_ns / 1e3, (unsigned long long)st.flushes);
+    EXPECT_EQ_INT(st.dropped_records, 0);
+    // Rows written = both kinds' launches: (3 + 1) + (1 + 2 x 2) per step.
+    EXPECT_EQ_INT(st.kernels, (uint64_t)ROUNDS * STEPS * (kinds[0].spin + kinds[0].smem +
+                                                          kinds[1].spin + kinds[1].smem));
+done:
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    if (pr.lib) cudaLibraryUnload(pr.lib);
+    if (s) cudaStreamDestroy(s);
+    ds_trace_release(t);
+    ds_trace_ktab_release(tab);
 }
 
 int main(void) {
@@ -651,6 +770,7 @@ int main(void) {
     DS_RUN(level_kernels_records_match_launches);
     DS_RUN(graph_kernels_keep_node_ids);
     DS_RUN(poll_is_lazy_and_loses_nothing);
+    DS_RUN(kernel_table_holds_each_kinds_launches);
     DS_RUN(api_record_modes);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

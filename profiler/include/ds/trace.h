@@ -24,8 +24,9 @@
 //   ds_trace_collect (forced flush) after the last step, ds_trace_stats, ds_trace_release.
 //
 // Clocks: every time written is ns since the recorder's session start (ds_recorder_elapsed_ns).
-// CUPTI timestamps are shifted by an offset measured against cuptiGetTimestamp at each collect;
-// CUDA events are placed by an anchor event recorded at the end of each collect.
+// CUPTI timestamps are shifted by an offset measured against cuptiGetTimestamp whenever rows are
+// taken from the worker; CUDA events are placed by an anchor event recorded at the end of each
+// collect.
 //
 // Threads: phase calls, poll and collect come from the thread that owns the recorder. At level
 // kernels the trace owns a worker thread: CUPTI's completion callback only queues a filled
@@ -317,9 +318,10 @@ enum ds_status ds_trace_baseline_run(ds_gptoss_t *target, const uint32_t *batch_
 // alternating blocks of `steps` steps, paused (what level off pays) and traced (each step inside
 // a verify phase, then ds_trace_poll: the run's collection policy), and gives
 // sum(traced) / sum(paused) - 1 in *overhead_out, i.e. the tokens/s lost (store it with
-// ds_recorder_set_end's trace_overhead). The traced total also carries the parse of every record
-// the traced steps produced (a final drain, timed) and the forced flush's cost scaled to the
-// share of a flush period the traced steps took, as a run pays them. Nothing is written to the
+// ds_recorder_set_end's trace_overhead). The traced total also carries the final collect of the
+// records the traced steps produced (rows converted, timed) and the forced flush's cost scaled to
+// the share of a flush period the traced steps took, as a run pays them; not the wait for the
+// worker thread, whose parse runs beside the steps. Nothing is written to the
 // recorder or the sink. Level off: 0. rounds/steps 0: 4 and 10. Call it right after a collect and
 // outside any phase: it discards whatever the trace holds uncollected.
 // Errors: as ds_trace_baseline_run and ds_trace_pause; DS_ERR_ARG for a NULL trace.
