@@ -165,6 +165,16 @@ static void launch(const struct probes *pr, const struct launch *l, cudaStream_t
     cuda_ok(cudaLaunchKernel((const void *)pr->k[l->k], g, b, args, l->dyn, s), "launch");
 }
 
+// Captures the launches on s into a graph and instantiates it (after the trace exists, as the run
+// loop must capture its graphs); 0 on a CUDA failure (reported).
+static int capture(const struct probes *pr, const struct launch *l, int n, cudaStream_t s,
+                   cudaGraph_t *graph, cudaGraphExec_t *exec) {
+    if (!cuda_ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture")) return 0;
+    for (int i = 0; i < n; i++) launch(pr, &l[i], s);
+    return cuda_ok(cudaStreamEndCapture(s, graph), "end capture") &&
+           cuda_ok(cudaGraphInstantiate(exec, *graph, 0), "instantiate");
+}
+
 static ds_recorder_t *open_recorder(const char *name, enum ds_rec_trace_level level) {
     char path[600];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -440,11 +450,7 @@ static void graph_kernels_keep_node_ids(void) {
     static const struct launch g_l[3] = {{SPIN, 5, 1, 1, 32, 1, 1, 0},
                                          {SMEM, 6, 1, 1, 64, 1, 1, 128},
                                          {SPIN, 7, 1, 1, 96, 1, 1, 0}};
-    if (!cuda_ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture")) goto done;
-    for (int i = 0; i < 3; i++) launch(&pr, &g_l[i], s);
-    if (!cuda_ok(cudaStreamEndCapture(s, &graph), "end capture") ||
-        !cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate"))
-        goto done;
+    if (!capture(&pr, g_l, 3, s, &graph, &exec)) goto done;
     size_t n_nodes = 0;
     cuda_ok(cudaGraphGetNodes(graph, NULL, &n_nodes), "nodes");
     EXPECT_EQ_INT(n_nodes, 3);
@@ -596,13 +602,8 @@ static void api_record_modes(void) {
             goto next;
         EXPECT_EQ_INT(ds_trace_api_records(t), mode);
         EXPECT_OK(ds_trace_set_stream(t, s));
-        if (!cuda_ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture"))
-            goto next;
-        launch(&pr, &g_l, s);
-        launch(&pr, &g_l, s);
-        if (!cuda_ok(cudaStreamEndCapture(s, &graph), "end capture") ||
-            !cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate"))
-            goto next;
+        const struct launch two[2] = {g_l, g_l};
+        if (!capture(&pr, two, 2, s, &graph, &exec)) goto next;
         const struct ds_trace_step_times *times = NULL;
         const struct ds_rec_kernel *k = NULL;
         const struct ds_rec_range *r = NULL;
@@ -685,11 +686,7 @@ static void kernel_table_holds_each_kinds_launches(void) {
     EXPECT_OK(ds_trace_set_stream(t, s));
     static const struct launch g_l[2] = {{SPIN, 4, 1, 1, 32, 1, 1, 0},
                                          {SMEM, 5, 1, 1, 32, 1, 1, 0}};
-    if (!cuda_ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture")) goto done;
-    for (int i = 0; i < 2; i++) launch(&pr, &g_l[i], s);
-    if (!cuda_ok(cudaStreamEndCapture(s, &graph), "end capture") ||
-        !cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate"))
-        goto done;
+    if (!capture(&pr, g_l, 2, s, &graph, &exec)) goto done;
     uint64_t kstep = 100;
     for (int ki = 0; ki < 2; ki++) {
         const struct kind_plan *kp = &kinds[ki];
