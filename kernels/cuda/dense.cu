@@ -35,6 +35,11 @@
 // The SIMT kernel: one warp per output feature, lane l sums k = l, l+32, ... in order, then a
 // fixed xor butterfly; again independent of T.
 //
+// Launch: every kernel here is launched with ds_launch (programmatic dependent launch) and calls
+// DS_GRID_DEPENDENCY() before its first global access; the matmul kernels first issue an L2
+// prefetch of their weight rows (a cache hint, see mm_prefetch_w), so that weights stream while
+// the previous kernel finishes. Every buffer must be aligned to its element size (checked).
+//
 // Device-side indices (embed ids, gather rows) are trusted, not checked on the host: an index
 // outside its range yields a row of NaN (never a fault), which the NaN checks downstream report.
 #include "common.cuh"
