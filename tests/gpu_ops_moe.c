@@ -3,8 +3,10 @@
 // 16 codes × all 256 scale bytes; router ids exactly (ties included) and weights within fp32
 // rounding; the expert block over a shape matrix (1 row, partial tiles, one expert above 64 tokens,
 // the tiny configs, the real 20b and 120b shapes) in f32 and bf16; batch invariance (each row
-// alone and inside batches of 8, 32, 64 with other neighbours, memcmp); in-place residual; an
-// out-of-range expert id; host-side argument errors (these run without a GPU too).
+// alone and inside batches of 8, 32, 64 with other neighbours, memcmp; a row alone runs the
+// fused one-token down + combine kernel, the batches the separate kernels); in-place residual;
+// an out-of-range expert id (also on the one-token path, with a repeated expert); host-side
+// argument errors (these run without a GPU too).
 //
 // Inputs are multiples of 1/64 (t_fill), exact in bf16. Router logits are then exact in fp32: each
 // product x·w is a multiple of 2^-11 and every partial sum stays below 2^13 in magnitude, so the
@@ -515,6 +517,44 @@ static void moe_skips_an_out_of_range_expert(void) {
     moe_free(&p);
 }
 
+// The one-token path (T = 1, k <= 4: down and combine fused in one kernel) with a repeated expert
+// (one warp owns two slots) and then an out-of-range id. Expected values come from the CPU
+// reference: the repeated expert is an ordinary input there; an invalid slot adds nothing, which
+// is the reference run with that slot's weight set to 0 (fma(0, y, acc) == acc for finite y).
+static void moe_one_token_repeats_and_skips(void) {
+    enum { T = 1, C = 64, I = 96, E = 6, K = 4 };
+    struct moe_prob p = moe_random(T, C, I, E, K, 43);
+    p.ids[0] = 2, p.ids[1] = 5, p.ids[2] = 2, p.ids[3] = 0; // expert 2 in slots 0 and 2
+    struct moe_dev d = moe_upload(&p, DS_ELEM_F32, T);
+    void *d_x = g_upload(p.x, sizeof(float) * C), *d_res = g_upload(p.res, sizeof(float) * C);
+    void *d_out = g_alloc(sizeof(float) * C);
+    int32_t *d_ids = g_upload(p.ids, sizeof(int32_t) * K);
+    float *d_wts = g_upload(p.wts, sizeof(float) * K);
+    struct ds_moe_args a = moe_dev_args(&p, &d, DS_ELEM_F32, DS_ELEM_F32, T, d_x, d_ids, d_wts,
+                                        d_res, d_out);
+    float got[C];
+    float *want = moe_reference(&p);
+    EXPECT_OK(ds_moe_cuda(&a, NULL));
+    sync_ok("one token, repeated expert");
+    g_download(got, d_out, sizeof got);
+    // f32 tolerance of moe_compare (reason there).
+    moe_compare("moe 1 token, expert 2 in slots 0 and 2", got, want, T, C, 1e-5, 5e-5);
+    free(want);
+
+    int32_t bad_ids[K] = {2, E, 2, 0}; // slot 1 out of range
+    G_CHECK(cudaMemcpy(d_ids, bad_ids, sizeof bad_ids, cudaMemcpyHostToDevice));
+    EXPECT_OK(ds_moe_cuda(&a, NULL));
+    sync_ok("one token, out-of-range slot");
+    g_download(got, d_out, sizeof got);
+    p.wts[1] = 0.0f; // the reference: slot 1 (valid id 5) with weight 0
+    want = moe_reference(&p);
+    moe_compare("moe 1 token, slot 1 out of range", got, want, T, C, 1e-5, 5e-5);
+    free(want);
+    g_free(d_x), g_free(d_res), g_free(d_out), g_free(d_ids), g_free(d_wts);
+    moe_dev_free(&d);
+    moe_free(&p);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Host-side argument checks (no device memory is touched: these run on any machine)
 
@@ -583,5 +623,6 @@ int main(void) {
     DS_RUN(moe_matches_reference_over_a_shape_matrix);
     DS_RUN(moe_is_batch_invariant);
     DS_RUN(moe_skips_an_out_of_range_expert);
+    DS_RUN(moe_one_token_repeats_and_skips);
     return ds_test_end();
 }

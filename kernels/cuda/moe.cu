@@ -11,9 +11,12 @@
 //                                  rows (R = 1 up to 8 rows, else 4): cluster warp w owns the experts e ≡ w (mod 128), each lane
 //                                  8 consecutive inputs per 256-input step; logit = bias +
 //                                  butterfly(Σ lane partials), kept in the owner block's shared
-//                                  memory. Block 0 gathers the logits over distributed shared
-//                                  memory and selects: top-k by repeated warp argmax (ties → lower
-//                                  index), softmax over the k logits in fp32, summed best first.
+//                                  memory (R = 1 with bf16 x and weights: all of a lane's loads
+//                                  in one round). Block 0 gathers the logits over distributed
+//                                  shared memory and selects: top-k by repeated warp argmax of a
+//                                  64-bit key (logit order, then lower index; taken experts are
+//                                  register bits of their owner lane, no shared writes), softmax
+//                                  over the k logits in fp32, summed best first.
 //   moe_group_by_expert            (only when T·KE > 32; below, every GEMV block finds its expert
 //                                  and pairs from the ids itself: small_group) one block: counts per expert, exclusive offsets, the list of
 //                                  experts in use (increasing id) and the pairs (row, slot) of each
@@ -27,11 +30,18 @@
 //   f32_mxfp4w_moe_down            the same GEMV core over W2 with h as input: y[pair][c] (f32),
 //                                  down bias added.
 //   act_moe_combine                out[t] = residual[t] + Σ_s w_s·y[t·KE+s] (fp32, best first).
+//   act_mxfp4w_moe_down_combine_1tok  T = 1, KE <= 4 (decode): the two above in one kernel; block
+//                                  x owns 8 features, warp w the w-th expert in use (variant 0's
+//                                  warp work), y stays in shared memory, then the combine's exact
+//                                  per-feature operations.
+// Every kernel starts with DS_GRID_DEPENDENCY() and is launched with programmatic dependent
+// launch (ds_launch; the router's cluster launch sets the same attribute).
 //   mxfp4_dequant_f32              test/inspection decode (ds_mxfp4_dequant_cuda).
 //
 // GEMV core. Lane l of a warp takes MXFP4 blocks l, l+32, ... of each of its 8 rows: one 16-byte
 // load per row and block (32 codes) plus the block's scale byte, so a warp step streams 8 × 512
-// contiguous bytes. Blocks only touched experts are launched (grid y = experts in use, bounded by
+// contiguous bytes. In the 1-token and 2/1 variants each lane loads its next block before it
+// decodes the current one (one step always in flight). Blocks only touched experts are launched (grid y = experts in use, bounded by
 // min(E, T·KE) on the host), so a one-token step runs 90 × 4 gate_up blocks, not 90 × E.
 //
 // MXFP4 decode. A 16-entry E2M1 table in shared memory gives the code values (16 distinct words:
@@ -145,17 +155,44 @@ static __device__ __forceinline__ float swiglu_clamped(float g, float l, float a
 // NaN sorts below every number, so the selection order is total and the butterfly agrees.
 static __device__ __forceinline__ float rank_value(float v) { return isnan(v) ? -INFINITY : v; }
 
-// (v, e) beats (bv, be): larger value, or equal value and lower index; be < 0 means "none yet".
-static __device__ __forceinline__ bool beats(float v, int e, float bv, int be) {
-    if (e < 0) return false;
-    if (be < 0) return true;
-    return v > bv || (v == bv && e < be);
-}
-
 // 8 consecutive elements of a buffer whose dtype is a template argument (see ld8).
 template <bool BF16>
 static __device__ __forceinline__ void ld8t(const void *base, size_t i, float *o) {
     ld8(base, BF16 ? DS_ELEM_BF16 : DS_ELEM_F32, i, o);
+}
+
+// 8 consecutive elements as raw words (one 16-byte load for bf16, two for f32), unpacked at use
+// exactly as ld8 does; keeping the raw words halves the registers a bf16 step holds in flight.
+template <bool BF16> struct raw8 {
+    uint4 v[BF16 ? 1 : 2];
+};
+template <bool BF16>
+static __device__ __forceinline__ raw8<BF16> ld_raw8(const void *base, size_t i) {
+    raw8<BF16> r;
+    if (BF16) {
+        r.v[0] = __ldg((const uint4 *)((const ds_bf16 *)base + i));
+    } else {
+        const uint4 *p = (const uint4 *)((const float *)base + i);
+        r.v[0] = __ldg(p), r.v[BF16 ? 0 : 1] = __ldg(p + 1);
+    }
+    return r;
+}
+template <bool BF16>
+static __device__ __forceinline__ void unpack8(const raw8<BF16> &r, float *o) {
+    if (BF16) {
+        const uint32_t w[4] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            o[2 * j] = __uint_as_float(w[j] << 16);
+            o[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+        }
+    } else {
+        const uint4 u = r.v[0], v = r.v[BF16 ? 0 : 1];
+        o[0] = __uint_as_float(u.x), o[1] = __uint_as_float(u.y);
+        o[2] = __uint_as_float(u.z), o[3] = __uint_as_float(u.w);
+        o[4] = __uint_as_float(v.x), o[5] = __uint_as_float(v.y);
+        o[6] = __uint_as_float(v.z), o[7] = __uint_as_float(v.w);
+    }
 }
 
 // The logits of the cluster warp cw for rows t0 .. t0 + nr − 1 into logits[r][e] (row stride
@@ -167,38 +204,39 @@ static __device__ __forceinline__ void router_logits(const struct ds_router_args
     const int lane = threadIdx.x % DS_WARP, C = a.dim, E = a.n_experts;
     // Steps of this lane (k0 = 8·lane + 256·j, j < n), in rounds of U whose loads are all issued
     // before the first fma (predicated, not behind a loop exit, so they can be in flight together).
-    constexpr int U = R == 1 ? 6 : 4;
+    // R = 1 with bf16 x and weights (the CUDA model path): U = 12 covers all 11.25 steps of
+    // C = 2880 in one round, i.e. one memory latency per logit instead of two.
+    constexpr int U = R == 1 ? (XB && WB ? 12 : 6) : 4;
     const int n = 8 * lane < C ? (C - 8 * lane + RT_STEP - 1) / RT_STEP : 0;
     for (int e = cw; e < E; e += RT_CW) {
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; r++) acc[r] = 0.0f;
         for (int j0 = 0; j0 < n; j0 += U) {
-            float wv[U][8], x1[R == 1 ? U : 1][8];
+            raw8<WB> wr[U];
+            raw8<XB> xr[R == 1 ? U : 1];
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const size_t k0 = 8 * (size_t)lane + (size_t)RT_STEP * (j0 + u);
                 if (j0 + u < n) {
-                    ld8t<WB>(a.w, (size_t)e * C + k0, wv[u]);
-                    if (R == 1) ld8t<XB>(a.x, (size_t)t0 * C + k0, x1[R == 1 ? u : 0]);
+                    wr[u] = ld_raw8<WB>(a.w, (size_t)e * C + k0);
+                    if (R == 1) xr[R == 1 ? u : 0] = ld_raw8<XB>(a.x, (size_t)t0 * C + k0);
                 }
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (j0 + u >= n) break;
                 const size_t k0 = 8 * (size_t)lane + (size_t)RT_STEP * (j0 + u);
+                float wv[8];
+                unpack8<WB>(wr[u], wv);
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     if (r >= nr) break;
                     float xv[8];
-                    if (R == 1) {
+                    if (R == 1) unpack8<XB>(xr[R == 1 ? u : 0], xv);
+                    else ld8t<XB>(a.x, (size_t)(t0 + r) * C + k0, xv);
 #pragma unroll
-                        for (int i = 0; i < 8; i++) xv[i] = x1[R == 1 ? u : 0][i];
-                    } else {
-                        ld8t<XB>(a.x, (size_t)(t0 + r) * C + k0, xv);
-                    }
-#pragma unroll
-                    for (int i = 0; i < 8; i++) acc[r] = __fmaf_rn(xv[i], wv[u][i], acc[r]);
+                    for (int i = 0; i < 8; i++) acc[r] = __fmaf_rn(xv[i], wv[i], acc[r]);
                 }
             }
         }
@@ -211,6 +249,14 @@ static __device__ __forceinline__ void router_logits(const struct ds_router_args
     }
 }
 
+// Selection key of (logit, expert): larger logit first, then lower index; NaN ranks lowest (as
+// −∞) and −0 equals +0 (adding +0 turns −0 into +0), like the reference's comparisons. 0 means
+// "none": every real key is larger (order_key(−∞) > 0).
+static __device__ __forceinline__ unsigned long long sel_key(float v, int e) {
+    return (unsigned long long)order_key(__fadd_rn(rank_value(v), 0.0f)) << 32 |
+           (uint32_t)~(uint32_t)e;
+}
+
 // Launched in clusters of RT_CLUSTER blocks along x; cluster i serves rows R·i .. R·i + R − 1.
 // R = 1 (small T: more clusters, every load of a warp's expert row in flight at once) or R = 4
 // (rows share the weight loads). Per (row, expert) both run the same operations: lane partials
@@ -220,7 +266,7 @@ template <int R>
 __global__ void __launch_bounds__(RT_THREADS)
 act_anyw_router_topk_softmax(const struct ds_router_args a) {
     __shared__ float logits[R][RT_MAX_EXPERTS];
-    __shared__ unsigned char taken[R][RT_MAX_EXPERTS];
+    DS_GRID_DEPENDENCY();
     cg::cluster_group cluster = cg::this_cluster();
     const unsigned rank = cluster.block_rank();
     const int lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
@@ -239,45 +285,51 @@ act_anyw_router_topk_softmax(const struct ds_router_args a) {
             const int r = i / E, e = i % E, owner = (e % RT_CW) / RT_WARPS;
             if (owner != 0 && r < nr) logits[r][e] = *cluster.map_shared_rank(&logits[r][e], owner);
         }
-        for (int i = threadIdx.x; i < R * RT_MAX_EXPERTS; i += RT_THREADS)
-            taken[i / RT_MAX_EXPERTS][i % RT_MAX_EXPERTS] = 0;
     }
     cluster.sync(); // the gather is done (no block may leave while its memory is read)
     if (rank != 0) return;
 
-    // Warp r selects for row r: k rounds of argmax over the experts not yet taken.
+    // Warp r selects for row r: k rounds of argmax over the experts not yet taken. Lane l owns
+    // experts l + 32j; bit j of its register `taken` marks the ones already selected, so the
+    // selection writes no shared memory. Lane s % 32 keeps slot s's id and weight; every lane
+    // forms the same weights and the same sum (best first), so the outputs are written once at
+    // the end, coalesced, without reading them back.
     const int r = warp, t = t0 + warp;
     if (r >= nr) return;
-    float best0 = 0.0f, sum = 0.0f;
+    uint32_t taken = 0;
+    float best0 = 0.0f, sum = 0.0f, my_w[DS_MAX_TOPK / DS_WARP] = {};
+    int my_id[DS_MAX_TOPK / DS_WARP] = {};
     for (int s = 0; s < KE; s++) {
-        float bv = -INFINITY;
-        int be = -1;
-        for (int e = lane; e < E; e += DS_WARP) {
-            if (taken[r][e]) continue;
-            const float v = rank_value(logits[r][e]);
-            if (beats(v, e, bv, be)) bv = v, be = e;
-        }
+        unsigned long long key = 0;
+        for (int e = lane, j = 0; e < E; e += DS_WARP, j++)
+            if (!(taken >> j & 1u)) {
+                const unsigned long long k = sel_key(logits[r][e], e);
+                key = k > key ? k : key;
+            }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(DS_FULL_MASK, bv, o);
-            int oe = __shfl_xor_sync(DS_FULL_MASK, be, o);
-            if (beats(ov, oe, bv, be)) bv = ov, be = oe;
+            const unsigned long long ok = __shfl_xor_sync(DS_FULL_MASK, key, o);
+            key = ok > key ? ok : key;
         }
-        be = __shfl_sync(DS_FULL_MASK, be, 0);
-        bv = __shfl_sync(DS_FULL_MASK, bv, 0);
-        if (lane == 0) {
-            taken[r][be] = 1;
-            if (s == 0) best0 = bv;
-            // exp(l_s − l_0) in fp32; the weights are normalised below, best first.
-            const float w = expf(bv - best0);
-            sum += w;
-            a.expert_ids[(size_t)t * KE + s] = be;
-            a.expert_weights[(size_t)t * KE + s] = w;
-        }
-        __syncwarp();
+        const int be = (int)~(uint32_t)key; // every lane holds the same key now
+        if (lane == be % DS_WARP) taken |= 1u << (be / DS_WARP);
+        const float bv = rank_value(logits[r][be]);
+        if (s == 0) best0 = bv;
+        // exp(l_s − l_0) in fp32; the weights are normalised below, best first.
+        const float w = expf(bv - best0);
+        sum += w;
+#pragma unroll
+        for (int h = 0; h < DS_MAX_TOPK / DS_WARP; h++)
+            if (s == h * DS_WARP + lane) my_w[h] = w, my_id[h] = be;
     }
-    if (lane == 0)
-        for (int s = 0; s < KE; s++) a.expert_weights[(size_t)t * KE + s] /= sum;
+#pragma unroll
+    for (int h = 0; h < DS_MAX_TOPK / DS_WARP; h++) {
+        const int s = h * DS_WARP + lane;
+        if (s < KE) {
+            a.expert_ids[(size_t)t * KE + s] = my_id[h];
+            a.expert_weights[(size_t)t * KE + s] = my_w[h] / sum;
+        }
+    }
 }
 
 extern "C" enum ds_status ds_router_cuda(const struct ds_router_args *a, void *stream) {
@@ -314,13 +366,16 @@ extern "C" enum ds_status ds_router_cuda(const struct ds_router_args *a, void *s
     cfg.blockDim = dim3(RT_THREADS);
     cfg.dynamicSmemBytes = 0;
     cfg.stream = DS_STREAM(stream);
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = RT_CLUSTER;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
+    // Programmatic dependent launch (the kernel starts with DS_GRID_DEPENDENCY), as ds_launch.
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = ds_pdl_enabled();
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = 2;
     if (one) DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, act_anyw_router_topk_softmax<1>, *a));
     else DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, act_anyw_router_topk_softmax<RT_ROWS>, *a));
     return DS_OK;
@@ -346,6 +401,7 @@ moe_group_by_expert(const int32_t *ids, int n_pairs, int n_experts, int32_t *gro
                     int32_t *pairs) {
     __shared__ unsigned count[RT_MAX_EXPERTS];
     __shared__ unsigned scan_scratch[33];
+    DS_GRID_DEPENDENCY();
     int32_t *offsets = groups, *used = groups + n_experts + 1, *n_used = groups + 2 * n_experts + 1;
     const int lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
     const int n_warps = blockDim.x / DS_WARP;
@@ -406,12 +462,14 @@ moe_group_by_expert(const int32_t *ids, int n_pairs, int n_experts, int32_t *gro
 // is formed once, not once per group. A block scale of 255 (2^128, not a float) takes the
 // per-lane slow path: the group sum times 2^64 (exact), then fma with 2^64. For every other scale
 // that path multiplies by 1 (exact), so both paths give the same bits.
-template <int TT, bool BIG>
-static __device__ __forceinline__ void mxfp4_block_dot(uint4 *wq, const float *sf,
-                                                       const uint8_t *sp, size_t row_s, int b,
-                                                       const void *x, enum ds_elem xdt, int K,
-                                                       const int *xrows, const float *lut,
+template <int TT, bool BIG, bool XB>
+static __device__ __forceinline__ void mxfp4_block_dot(const uint4 *wq_in, const float *sf,
+                                                       const uint32_t *sb, int b, const void *x,
+                                                       int K, const int *xrows, const float *lut,
                                                        float acc[MOE_ROWS_PER_WARP][TT]) {
+    uint4 wq[MOE_ROWS_PER_WARP];
+#pragma unroll
+    for (int r = 0; r < MOE_ROWS_PER_WARP; r++) wq[r] = wq_in[r];
     // Small tiles unroll the groups (the word rotation below becomes register renaming); wide
     // tiles keep one group of x in registers at a time.
 #pragma unroll(TT <= 2 ? 4 : 1)
@@ -419,14 +477,13 @@ static __device__ __forceinline__ void mxfp4_block_dot(uint4 *wq, const float *s
         float xv[TT][8];
 #pragma unroll
         for (int t = 0; t < TT; t++)
-            ld8(x, xdt, (size_t)xrows[t] * K + (size_t)b * DS_MXFP4_BLOCK + 8 * q, xv[t]);
+            ld8t<XB>(x, (size_t)xrows[t] * K + (size_t)b * DS_MXFP4_BLOCK + 8 * q, xv[t]);
 #pragma unroll
         for (int r = 0; r < MOE_ROWS_PER_WARP; r++) {
             float w[8];
             e2m1_decode8(lut, wq[r].x, w);
             wq[r].x = wq[r].y, wq[r].y = wq[r].z, wq[r].z = wq[r].w;
-            // Rare path only: re-read the scale byte instead of keeping 8 more registers.
-            const float pre = BIG && __ldg(sp + r * row_s + b) == 255 ? 0x1p64f : 1.0f;
+            const float pre = BIG && sb[r] == 255 ? 0x1p64f : 1.0f;
 #pragma unroll
             for (int t = 0; t < TT; t++) {
                 float part = __fmul_rn(xv[t][0], w[0]);
@@ -439,11 +496,25 @@ static __device__ __forceinline__ void mxfp4_block_dot(uint4 *wq, const float *s
     }
 }
 
-template <int TT>
+// The 8 weight words and scale bytes of MXFP4 block b of the warp's rows.
+static __device__ __forceinline__ void mxfp4_rows_load(const uint8_t *bp, const uint8_t *sp,
+                                                       size_t row_b, size_t row_s, int b,
+                                                       uint4 *wq, uint32_t *sb) {
+#pragma unroll
+    for (int r = 0; r < MOE_ROWS_PER_WARP; r++)
+        wq[r] = ld_stream_u4(bp + r * row_b + (size_t)b * DS_MXFP4_BLOCK_BYTES);
+#pragma unroll
+    for (int r = 0; r < MOE_ROWS_PER_WARP; r++) sb[r] = __ldg(sp + r * row_s + b);
+}
+
+// XB: x is bf16 (else f32). PF (the 1-token and 2/1 variants, memory-bound): the loads of the
+// lane's next block are issued before the current block is decoded (software pipelining: a warp
+// keeps one step of weights in flight while it computes); the wide variant is compute-bound and
+// keeps its registers for the tokens. Neither changes any arithmetic.
+template <int TT, bool XB, bool PF>
 static __device__ __forceinline__ void mxfp4_rows_dot(const uint8_t *blocks, const uint8_t *scales,
                                                       int K, int r0, const void *x,
-                                                      enum ds_elem xdt, const int *xrows,
-                                                      const float *lut,
+                                                      const int *xrows, const float *lut,
                                                       float acc[MOE_ROWS_PER_WARP][TT]) {
     const int lane = threadIdx.x % DS_WARP, nb = K / DS_MXFP4_BLOCK;
     const size_t row_b = (size_t)K / 2, row_s = (size_t)nb;
@@ -452,22 +523,29 @@ static __device__ __forceinline__ void mxfp4_rows_dot(const uint8_t *blocks, con
     for (int r = 0; r < MOE_ROWS_PER_WARP; r++)
 #pragma unroll
         for (int t = 0; t < TT; t++) acc[r][t] = 0.0f;
+    uint4 nq[MOE_ROWS_PER_WARP];
+    uint32_t ns[MOE_ROWS_PER_WARP];
+    if (PF && lane < nb) mxfp4_rows_load(bp, sp, row_b, row_s, lane, nq, ns);
 #pragma unroll 1
     for (int b = lane; b < nb; b += DS_WARP) {
         uint4 wq[MOE_ROWS_PER_WARP];
+        uint32_t sb[MOE_ROWS_PER_WARP];
+        if (PF) {
+#pragma unroll
+            for (int r = 0; r < MOE_ROWS_PER_WARP; r++) wq[r] = nq[r], sb[r] = ns[r];
+            if (b + DS_WARP < nb) mxfp4_rows_load(bp, sp, row_b, row_s, b + DS_WARP, nq, ns);
+        } else {
+            mxfp4_rows_load(bp, sp, row_b, row_s, b, wq, sb);
+        }
         float sf[MOE_ROWS_PER_WARP];
         bool big = false;
 #pragma unroll
-        for (int r = 0; r < MOE_ROWS_PER_WARP; r++)
-            wq[r] = ld_stream_u4(bp + r * row_b + (size_t)b * DS_MXFP4_BLOCK_BYTES);
-#pragma unroll
         for (int r = 0; r < MOE_ROWS_PER_WARP; r++) {
-            const uint8_t s = __ldg(sp + r * row_s + b);
-            big |= s == 255;
-            sf[r] = s == 255 ? 0x1p64f : ds_e8m0_to_f32(s);
+            big |= sb[r] == 255;
+            sf[r] = sb[r] == 255 ? 0x1p64f : ds_e8m0_to_f32((uint8_t)sb[r]);
         }
-        if (big) mxfp4_block_dot<TT, true>(wq, sf, sp, row_s, b, x, xdt, K, xrows, lut, acc);
-        else mxfp4_block_dot<TT, false>(wq, sf, sp, row_s, b, x, xdt, K, xrows, lut, acc);
+        if (big) mxfp4_block_dot<TT, true, XB>(wq, sf, sb, b, x, K, xrows, lut, acc);
+        else mxfp4_block_dot<TT, false, XB>(wq, sf, sb, b, x, K, xrows, lut, acc);
     }
 #pragma unroll
     for (int r = 0; r < MOE_ROWS_PER_WARP; r++)
@@ -476,7 +554,7 @@ static __device__ __forceinline__ void mxfp4_rows_dot(const uint8_t *blocks, con
 }
 
 // TT tokens (pairs list[0..TT)) through the warp's 4 gate/linear row pairs: h = SwiGLU(W1·x + b1).
-template <int TT>
+template <int TT, bool PF>
 static __device__ __forceinline__ void gate_up_tile(const struct ds_moe_args &a, int e, int r0,
                                                     const int32_t *list, const float *lut,
                                                     float *h) {
@@ -486,9 +564,10 @@ static __device__ __forceinline__ void gate_up_tile(const struct ds_moe_args &a,
     for (int t = 0; t < TT; t++) pr[t] = list[t], xrows[t] = pr[t] / KE;
     const size_t ex_rows = (size_t)e * 2 * I;
     float acc[MOE_ROWS_PER_WARP][TT];
-    mxfp4_rows_dot<TT>(a.gate_up_blocks + ex_rows * (C / 2),
-                       a.gate_up_scales + ex_rows * (C / DS_MXFP4_BLOCK), C, r0, a.x, a.act,
-                       xrows, lut, acc);
+    const uint8_t *gb = a.gate_up_blocks + ex_rows * (C / 2);
+    const uint8_t *gs = a.gate_up_scales + ex_rows * (C / DS_MXFP4_BLOCK);
+    if (a.act == DS_ELEM_BF16) mxfp4_rows_dot<TT, true, PF>(gb, gs, C, r0, a.x, xrows, lut, acc);
+    else mxfp4_rows_dot<TT, false, PF>(gb, gs, C, r0, a.x, xrows, lut, acc);
 #pragma unroll
     for (int q = 0; q < MOE_ROWS_PER_WARP / 2; q++) {
         const size_t row = ex_rows + r0 + 2 * q;
@@ -504,27 +583,30 @@ static __device__ __forceinline__ void gate_up_tile(const struct ds_moe_args &a,
     }
 }
 
-// TT tokens through the warp's 8 down rows: y = W2·h + b2.
-template <int TT>
+// TT tokens through the warp's 8 down rows: y = W2·h + b2, stored at y[pair·ys + r0 − rb + r]
+// (the workspace: ys = C, rb = 0; the fused combine's shared tile: ys = 8, rb = r0).
+template <int TT, bool PF>
 static __device__ __forceinline__ void down_tile(const struct ds_moe_args &a, int e, int r0,
                                                  const int32_t *list, const float *lut,
-                                                 const float *h, float *y) {
+                                                 const float *h, float *y, size_t ys = 0,
+                                                 int rb = 0) {
     const int C = a.dim, I = a.inter, lane = threadIdx.x % DS_WARP;
     int pr[TT];
 #pragma unroll
     for (int t = 0; t < TT; t++) pr[t] = list[t];
     const size_t ex_rows = (size_t)e * C;
     float acc[MOE_ROWS_PER_WARP][TT];
-    mxfp4_rows_dot<TT>(a.down_blocks + ex_rows * (I / 2),
-                       a.down_scales + ex_rows * (I / DS_MXFP4_BLOCK), I, r0, h, DS_ELEM_F32, pr,
-                       lut, acc);
+    mxfp4_rows_dot<TT, false, PF>(a.down_blocks + ex_rows * (I / 2),
+                              a.down_scales + ex_rows * (I / DS_MXFP4_BLOCK), I, r0, h, pr, lut,
+                              acc);
 #pragma unroll
     for (int r = 0; r < MOE_ROWS_PER_WARP; r++) {
         const float b = ld_elem(a.down_bias, a.bias_dtype, ex_rows + r0 + r);
 #pragma unroll
         for (int t = 0; t < TT; t++)
             if (lane == (r * TT + t) % DS_WARP)
-                y[(size_t)pr[t] * C + r0 + r] = __fadd_rn(acc[r][t], b);
+                y[(size_t)pr[t] * (ys ? ys : (size_t)C) + (r0 - rb) + r] =
+                    __fadd_rn(acc[r][t], b);
     }
 }
 
@@ -599,7 +681,7 @@ static __device__ __forceinline__ bool block_begin(const struct ds_moe_args &a,
 // Three variants with the same operations per token (only the token tiles and the register
 // budget differ): V = 0 (one token per expert: decode) tiles of 1, up to 4 blocks per SM; V = 1
 // tiles of 2 and 1; V = 2 (wide: several tokens per expert) tiles of 8, 4, 2, 1.
-#define MOE_MIN_BLOCKS(V) ((V) == 0 ? 4 : (V) == 1 ? 3 : 2)
+#define MOE_MIN_BLOCKS(V) ((V) == 0 ? 3 : 2)
 
 template <int V>
 __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(V))
@@ -609,17 +691,18 @@ act_mxfp4w_moe_gate_up_swiglu(const struct ds_moe_args a, const int32_t *groups,
     __shared__ int32_t s_list[DS_WARP];
     __shared__ int s_info[2];
     struct moe_block k;
+    DS_GRID_DEPENDENCY();
     if (!block_begin(a, groups, pairs, 2 * a.inter, lut, s_list, s_info, &k)) return;
     int i = k.beg;
     const int e = k.e, end = k.end, r0 = k.r0;
     const int32_t *list = k.list;
     if constexpr (V == 2) {
-        for (; end - i >= 8; i += 8) gate_up_tile<8>(a, e, r0, list + i, lut, h);
-        if (end - i >= 4) gate_up_tile<4>(a, e, r0, list + i, lut, h), i += 4;
+        for (; end - i >= 8; i += 8) gate_up_tile<8, (V < 2)>(a, e, r0, list + i, lut, h);
+        if (end - i >= 4) gate_up_tile<4, (V < 2)>(a, e, r0, list + i, lut, h), i += 4;
     }
     if constexpr (V >= 1)
-        for (; end - i >= 2; i += 2) gate_up_tile<2>(a, e, r0, list + i, lut, h);
-    for (; i < end; i++) gate_up_tile<1>(a, e, r0, list + i, lut, h);
+        for (; end - i >= 2; i += 2) gate_up_tile<2, (V < 2)>(a, e, r0, list + i, lut, h);
+    for (; i < end; i++) gate_up_tile<1, (V < 2)>(a, e, r0, list + i, lut, h);
 }
 
 template <int V>
@@ -630,22 +713,24 @@ f32_mxfp4w_moe_down(const struct ds_moe_args a, const int32_t *groups, const int
     __shared__ int32_t s_list[DS_WARP];
     __shared__ int s_info[2];
     struct moe_block k;
+    DS_GRID_DEPENDENCY();
     if (!block_begin(a, groups, pairs, a.dim, lut, s_list, s_info, &k)) return;
     int i = k.beg;
     const int e = k.e, end = k.end, r0 = k.r0;
     const int32_t *list = k.list;
     if constexpr (V == 2) {
-        for (; end - i >= 8; i += 8) down_tile<8>(a, e, r0, list + i, lut, h, y);
-        if (end - i >= 4) down_tile<4>(a, e, r0, list + i, lut, h, y), i += 4;
+        for (; end - i >= 8; i += 8) down_tile<8, (V < 2)>(a, e, r0, list + i, lut, h, y);
+        if (end - i >= 4) down_tile<4, (V < 2)>(a, e, r0, list + i, lut, h, y), i += 4;
     }
     if constexpr (V >= 1)
-        for (; end - i >= 2; i += 2) down_tile<2>(a, e, r0, list + i, lut, h, y);
-    for (; i < end; i++) down_tile<1>(a, e, r0, list + i, lut, h, y);
+        for (; end - i >= 2; i += 2) down_tile<2, (V < 2)>(a, e, r0, list + i, lut, h, y);
+    for (; i < end; i++) down_tile<1, (V < 2)>(a, e, r0, list + i, lut, h, y);
 }
 
 // out[t][c] = residual[t][c] + Σ_s w_s·y[t·KE+s][c], s in the router's order; a slot whose expert
 // id is out of range contributes nothing (it was never grouped, so its y is stale).
 __global__ void act_moe_combine(const struct ds_moe_args a, const float *y) {
+    DS_GRID_DEPENDENCY();
     const int t = blockIdx.x, C = a.dim, KE = a.top_k;
     const int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
@@ -658,6 +743,41 @@ __global__ void act_moe_combine(const struct ds_moe_args a, const float *y) {
     }
     if (a.residual) acc = __fadd_rn(acc, ld_elem(a.residual, a.act, (size_t)t * C + c));
     st_elem(a.out, a.act, (size_t)t * C + c, acc);
+}
+
+// One token (T = 1, KE <= 4: decode), down and combine in one kernel: block x owns features
+// [8x, 8x + 8), its warp w the w-th expert in use (small_group) for those 8 rows, i.e. the down
+// variant 0's warp work (down_tile<1>) with the y values kept in shared memory; then the block
+// combines them exactly as act_moe_combine does (s in the router's order, fmaf, + residual), so
+// its bits equal those of the down + combine pair. Saves the combine launch and the y round trip.
+__global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(0))
+act_mxfp4w_moe_down_combine_1tok(const struct ds_moe_args a, const float *h) {
+    __shared__ float lut[16];
+    __shared__ int32_t s_list[MOE_WARPS][DS_WARP];
+    __shared__ float ys[MOE_WARPS][MOE_ROWS_PER_WARP]; // [pair][row]; pairs < KE <= 4
+    DS_GRID_DEPENDENCY();
+    const int warp = threadIdx.x / DS_WARP, KE = a.top_k;
+    const int r0 = blockIdx.x * MOE_ROWS_PER_WARP;
+    lut_init(lut);
+    int n = 0;
+    const int e = small_group(a.expert_ids, KE, a.n_experts, warp, s_list[warp], &n);
+    __syncthreads(); // the table and every warp's list
+    if (e >= 0)
+        for (int i = 0; i < n; i++)
+            down_tile<1, true>(a, e, r0, s_list[warp] + i, lut, h, &ys[0][0], MOE_ROWS_PER_WARP,
+                               r0);
+    __syncthreads();
+    if (threadIdx.x < MOE_ROWS_PER_WARP) {
+        const int c = r0 + threadIdx.x;
+        float acc = 0.0f;
+        for (int s = 0; s < KE; s++) {
+            const int ee = a.expert_ids[s];
+            if (ee < 0 || ee >= a.n_experts) continue;
+            acc = __fmaf_rn(a.expert_weights[s], ys[s][threadIdx.x], acc);
+        }
+        if (a.residual) acc = __fadd_rn(acc, ld_elem(a.residual, a.act, (size_t)c));
+        st_elem(a.out, a.act, (size_t)c, acc);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -706,10 +826,10 @@ extern "C" size_t ds_moe_workspace_bytes_v2(int n_rows, int dim, int inter, int 
 template <int V>
 static void moe_gemv_launch(const struct ds_moe_args *a, dim3 g1, dim3 g2, cudaStream_t st,
                             const int32_t *groups, const struct moe_ws &w) {
-    act_mxfp4w_moe_gate_up_swiglu<V><<<g1, MOE_THREADS, 0, st>>>(*a, groups, w.pairs, w.h);
-    DS_KERNEL_CHECK();
-    f32_mxfp4w_moe_down<V><<<g2, MOE_THREADS, 0, st>>>(*a, groups, w.pairs, w.h, w.y);
-    DS_KERNEL_CHECK();
+    ds_launch(act_mxfp4w_moe_gate_up_swiglu<V>, g1, dim3(MOE_THREADS), 0, st, *a, groups,
+              (const int32_t *)w.pairs, w.h);
+    ds_launch(f32_mxfp4w_moe_down<V>, g2, dim3(MOE_THREADS), 0, st, *a, groups,
+              (const int32_t *)w.pairs, (const float *)w.h, w.y);
 }
 
 extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream) {
@@ -764,8 +884,8 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
     // one grouping kernel lists them in the workspace.
     const bool small = (long long)T * KE <= MOE_SMALL_PAIRS;
     if (!small) {
-        moe_group_by_expert<<<1, 1024, 0, st>>>(a->expert_ids, T * KE, E, w.groups, w.pairs);
-        DS_KERNEL_CHECK();
+        ds_launch(moe_group_by_expert, dim3(1), dim3(1024), 0, st, a->expert_ids, T * KE, E,
+                  w.groups, w.pairs);
     }
     // Grid y: experts in use, at most min(E, T·KE); blocks past the device-side count exit at
     // once. An expert holds at most T pairs (a row selects it once), so T/64 chunks cover any
@@ -777,12 +897,19 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
     const dim3 g1(cu_blocks((size_t)2 * I, MOE_ROWS_PER_BLOCK), n_used_max, chunks);
     const dim3 g2(cu_blocks((size_t)C, MOE_ROWS_PER_BLOCK), n_used_max, chunks);
     const int32_t *groups = small ? NULL : w.groups;
+    if (T == 1 && KE <= MOE_WARPS) {
+        // Decode: gate_up, then down and combine fused (KE warps per 8 output features).
+        ds_launch(act_mxfp4w_moe_gate_up_swiglu<0>, g1, dim3(MOE_THREADS), 0, st, *a,
+                  (const int32_t *)NULL, (const int32_t *)w.pairs, w.h);
+        ds_launch(act_mxfp4w_moe_down_combine_1tok, dim3((unsigned)(C / MOE_ROWS_PER_WARP)),
+                  dim3((unsigned)(DS_WARP * KE)), 0, st, *a, (const float *)w.h);
+        return DS_OK;
+    }
     if (variant == 0) moe_gemv_launch<0>(a, g1, g2, st, groups, w);
     else if (variant == 1) moe_gemv_launch<1>(a, g1, g2, st, groups, w);
     else moe_gemv_launch<2>(a, g1, g2, st, groups, w);
     dim3 g3((unsigned)T, cu_blocks((size_t)C, 256));
-    act_moe_combine<<<g3, 256, 0, st>>>(*a, w.y);
-    DS_KERNEL_CHECK();
+    ds_launch(act_moe_combine, g3, dim3(256), 0, st, *a, (const float *)w.y);
     return DS_OK;
 }
 
