@@ -328,6 +328,9 @@ static int setup_case(struct bench_case *c, int idx, int T, const struct bench_m
         NEED(a->bias = buf_fill(c, B, (size_t)m->n_experts, -0.1f, 0.1f, s));
         NEED(a->expert_ids = buf_fill(c, F, (size_t)T * m->top_k, 0.0f, 0.0f, s));
         NEED(a->expert_weights = buf_fill(c, F, (size_t)T * m->top_k, 0.0f, 0.0f, s));
+        // The model's plan: the many-block path for few rows (ds_router_workspace_bytes).
+        a->workspace_bytes = ds_router_workspace_bytes(T, m->n_experts);
+        NEED(a->workspace = buf_fill(c, F, a->workspace_bytes / sizeof(float), 0.0f, 0.0f, s));
         c->bytes = 2.0 * ((double)m->n_experts * C + (double)T * C) + 8.0 * T * m->top_k;
         c->flops = 2.0 * T * (double)m->n_experts * C;
         return 1;
@@ -486,8 +489,9 @@ static void usage(FILE *f) {
                "  --trace (with --steps): times each step kind at each listed trace level in\n"
                "  alternating blocks (2 rounds of --iters steps per level), each step wrapped as\n"
                "  the run wraps it (one phase, then ds_trace_poll), and prints ms/step per level,\n"
-               "  the tokens/s lost against off (mean step time), and at level kernels a table\n"
-               "  of the CUPTI kernel records of the timed steps (warm-up steps excluded).\n"
+               "  the tokens/s lost against off (mean step time), the launch calls', trace calls'\n"
+               "  and GPU step times, and at level kernels a table of the CUPTI kernel records of\n"
+               "  the timed steps (warm-up steps excluded; exclusive and raw times).\n"
                "  All levels share one process and one model: CUPTI is enabled before the\n"
                "  backend when kernels is listed, and paused (its kinds disabled) for the off and\n"
                "  phases blocks; the modules and graphs stay instrumented then, so off is slightly\n"
@@ -673,13 +677,18 @@ static void load_dots(void *user, uint64_t done, uint64_t total) {
 // turn: off (no trace call; the kernels trace paused), phases (the phases trace: begin, call,
 // sync, end, poll) and kernels (the same on the kernels trace). A level's figure is the mean host
 // time per step (what tokens/s sees) and the median; the kernels blocks also pay their final
-// collect (every record they produced parsed; the forced flush charged for the share of a flush
-// period the block lasted, as a run pays one flush per period). Each kernel row the sink receives
-// whose step belongs to a timed kernels block goes into the table: launches per step, µs per step
-// (CUPTI start..end), and the share of the step: summed kernel time / summed GPU step time (the
-// phase's event pair of the same steps). The kernels trace numbers its steps apart (consecutive
-// ids), and the table (ds_trace_ktab) counts only rows of this kind's timed steps and phase, read
-// after the block's collect has drained the worker; any other row is counted apart and printed.
+// collect (every record they produced parsed; the forced flush charged for the share of one that
+// the run's poll policy gives the block: ds_trace_flush_share). Beside each level: the host time
+// of the launch calls, the recorder thread's time in the trace's calls (phase calls and polls,
+// stats.calls_ns) and the GPU step time (the phase's event pair), so that a level's cost splits
+// into launch, recorder and GPU parts. Each kernel row the sink receives whose step belongs to a
+// timed kernels block goes into the table: launches per step, µs per step exclusive (from
+// max(start, the end of the kernels before it on its stream) to end: under PDL kernels start
+// before their predecessor ends) and raw (CUPTI start..end), and the share of the step: summed
+// kernel time / summed GPU step time (the phase's event pair of the same steps). The kernels
+// trace numbers its steps apart (consecutive ids), and the table (ds_trace_ktab) counts only
+// rows of this kind's timed steps and phase, read after the block's collect has drained the
+// worker; any other row is counted apart and printed.
 
 #define TRACE_ROUNDS 2
 
@@ -697,14 +706,18 @@ static enum ds_rec_phase phase_of(enum step_kind k) {
 }
 
 // One traced step as the run does it: phase, the call, the sync, end, poll. *gpu_ns: the
-// phase's GPU time (0 when the poll gave none).
+// phase's GPU time (0 when the poll gave none); *launch_ms: host time of the call alone (the
+// launches, before the sync).
 static enum ds_status traced_step(struct step_ctx *c, ds_trace_t *t, uint64_t step,
-                                  enum step_kind k, int B, int iter, uint64_t *gpu_ns) {
+                                  enum step_kind k, int B, int iter, uint64_t *gpu_ns,
+                                  double *launch_ms) {
     *gpu_ns = 0;
     enum ds_status s = ds_trace_phase_begin(t, step, phase_of(k), k == SK_DSTEP ? 1 : 0,
                                             (unsigned)B);
     if (s) return s;
+    const double l0 = now_ms();
     s = step_once(c, k, B, iter);
+    *launch_ms = now_ms() - l0;
     if (!s) s = c->be->sync(c->be);
     enum ds_status e = ds_trace_phase_end(t);
     if (!s) s = e;
@@ -717,8 +730,14 @@ static enum ds_status traced_step(struct step_ctx *c, ds_trace_t *t, uint64_t st
 
 struct level_result {
     double mean_ms, median_ms;
-    uint64_t gpu_ns, steps, dropped; // kernels level: GPU step time summed, steps, records lost
+    double launch_ms;                // summed host time of the step calls alone (launches)
+    uint64_t gpu_ns, steps;          // phases/kernels: GPU step time summed (phase events), steps
+    uint64_t calls_ns;               // phases/kernels: the recorder thread's time in the trace's
+                                     //   phase calls and polls during the steps
+    uint64_t step_flushes;           // forced flushes the polls made during the steps
+    uint64_t dropped;                // kernels level: CUPTI records lost
     uint64_t parse_ns, flush_ns;     // kernels level: worker parse time, forced flushes' time
+    uint64_t collect_ns;             // kernels level: the closing collects as charged
 };
 
 // Times a step kind at every listed level; res[level]. times holds TRACE_ROUNDS * iters doubles
@@ -748,39 +767,52 @@ static enum ds_status time_step_levels(struct step_ctx *c, struct trace_bench *t
             if (tb->kernels) s = lv == DS_REC_TRACE_KERNELS ? ds_trace_resume(tb->kernels)
                                                             : ds_trace_pause(tb->kernels);
             double block = 0;
+            struct ds_trace_stats b0 = {0}, b1 = {0};
+            if (t) ds_trace_stats(t, &b0);
             for (int it = 0; it < iters && !s; it++) {
                 const double t0 = now_ms();
                 uint64_t g = 0;
+                double launch = 0;
                 if (!t) {
                     s = step_once(c, k, B, it + 2);
+                    launch = now_ms() - t0;
                     if (!s) s = c->be->sync(c->be);
                 } else if (lv == DS_REC_TRACE_KERNELS) {
                     ds_trace_ktab_set_end(tb->tab, tb->kstep + 1); // before its rows can come
-                    s = traced_step(c, t, tb->kstep++, k, B, it + 2, &g);
+                    s = traced_step(c, t, tb->kstep++, k, B, it + 2, &g, &launch);
                 } else {
-                    s = traced_step(c, t, tb->step_id++, k, B, it + 2, &g);
+                    s = traced_step(c, t, tb->step_id++, k, B, it + 2, &g, &launch);
                 }
                 const double ms = now_ms() - t0;
                 times[lv * TRACE_ROUNDS * iters + n[lv]++] = ms;
                 block += ms;
-                if (lv == DS_REC_TRACE_KERNELS) res[lv].gpu_ns += g, res[lv].steps++;
+                res[lv].launch_ms += launch;
+                res[lv].gpu_ns += g, res[lv].steps++;
+            }
+            if (t) {
+                ds_trace_stats(t, &b1);
+                res[lv].calls_ns += b1.calls_ns - b0.calls_ns;
+                res[lv].step_flushes += b1.flushes - b0.flushes;
             }
             if (!s && lv == DS_REC_TRACE_KERNELS) {
                 // Every record of the block drained now (the table needs them). Charged: the
-                // rows' conversion and sink, and the forced flush for the block's share of a
-                // flush period; not the wait for the worker, whose parse ran beside the steps.
-                struct ds_trace_stats a;
-                ds_trace_stats(t, &a);
+                // rows' conversion and sink, and the forced flush for the share of one that the
+                // run's poll policy gives the block (ds_trace_flush_share: its correlation
+                // entries over the table's flush load); not the wait for the worker, whose parse
+                // ran beside the steps.
                 const double t0 = now_ms();
                 s = ds_trace_collect(t, &tt, &nt);
                 const double total = now_ms() - t0;
                 ds_trace_stats(t, &st1);
-                double flush = (double)(st1.flush_ns - a.flush_ns) * 1e-6;
-                double wait = (double)(st1.wait_ns - a.wait_ns) * 1e-6;
+                double flush = (double)(st1.flush_ns - b1.flush_ns) * 1e-6;
+                double wait = (double)(st1.wait_ns - b1.wait_ns) * 1e-6;
                 if (flush > total) flush = total;
                 if (wait > total - flush) wait = total - flush;
-                const double share = block / 1000.0; // the default 1000 ms flush period
-                sum[lv] += total - flush - wait + flush * (share < 1.0 ? share : 1.0);
+                const double share =
+                    ds_trace_flush_share(t, &b0, &st1, (uint64_t)(block * 1e6));
+                const double charged = total - flush - wait + flush * share;
+                sum[lv] += charged;
+                res[lv].collect_ns += (uint64_t)(charged * 1e6);
             }
             sum[lv] += block;
         }
@@ -810,17 +842,34 @@ static void report_levels(const struct trace_bench *tb, const struct level_resul
     json_t *levels = row ? json_array() : NULL;
     for (int lv = 0; lv < 3; lv++) {
         if (!(tb->mask & (1u << lv))) continue;
-        const double over = off > 0 ? res[lv].mean_ms / off - 1.0 : 0.0;
+        const struct level_result *r = &res[lv];
+        const double over = off > 0 ? r->mean_ms / off - 1.0 : 0.0;
+        const double steps = r->steps ? (double)r->steps : 1.0;
+        const double launch_us = r->launch_ms * 1e3 / steps, calls_us = r->calls_ns / steps / 1e3;
+        const double gpu_us = r->gpu_ns / steps / 1e3;
         if (levels) {
-            json_t *o = json_pack("{s:s, s:f, s:f}", "trace", ds_trace_level_name(lv), "ms",
-                                  res[lv].mean_ms, "median_ms", res[lv].median_ms);
+            json_t *o = json_pack("{s:s, s:f, s:f, s:f}", "trace", ds_trace_level_name(lv), "ms",
+                                  r->mean_ms, "median_ms", r->median_ms, "launch_us", launch_us);
             if (off > 0) json_object_set_new(o, "overhead", json_real(over));
+            if (lv) {
+                json_object_set_new(o, "trace_calls_us", json_real(calls_us));
+                json_object_set_new(o, "gpu_us", json_real(gpu_us));
+                json_object_set_new(o, "step_flushes", json_integer((json_int_t)r->step_flushes));
+            }
             json_array_append_new(levels, o);
         } else {
             printf("  %-24s B %-3d graphs %-3s trace %-7s %9.3f ms/step (median %.3f)", kind, B,
-                   g ? "on" : "off", ds_trace_level_name(lv), res[lv].mean_ms,
-                   res[lv].median_ms);
+                   g ? "on" : "off", ds_trace_level_name(lv), r->mean_ms, r->median_ms);
             if (off > 0 && lv) printf("  %+.2f%% vs off", 100.0 * over);
+            // Where a step's time goes: the host's launch calls, the recorder thread's own
+            // trace calls (phase calls + poll), and the GPU's step (the phase's event pair).
+            printf("\n      launch calls %.1f us/step", launch_us);
+            if (lv)
+                printf(", trace calls (recorder thread) %.1f us/step, GPU step %.1f us, forced "
+                       "flushes in steps %llu",
+                       calls_us, gpu_us, (unsigned long long)r->step_flushes);
+            if (lv == DS_REC_TRACE_KERNELS)
+                printf(", closing collects charged %.1f us/step", r->collect_ns / steps / 1e3);
             putchar('\n');
         }
     }
@@ -832,39 +881,58 @@ static void report_levels(const struct trace_bench *tb, const struct level_resul
     int full = 0;
     const struct ds_trace_ktab_entry *e = ds_trace_ktab_entries(tb->tab, &n, &other, &full);
     const double steps = r->steps ? (double)r->steps : 1.0;
-    uint64_t kern_ns = 0;
-    for (size_t i = 0; i < n; i++) kern_ns += e[i].ns, launches += e[i].launches;
+    uint64_t kern_ns = 0, excl_ns = 0;
+    for (size_t i = 0; i < n; i++)
+        kern_ns += e[i].ns, excl_ns += e[i].excl_ns, launches += e[i].launches;
     const double gpu_us = (double)r->gpu_ns / steps / 1e3;
     json_t *arr = row ? json_array() : NULL;
+    // With programmatic dependent launch a kernel's CUPTI start is when its blocks launched,
+    // which can be before its predecessor ended (they wait at the grid dependency): raw
+    // durations overlap and their sum exceeds the step. "excl" counts a kernel from
+    // max(start, end of every earlier kernel on its stream) to its end: the exclusive times tile
+    // the stream's busy time and their sum never exceeds the GPU step.
     if (!row)
         printf("    kernels of %llu timed steps (API records %s): GPU step %.1f us, %.2f launches, "
-               "kernels %.1f us (%.1f%%), %llu CUPTI records dropped, %llu rows of other steps "
-               "ignored; worker parse %.1f us/step, forced flushes %.1f us/step%s\n"
-               "    %-60s %9s %10s %7s\n",
+               "kernels %.1f us exclusive (%.1f%%), %.1f us raw (%.1f%%), %llu CUPTI records "
+               "dropped, %llu rows of other steps ignored; worker parse %.1f us/step (other "
+               "thread), forced flushes %.1f us/step (closing collects included, charged above "
+               "by share)%s%s\n"
+               "    excl = from max(start, previous kernel's end on its stream) to end (under PDL "
+               "a kernel starts, and waits, before its predecessor ends); raw = CUPTI start to "
+               "end\n"
+               "    %-60s %9s %10s %7s %10s %7s\n",
                (unsigned long long)r->steps,
                ds_trace_api_name(ds_trace_api_records(tb->kernels)), gpu_us,
-               (double)launches / steps, (double)kern_ns / steps / 1e3,
+               (double)launches / steps, (double)excl_ns / steps / 1e3,
+               r->gpu_ns ? 100.0 * excl_ns / r->gpu_ns : 0.0, (double)kern_ns / steps / 1e3,
                r->gpu_ns ? 100.0 * kern_ns / r->gpu_ns : 0.0, (unsigned long long)r->dropped,
                (unsigned long long)other, (double)r->parse_ns / steps / 1e3,
-               (double)r->flush_ns / steps / 1e3, full ? " (table full: rest in the last row)" : "",
-               "kernel", "launches", "us/step", "share");
+               (double)r->flush_ns / steps / 1e3,
+               (full & 1) ? " (table full: rest in the last row)" : "",
+               (full & 2) ? " (out of memory: exclusive times partial)" : "", "kernel",
+               "launches", "excl us", "share", "raw us", "share");
     for (size_t i = 0; i < n; i++) {
         const double lps = (double)e[i].launches / steps, us = (double)e[i].ns / steps / 1e3;
+        const double xus = (double)e[i].excl_ns / steps / 1e3;
         const double share = r->gpu_ns ? (double)e[i].ns / (double)r->gpu_ns : 0.0;
+        const double xshare = r->gpu_ns ? (double)e[i].excl_ns / (double)r->gpu_ns : 0.0;
         if (arr)
-            json_array_append_new(arr, json_pack("{s:s, s:f, s:f, s:f}", "kernel", e[i].name,
-                                                 "launches_per_step", lps, "us_per_step", us,
-                                                 "share", share));
+            json_array_append_new(arr, json_pack("{s:s, s:f, s:f, s:f, s:f, s:f}", "kernel",
+                                                 e[i].name, "launches_per_step", lps,
+                                                 "excl_us_per_step", xus, "excl_share", xshare,
+                                                 "us_per_step", us, "share", share));
         else
-            printf("    %-60s %9.2f %10.2f %6.1f%%\n", e[i].name, lps, us, 100.0 * share);
+            printf("    %-60s %9.2f %10.2f %6.1f%% %10.2f %6.1f%%\n", e[i].name, lps, xus,
+                   100.0 * xshare, us, 100.0 * share);
     }
     if (row) {
         json_t *o = json_pack(
-            "{s:s, s:I, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:o}", "api_records",
+            "{s:s, s:I, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:o}", "api_records",
             ds_trace_api_name(ds_trace_api_records(tb->kernels)), "steps", (json_int_t)r->steps,
             "gpu_us_per_step", gpu_us, "launches_per_step", (double)launches / steps,
-            "kernel_us_per_step", (double)kern_ns / steps / 1e3, "dropped_records",
-            (json_int_t)r->dropped, "other_rows", (json_int_t)other, "parse_us_per_step",
+            "kernel_excl_us_per_step", (double)excl_ns / steps / 1e3, "kernel_us_per_step",
+            (double)kern_ns / steps / 1e3, "dropped_records", (json_int_t)r->dropped,
+            "other_rows", (json_int_t)other, "parse_us_per_step",
             (double)r->parse_ns / steps / 1e3, "flush_us_per_step",
             (double)r->flush_ns / steps / 1e3, "kernels", arr);
         json_object_set_new(row, "kernel_table", o);

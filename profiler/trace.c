@@ -40,16 +40,16 @@
 #include "ds/check.h"
 #include "ds/device.h"
 
-#define DEFAULT_BUFFER_BYTES ((size_t)4 << 20)
+#define DEFAULT_BUFFER_BYTES ((size_t)1 << 20) // a few steps of a real model's records
 #define DEFAULT_MAX_BUFFER_BYTES ((size_t)128 << 20)
 #define DEFAULT_MAX_RANGES 8192
 #define MAX_DEPTH 8
 #define EXT_STEP_MAX ((UINT64_C(1) << 47) - 1)
 #define EXT_TAG (UINT64_C(1) << 63)
-#define CORR_BITS 17 // 131072 slots per table: several steps of a 120b model's launches
+#define CORR_BITS 18 // 262144 slots per table: hundreds of steps of a 120b model's launches
 #define CORR_FLUSH_LOAD ((size_t)1 << (CORR_BITS - 1)) // poll forces a flush at half load
+#define WAIT_FLUSH_LOAD ((size_t)1 << 18) // ... or when this many kernels wait for their id
 #define WAIT_FLUSHES 2 // forced flushes a kernel record waits for its external correlation
-#define DEFAULT_FLUSH_MS 1000
 #define MAX_MARKS 8 // ageing/discard markers queued and not yet passed by the worker
 #define ANCHOR_PERIOD_NS UINT64_C(100000000) // poll re-anchors phase events every 100 ms at most
 
@@ -78,6 +78,7 @@ struct open_phase {
 struct pend_range {
     struct ds_rec_range row; // times filled at collect
     bool closed;
+    bool shared_begin; // begins at the end event of the range just before it (ds_trace_phase_next)
 };
 
 struct corr_entry {
@@ -151,10 +152,12 @@ struct ds_trace {
     struct waiting_kernel *ready; // resolved rows published for the recorder's thread
     size_t n_ready, cap_ready;
     size_t corr_load_pub;               // corr_load as last published
-    uint64_t w_unattributed, w_drains, w_parse_ns;
+    size_t waiting_pub;                 // n_waiting as last published
+    uint64_t w_unattributed, w_drains, w_parse_ns, w_correlations;
     size_t w_nomem;                     // records the worker had no memory for (0: none)
     struct corr_entry *corr_cur, *corr_prev; // worker only
     size_t corr_load;                        // worker only: entries in corr_cur
+    uint64_t corr_made;                      // worker only: entries made since create
     struct waiting_kernel *waiting;          // worker only
     size_t n_waiting, cap_waiting;
     struct waiting_kernel *wout;             // worker only: rows resolved, not yet published
@@ -670,7 +673,6 @@ enum ds_status ds_trace_create(enum ds_rec_trace_level level, ds_recorder_t *rec
     if (!o.buffer_bytes) o.buffer_bytes = DEFAULT_BUFFER_BYTES;
     if (!o.max_buffer_bytes) o.max_buffer_bytes = DEFAULT_MAX_BUFFER_BYTES;
     if (!o.max_ranges) o.max_ranges = DEFAULT_MAX_RANGES;
-    if (!o.flush_ms) o.flush_ms = DEFAULT_FLUSH_MS;
     if (o.buffer_bytes % 8 || o.buffer_bytes < 4096 || o.max_buffer_bytes < o.buffer_bytes ||
         o.max_ranges > ((size_t)1 << 24) || o.api_records < DS_TRACE_API_UNSET ||
         o.api_records > DS_TRACE_API_ALL)
@@ -799,7 +801,23 @@ void ds_trace_stats(const ds_trace_t *t, struct ds_trace_stats *out) {
     out->unattributed += t->w_unattributed;
     out->drains = t->w_drains;
     out->parse_ns = t->w_parse_ns;
+    out->correlations = t->w_correlations;
     pthread_mutex_unlock(&g_mu);
+}
+
+double ds_trace_flush_share(const ds_trace_t *t, const struct ds_trace_stats *before,
+                            const struct ds_trace_stats *after, uint64_t elapsed_ns) {
+    if (!t || !before || !after || t->level != DS_REC_TRACE_KERNELS) return 0.0;
+    // Poll's policy: one forced flush per CORR_FLUSH_LOAD correlation entries (and per flush_ms
+    // when set); the final collect of a run is one flush for the whole run, about nothing a step.
+    double share = after->correlations > before->correlations
+                       ? (double)(after->correlations - before->correlations) / CORR_FLUSH_LOAD
+                       : 0.0;
+    if (t->opt.flush_ms) {
+        const double p = (double)elapsed_ns / ((double)t->opt.flush_ms * 1e6);
+        if (p > share) share = p;
+    }
+    return share < 1.0 ? share : 1.0;
 }
 
 enum ds_status ds_trace_set_stream(ds_trace_t *t, void *stream) {
@@ -819,15 +837,21 @@ static bool recording(const ds_trace_t *t) {
 
 static bool correlating(const ds_trace_t *t) { return t->cupti_on && !t->paused; }
 
-enum ds_status ds_trace_phase_begin(ds_trace_t *t, uint64_t step, enum ds_rec_phase phase,
-                                    unsigned draft_step, unsigned batch) {
-    if (!t) return DS_OK;
-    if ((unsigned)phase >= DS_REC_PHASE_COUNT || draft_step > 255 ||
-        (phase == DS_REC_PHASE_DRAFT_STEP) != (draft_step != 0) || step > EXT_STEP_MAX)
-        return ds_error_set(DS_ERR_ARG, "trace: bad phase %d / draft step %u / step %llu",
-                            (int)phase, draft_step, (unsigned long long)step);
-    if (t->depth == MAX_DEPTH)
-        return ds_error_set(DS_ERR_ARG, "trace: phases nested deeper than %d", MAX_DEPTH);
+static bool phase_args_ok(uint64_t step, enum ds_rec_phase phase, unsigned draft_step) {
+    return (unsigned)phase < DS_REC_PHASE_COUNT && draft_step <= 255 &&
+           (phase == DS_REC_PHASE_DRAFT_STEP) == (draft_step != 0) && step <= EXT_STEP_MAX;
+}
+
+static enum ds_status bad_phase(uint64_t step, enum ds_rec_phase phase, unsigned draft_step) {
+    return ds_error_set(DS_ERR_ARG, "trace: bad phase %d / draft step %u / step %llu", (int)phase,
+                        draft_step, (unsigned long long)step);
+}
+
+// Pushes a phase (arguments checked, depth < MAX_DEPTH): NVTX, external id, and a pending range
+// whose begin event is recorded here, or, when `shared_from` >= 0, is the end event just
+// recorded for the range in that slot (the last one), so nothing more is recorded.
+static void push_phase(ds_trace_t *t, uint64_t step, enum ds_rec_phase phase, unsigned draft_step,
+                       unsigned batch, int32_t shared_from) {
     struct open_phase *p = &t->stack[t->depth++];
     p->step = step;
     p->batch = batch > UINT16_MAX ? UINT16_MAX : (uint16_t)batch;
@@ -850,28 +874,27 @@ enum ds_status ds_trace_phase_begin(ds_trace_t *t, uint64_t step, enum ds_rec_ph
             CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, ds_trace_ext_id(step, phase, draft_step)));
         p->pushed = true;
     }
-    if (!recording(t)) return DS_OK;
+    if (!recording(t)) return;
     if (t->n_pend == t->opt.max_ranges) {
         t->st.dropped_ranges++;
-    } else {
-        p->slot = (int32_t)t->n_pend++;
-        struct pend_range *r = &t->pend[p->slot];
-        memset(r, 0, sizeof *r);
-        r->row.step = step;
-        r->row.batch_size = p->batch;
-        r->row.phase = p->phase;
-        r->row.draft_step = p->draft_step;
-        DS_CUDA_CHECK(cudaEventRecord(t->ev_begin[p->slot], t->stream));
+        return;
     }
-    return DS_OK;
+    p->slot = (int32_t)t->n_pend++;
+    struct pend_range *r = &t->pend[p->slot];
+    memset(r, 0, sizeof *r);
+    r->row.step = step;
+    r->row.batch_size = p->batch;
+    r->row.phase = p->phase;
+    r->row.draft_step = p->draft_step;
+    r->shared_begin = shared_from >= 0 && shared_from == p->slot - 1;
+    if (!r->shared_begin) DS_CUDA_CHECK(cudaEventRecord(t->ev_begin[p->slot], t->stream));
 }
 
-enum ds_status ds_trace_phase_end(ds_trace_t *t) {
-    if (!t) return DS_OK;
-    if (t->depth == 0) return ds_error_set(DS_ERR_ARG, "trace: phase end without a phase begin");
+// Pops the innermost phase; `record_end`: its end event is recorded (else the caller did).
+static void pop_phase(ds_trace_t *t, bool record_end) {
     struct open_phase *p = &t->stack[--t->depth];
     if (p->slot >= 0) {
-        DS_CUDA_CHECK(cudaEventRecord(t->ev_end[p->slot], t->stream));
+        if (record_end) DS_CUDA_CHECK(cudaEventRecord(t->ev_end[p->slot], t->stream));
         t->pend[p->slot].closed = true;
     }
     if (p->pushed) {
@@ -880,6 +903,44 @@ enum ds_status ds_trace_phase_end(ds_trace_t *t) {
             cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &id));
     }
     nvtxRangePop();
+}
+
+enum ds_status ds_trace_phase_begin(ds_trace_t *t, uint64_t step, enum ds_rec_phase phase,
+                                    unsigned draft_step, unsigned batch) {
+    if (!t) return DS_OK;
+    if (!phase_args_ok(step, phase, draft_step)) return bad_phase(step, phase, draft_step);
+    if (t->depth == MAX_DEPTH)
+        return ds_error_set(DS_ERR_ARG, "trace: phases nested deeper than %d", MAX_DEPTH);
+    const uint64_t a = t->level != DS_REC_TRACE_OFF ? mono_ns() : 0; // off: nothing to count
+    push_phase(t, step, phase, draft_step, batch, -1);
+    if (a) t->st.calls_ns += mono_ns() - a;
+    return DS_OK;
+}
+
+enum ds_status ds_trace_phase_end(ds_trace_t *t) {
+    if (!t) return DS_OK;
+    if (t->depth == 0) return ds_error_set(DS_ERR_ARG, "trace: phase end without a phase begin");
+    const uint64_t a = t->level != DS_REC_TRACE_OFF ? mono_ns() : 0;
+    pop_phase(t, true);
+    if (a) t->st.calls_ns += mono_ns() - a;
+    return DS_OK;
+}
+
+enum ds_status ds_trace_phase_next(ds_trace_t *t, uint64_t step, enum ds_rec_phase phase,
+                                   unsigned draft_step, unsigned batch) {
+    if (!t) return DS_OK;
+    if (!phase_args_ok(step, phase, draft_step)) return bad_phase(step, phase, draft_step);
+    if (t->depth == 0) return ds_error_set(DS_ERR_ARG, "trace: phase next without an open phase");
+    const uint64_t a = t->level != DS_REC_TRACE_OFF ? mono_ns() : 0;
+    // One event is both the closing phase's end and the next one's begin, when the closing
+    // phase's range is the last one pending (the next range then directly follows it).
+    const int32_t slot = t->stack[t->depth - 1].slot;
+    const bool share = slot >= 0 && (size_t)slot + 1 == t->n_pend && recording(t) &&
+                       t->n_pend < t->opt.max_ranges;
+    if (slot >= 0) DS_CUDA_CHECK(cudaEventRecord(t->ev_end[slot], t->stream));
+    pop_phase(t, false);
+    push_phase(t, step, phase, draft_step, batch, share ? slot : -1);
+    if (a) t->st.calls_ns += mono_ns() - a;
     return DS_OK;
 }
 
@@ -904,11 +965,21 @@ static enum ds_status grow(void **p, size_t *cap, size_t need, size_t elem) {
                : ds_error_set(DS_ERR_NOMEM, "trace: out of memory for %zu records", need);
 }
 
-// Closed ranges → rows (session time); open ones move to the front with their events.
+// Closed ranges → rows (session time); open ones move to the front with their events. A range
+// that begins at its predecessor's end event (shared_begin) sits right after it: both closed, the
+// predecessor's row is the previous one and its end is this range's start; an open one takes the
+// shared event as its own begin event before it moves (the predecessor, closed, is done with).
 static enum ds_status collect_ranges(ds_trace_t *t) {
     t->n_ranges_out = 0;
     size_t keep = 0;
     for (size_t i = 0; i < t->n_pend; i++) {
+        if (!t->pend[i].closed && t->pend[i].shared_begin) {
+            DS_ASSERT(i > 0 && t->pend[i - 1].closed);
+            cudaEvent_t b = t->ev_begin[i];
+            t->ev_begin[i] = t->ev_end[i - 1];
+            t->ev_end[i - 1] = b;
+            t->pend[i].shared_begin = false;
+        }
         if (!t->pend[i].closed) {
             // An open phase: keep it (and its slot on the stack) for the next collect.
             if (keep != i) {
@@ -926,15 +997,23 @@ static enum ds_status collect_ranges(ds_trace_t *t) {
             keep++;
             continue;
         }
+        // The predecessor of a shared range is closed, so it was the previous row made here.
+        const bool shared = t->pend[i].shared_begin;
+        DS_ASSERT(!shared || (i > 0 && t->pend[i - 1].closed && t->n_ranges_out > 0));
+        cudaEvent_t begin = shared ? t->ev_end[i - 1] : t->ev_begin[i];
         float begin_ms = 0, dur_ms = 0;
         cudaError_t e = cudaEventSynchronize(t->ev_end[i]);
-        if (e == cudaSuccess) e = cudaEventElapsedTime(&begin_ms, t->anchor, t->ev_begin[i]);
-        if (e == cudaSuccess) e = cudaEventElapsedTime(&dur_ms, t->ev_begin[i], t->ev_end[i]);
+        if (e == cudaSuccess && !shared) e = cudaEventElapsedTime(&begin_ms, t->anchor, begin);
+        if (e == cudaSuccess) e = cudaEventElapsedTime(&dur_ms, begin, t->ev_end[i]);
         if (e != cudaSuccess) return cuda_fail(e, "phase event");
         struct ds_rec_range *row = &t->ranges_out[t->n_ranges_out++];
         *row = t->pend[i].row;
-        int64_t start = (int64_t)t->anchor_ns + (int64_t)((double)begin_ms * 1e6);
-        row->start_ns = start > 0 ? (uint64_t)start : 0;
+        if (shared) {
+            row->start_ns = row[-1].end_ns;
+        } else {
+            int64_t start = (int64_t)t->anchor_ns + (int64_t)((double)begin_ms * 1e6);
+            row->start_ns = start > 0 ? (uint64_t)start : 0;
+        }
         row->end_ns = row->start_ns + (uint64_t)((double)(dur_ms > 0 ? dur_ms : 0) * 1e6);
     }
     t->n_pend = keep;
@@ -982,7 +1061,7 @@ static size_t parse_buffer(ds_trace_t *t, const struct done_buf *b) {
                 (const CUpti_ActivityExternalCorrelation *)rec;
             if (x->externalKind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0 &&
                 corr_put(t->corr_cur, x->correlationId, x->externalId) == 1)
-                t->corr_load++;
+                t->corr_load++, t->corr_made++;
         }
     }
     return lost;
@@ -1084,6 +1163,8 @@ static void *worker_main(void *arg) {
         t->w_unattributed += unattributed;
         t->w_parse_ns += dt;
         t->corr_load_pub = t->corr_load;
+        t->waiting_pub = t->n_waiting;
+        t->w_correlations = t->corr_made;
         if (b.mark) {
             t->marks_done++;
             pthread_cond_broadcast(&t->idle);
@@ -1183,8 +1264,12 @@ static enum ds_status take_rows(ds_trace_t *t) {
     return DS_OK;
 }
 
-// Kernel rows: a forced flush (and a wait for the worker) when `force`; poll flushes only when
-// flush_ms have passed or the correlation table is half full, and never waits.
+// Kernel rows: a forced flush (and a wait for the worker) when `force`. Poll never waits, and
+// forces a flush only when the worker's join state needs an ageing point: the correlation table
+// half full, or too many kernel records waiting for their id (kernels launched outside every
+// phase never get one); or, when the caller set flush_ms, once that period has passed. Otherwise
+// rows arrive as CUPTI completes buffers on its own (a forced flush costs the recorder's thread
+// milliseconds; a completed buffer costs it nothing).
 static enum ds_status gather_kernels(ds_trace_t *t, bool force) {
     t->n_kernels_out = 0;
     if (!t->cupti_on) return DS_OK;
@@ -1192,10 +1277,12 @@ static enum ds_status gather_kernels(ds_trace_t *t, bool force) {
     if (!flush) {
         pthread_mutex_lock(&g_mu);
         const uint64_t pending = t->marks_queued - t->marks_done;
-        const bool full = t->corr_load_pub >= CORR_FLUSH_LOAD && pending == 0;
+        const bool full = (t->corr_load_pub >= CORR_FLUSH_LOAD ||
+                           t->waiting_pub >= WAIT_FLUSH_LOAD) && pending == 0;
         pthread_mutex_unlock(&g_mu);
-        flush = pending < MAX_MARKS - 1 &&
-                (full || mono_ns() - t->last_flush >= (uint64_t)t->opt.flush_ms * 1000000u);
+        const bool period = t->opt.flush_ms &&
+                            mono_ns() - t->last_flush >= (uint64_t)t->opt.flush_ms * 1000000u;
+        flush = pending < MAX_MARKS - 1 && (full || period);
     }
     enum ds_status st = flush ? flush_mark(t, MARK_AGE, force) : DS_OK;
     return st ? st : take_rows(t);
@@ -1234,14 +1321,24 @@ static enum ds_status gather(ds_trace_t *t, bool force, const struct ds_trace_st
     return DS_OK;
 }
 
+// gather, its time on the recorder's thread counted (stats.calls_ns).
+static enum ds_status gather_timed(ds_trace_t *t, bool force,
+                                   const struct ds_trace_step_times **times_out, size_t *n_out) {
+    const bool timed = t && t->level != DS_REC_TRACE_OFF;
+    const uint64_t a = timed ? mono_ns() : 0;
+    enum ds_status st = gather(t, force, times_out, n_out);
+    if (timed) t->st.calls_ns += mono_ns() - a;
+    return st;
+}
+
 enum ds_status ds_trace_collect(ds_trace_t *t, const struct ds_trace_step_times **times_out,
                                 size_t *n_out) {
-    return gather(t, true, times_out, n_out);
+    return gather_timed(t, true, times_out, n_out);
 }
 
 enum ds_status ds_trace_poll(ds_trace_t *t, const struct ds_trace_step_times **times_out,
                              size_t *n_out) {
-    return gather(t, false, times_out, n_out);
+    return gather_timed(t, false, times_out, n_out);
 }
 
 enum ds_status ds_trace_set_kernel_sink(ds_trace_t *t, ds_trace_kernel_sink sink, void *user) {
@@ -1309,34 +1406,59 @@ enum ds_status ds_trace_resume(ds_trace_t *t) {
 // Per-kernel table
 
 #define KTAB_MAX 512
-#define KTAB_CACHE 1024 // CUPTI name pointer → entry (direct-mapped)
+#define KTAB_CACHE 1024             // CUPTI name pointer → entry (direct-mapped)
+#define KTAB_ROWS0 ((size_t)1 << 16) // rows held for the exclusive times before growing
+
+// A counted row, kept for the exclusive times (computed when the entries are read).
+struct ktab_row {
+    uint64_t start, end;
+    uint32_t stream, idx;
+};
 
 struct ds_trace_ktab {
     struct ds_trace_ktab_entry e[KTAB_MAX];
     struct ds_trace_ktab_entry sorted[KTAB_MAX];
     size_t n;
-    bool full;
+    int full; // 1: names beyond KTAB_MAX; 2: rows lost for want of memory
     uint64_t lo, hi, other;
     unsigned phase, dstep;
     struct {
         const char *p;
         size_t idx;
     } cache[KTAB_CACHE];
+    struct ktab_row *rows; // kept across resets
+    size_t n_rows, cap_rows;
 };
 
 enum ds_status ds_trace_ktab_create(ds_trace_ktab_t **out) {
     if (!out) return ds_error_set(DS_ERR_ARG, "kernel table: NULL argument");
-    *out = calloc(1, sizeof **out);
-    return *out ? DS_OK : ds_error_set(DS_ERR_NOMEM, "kernel table: out of memory");
+    ds_trace_ktab_t *k = calloc(1, sizeof *k);
+    if (k) k->rows = malloc(KTAB_ROWS0 * sizeof *k->rows);
+    if (!k || !k->rows) {
+        free(k);
+        *out = NULL;
+        return ds_error_set(DS_ERR_NOMEM, "kernel table: out of memory");
+    }
+    k->cap_rows = KTAB_ROWS0;
+    *out = k;
+    return DS_OK;
 }
 
-void ds_trace_ktab_release(ds_trace_ktab_t *k) { free(k); }
+void ds_trace_ktab_release(ds_trace_ktab_t *k) {
+    if (!k) return;
+    free(k->rows);
+    free(k);
+}
 
 void ds_trace_ktab_reset(ds_trace_ktab_t *k, uint64_t step_lo, uint64_t step_hi,
                          enum ds_rec_phase phase, unsigned draft_step) {
     if (!k) return;
     // Every entry and the name cache go: an entry made later starts from zero counts.
+    struct ktab_row *rows = k->rows;
+    const size_t cap = k->cap_rows;
     memset(k, 0, sizeof *k);
+    k->rows = rows;
+    k->cap_rows = cap;
     k->lo = step_lo;
     k->hi = step_hi;
     k->phase = (unsigned)phase;
@@ -1366,7 +1488,7 @@ void ds_trace_ktab_sink(void *user, const struct ds_rec_kernel *row, const char 
         }
         if (i == k->n) {
             if (k->n == KTAB_MAX) {
-                k->full = true;
+                k->full |= 1;
                 i = KTAB_MAX - 1; // the last entry takes the rest
                 snprintf(k->e[i].name, sizeof k->e[i].name, "(other kernels)");
             } else {
@@ -1379,11 +1501,41 @@ void ds_trace_ktab_sink(void *user, const struct ds_rec_kernel *row, const char 
     }
     k->e[i].launches++;
     k->e[i].ns += row->end_ns > row->start_ns ? row->end_ns - row->start_ns : 0;
+    // Growth is rare (doubling) and happens between steps, in a poll.
+    if (grow_to((void **)&k->rows, &k->cap_rows, k->n_rows + 1, sizeof *k->rows))
+        k->rows[k->n_rows++] = (struct ktab_row){row->start_ns, row->end_ns, row->stream,
+                                                 (uint32_t)i};
+    else
+        k->full |= 2;
+}
+
+static int ktab_row_cmp(const void *a, const void *b) {
+    const struct ktab_row *x = a, *y = b;
+    if (x->stream != y->stream) return x->stream < y->stream ? -1 : 1;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
 }
 
 static int ktab_cmp(const void *a, const void *b) {
     const struct ds_trace_ktab_entry *x = a, *y = b;
+    if (x->excl_ns != y->excl_ns) return x->excl_ns < y->excl_ns ? 1 : -1;
     return x->ns < y->ns ? 1 : x->ns > y->ns ? -1 : strcmp(x->name, y->name);
+}
+
+// Exclusive time: per stream in start order, the part of [start, end] after every earlier
+// kernel's end. Under programmatic dependent launch a kernel's blocks start (and wait) before
+// its predecessor ends; this counts each instant of the stream's busy time once.
+static void ktab_exclusive(ds_trace_ktab_t *k) {
+    for (size_t i = 0; i < k->n; i++) k->e[i].excl_ns = 0;
+    qsort(k->rows, k->n_rows, sizeof *k->rows, ktab_row_cmp);
+    uint64_t busy_to = 0;
+    for (size_t i = 0; i < k->n_rows; i++) {
+        const struct ktab_row *r = &k->rows[i];
+        if (i == 0 || r->stream != k->rows[i - 1].stream) busy_to = 0;
+        const uint64_t from = r->start > busy_to ? r->start : busy_to;
+        if (r->end > from) k->e[r->idx].excl_ns += r->end - from;
+        if (r->end > busy_to) busy_to = r->end;
+    }
 }
 
 const struct ds_trace_ktab_entry *ds_trace_ktab_entries(ds_trace_ktab_t *k, size_t *n_out,
@@ -1392,6 +1544,7 @@ const struct ds_trace_ktab_entry *ds_trace_ktab_entries(ds_trace_ktab_t *k, size
     if (other_out) *other_out = 0;
     if (full_out) *full_out = 0;
     if (!k) return NULL;
+    ktab_exclusive(k);
     // A sorted copy: the entries keep their places for the name cache.
     memcpy(k->sorted, k->e, k->n * sizeof k->e[0]);
     qsort(k->sorted, k->n, sizeof k->sorted[0], ktab_cmp);
@@ -1527,6 +1680,8 @@ enum ds_status ds_trace_measure_overhead(ds_trace_t *t, ds_gptoss_t *target, uin
     size_t nt = 0;
     // Start from an empty trace so the final drain holds only the traced steps' records.
     if (!st) st = gather(t, true, &times, &nt);
+    struct ds_trace_stats s0;
+    ds_trace_stats(t, &s0);
     for (int r = 0; r < rounds && !st; r++) {
         // Paused block, then traced block: alternating blocks cancel slow drifts (clocks, heat).
         if ((st = ds_trace_pause(t))) break;
@@ -1548,16 +1703,18 @@ enum ds_status ds_trace_measure_overhead(ds_trace_t *t, ds_gptoss_t *target, uin
         }
     }
     if (!st && t->cupti_on) {
-        // The final collect: the forced flush is charged for the share of a flush period the
-        // traced steps lasted (a run flushes once per period), the rows' conversion in full; the
-        // wait for the worker is not (its parse runs beside the steps; a worker that fell behind
+        // The final collect: the forced flush is charged for the share of one that poll's policy
+        // gives the traced steps (ds_trace_flush_share), the rows' conversion in full; the wait
+        // for the worker is not (its parse runs beside the steps; a worker that fell behind
         // would show as dropped records).
         uint64_t a = mono_ns();
         st = gather(t, true, &times, &nt);
         uint64_t total = mono_ns() - a, flush = t->flush_cost_ns < total ? t->flush_cost_ns : total;
         uint64_t wait = t->wait_cost_ns < total - flush ? t->wait_cost_ns : total - flush;
-        double period = (double)t->opt.flush_ms * 1e6, share = (double)on / period;
-        on += total - flush - wait + (uint64_t)((double)flush * (share < 1.0 ? share : 1.0));
+        struct ds_trace_stats s1;
+        ds_trace_stats(t, &s1);
+        const double share = ds_trace_flush_share(t, &s0, &s1, on);
+        on += total - flush - wait + (uint64_t)((double)flush * share);
     }
     if (!st) *overhead_out = off ? (double)on / (double)off - 1.0 : 0.0;
 cleanup:

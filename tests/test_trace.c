@@ -75,6 +75,8 @@ static void level_off_records_nothing(void) {
             EXPECT_OK(ds_trace_phase_end(t));
         }
         EXPECT_OK(ds_trace_phase_begin(t, step, DS_REC_PHASE_VERIFY, 0, 4));
+        EXPECT_OK(ds_trace_phase_next(t, step, DS_REC_PHASE_SAMPLE, 0, 4));
+        EXPECT_OK(ds_trace_phase_next(t, step, DS_REC_PHASE_ACCEPT, 0, 4));
         EXPECT_OK(ds_trace_phase_end(t));
         const struct ds_trace_step_times *times = (const void *)1;
         size_t n = 99;
@@ -105,6 +107,8 @@ static void level_off_records_nothing(void) {
 static void null_trace_is_a_no_op(void) {
     EXPECT_OK(ds_trace_phase_begin(NULL, 1, DS_REC_PHASE_VERIFY, 0, 1));
     EXPECT_OK(ds_trace_phase_end(NULL));
+    EXPECT_OK(ds_trace_phase_next(NULL, 1, DS_REC_PHASE_ACCEPT, 0, 1));
+    EXPECT(ds_trace_flush_share(NULL, NULL, NULL, 1000) == 0.0);
     const struct ds_trace_step_times *times = NULL;
     size_t n = 5;
     EXPECT_OK(ds_trace_collect(NULL, &times, &n));
@@ -152,6 +156,15 @@ static void bad_arguments_are_refused(void) {
     EXPECT_ERROR_HAS("deeper than 8");
     EXPECT_STATUS(ds_trace_pause(t), DS_ERR_ARG); // a phase is open
     for (int i = 0; i < 8; i++) EXPECT_OK(ds_trace_phase_end(t));
+    EXPECT_STATUS(ds_trace_phase_end(t), DS_ERR_ARG);
+    // phase_next needs an open phase, and checks the next phase's arguments before it closes
+    // anything: after the refusal the phase is still open (one end closes it, a second fails).
+    EXPECT_STATUS(ds_trace_phase_next(t, 3, DS_REC_PHASE_ACCEPT, 0, 1), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("without an open phase");
+    EXPECT_OK(ds_trace_phase_begin(t, 3, DS_REC_PHASE_VERIFY, 0, 1));
+    EXPECT_STATUS(ds_trace_phase_next(t, 3, DS_REC_PHASE_DRAFT_STEP, 0, 1), DS_ERR_ARG);
+    EXPECT_OK(ds_trace_phase_next(t, 3, DS_REC_PHASE_SAMPLE, 0, 1));
+    EXPECT_OK(ds_trace_phase_end(t));
     EXPECT_STATUS(ds_trace_phase_end(t), DS_ERR_ARG);
     EXPECT_OK(ds_trace_pause(t));
     EXPECT_OK(ds_trace_resume(t));
@@ -334,12 +347,16 @@ static void kernel_names_shorten(void) {
     EXPECT_EQ_STR(ds_trace_short_name(NULL, out, sizeof out), "");
 }
 
-// A kernel row of (step, phase, draft step) lasting ns.
+// A kernel row of (step, phase, draft step) lasting ns, after every row made before it (one
+// stream, no overlap: each row's exclusive time is its duration).
 static struct ds_rec_kernel krow(uint64_t step, enum ds_rec_phase phase, unsigned dstep,
                                  uint64_t ns) {
+    static uint64_t clock = 1000;
+    const uint64_t start = clock;
+    clock += ns + 1;
     return (struct ds_rec_kernel){.step = step, .phase = (uint8_t)phase,
-                                  .draft_step = (uint8_t)dstep, .start_ns = 1000,
-                                  .end_ns = 1000 + ns};
+                                  .draft_step = (uint8_t)dstep, .start_ns = start,
+                                  .end_ns = start + ns};
 }
 
 // The bench's per-kernel table: rows of two step kinds fed one after the other through the same
@@ -359,7 +376,9 @@ static void kernel_table_counts_its_own_steps(void) {
         ds_trace_ktab_set_end(k, step + 1);
         struct ds_rec_kernel r = krow(step, DS_REC_PHASE_VERIFY, 0, 10);
         ds_trace_ktab_sink(k, &r, n_mm);
+        r = krow(step, DS_REC_PHASE_VERIFY, 0, 10);
         ds_trace_ktab_sink(k, &r, n_mm2);
+        r = krow(step, DS_REC_PHASE_VERIFY, 0, 10);
         ds_trace_ktab_sink(k, &r, n_mm);
         r = krow(step, DS_REC_PHASE_VERIFY, 0, 4);
         ds_trace_ktab_sink(k, &r, n_norm);
@@ -386,9 +405,11 @@ static void kernel_table_counts_its_own_steps(void) {
         EXPECT_EQ_STR(e[0].name, "matmul_tc<16,8>");
         EXPECT_EQ_INT(e[0].launches, 6);
         EXPECT_EQ_INT(e[0].ns, 60);
+        EXPECT_EQ_INT(e[0].excl_ns, 60); // rows one after another: exclusive = raw
         EXPECT_EQ_STR(e[1].name, "rmsnorm_bf16");
         EXPECT_EQ_INT(e[1].launches, 2);
         EXPECT_EQ_INT(e[1].ns, 8);
+        EXPECT_EQ_INT(e[1].excl_ns, 8);
     }
 
     // Kind 2 (draft step 1, steps 12..14): per step 1 embed (7 ns), 1 matmul (10 ns). A new name
@@ -432,6 +453,67 @@ static void kernel_table_counts_its_own_steps(void) {
     ds_trace_ktab_release(NULL);
 }
 
+// Exclusive times under programmatic dependent launch: kernels that start before their
+// predecessor on the stream ends. Rows (ns), fed out of order, all of step 3, verify:
+//   stream 7: A a [100,200]  B b [150,260]  C c [170,300]  D a [400,450]  E b [420,440]
+//   stream 9: F c [120,220]
+//   and a row of another phase over [0,1000] on stream 7 (counted apart, no part in the times).
+// Worked by hand, per stream in start order, each row from max(start, latest end so far) to end:
+//   A 100..200 = 100, B 200..260 = 60, C 260..300 = 40, D 400..450 = 50, E inside D = 0; F 100.
+//   a: raw 100 + 50 = 150, excl 150; b: raw 110 + 20 = 130, excl 60; c: raw 130 + 100 = 230,
+//   excl 40 + 100 = 140. Stream 7's exclusive sum 250 = its busy time [100,300] + [400,450].
+static void kernel_table_exclusive_times(void) {
+    ds_trace_ktab_t *k = NULL;
+    EXPECT_OK(ds_trace_ktab_create(&k));
+    if (!k) return;
+    ds_trace_ktab_reset(k, 3, 4, DS_REC_PHASE_VERIFY, 0);
+    static const char na[] = "a", nb[] = "b", nc[] = "c";
+    struct {
+        uint32_t stream;
+        uint64_t start, end;
+        const char *name;
+    } rows[] = {{7, 170, 300, nc}, {7, 100, 200, na}, {9, 120, 220, nc},
+                {7, 420, 440, nb}, {7, 150, 260, nb}, {7, 400, 450, na}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        struct ds_rec_kernel r = {.step = 3, .phase = DS_REC_PHASE_VERIFY, .stream = rows[i].stream,
+                                  .start_ns = rows[i].start, .end_ns = rows[i].end};
+        ds_trace_ktab_sink(k, &r, rows[i].name);
+    }
+    struct ds_rec_kernel apart = {.step = 3, .phase = DS_REC_PHASE_PREFILL, .stream = 7,
+                                  .start_ns = 0, .end_ns = 1000};
+    ds_trace_ktab_sink(k, &apart, na);
+    size_t n = 0;
+    uint64_t other = 0;
+    int full = 1;
+    const struct ds_trace_ktab_entry *e = ds_trace_ktab_entries(k, &n, &other, &full);
+    EXPECT_EQ_INT(n, 3);
+    EXPECT_EQ_INT(other, 1);
+    EXPECT_EQ_INT(full, 0);
+    if (n == 3) { // sorted by exclusive time
+        EXPECT_EQ_STR(e[0].name, "a");
+        EXPECT_EQ_INT(e[0].ns, 150);
+        EXPECT_EQ_INT(e[0].excl_ns, 150);
+        EXPECT_EQ_STR(e[1].name, "c");
+        EXPECT_EQ_INT(e[1].ns, 230);
+        EXPECT_EQ_INT(e[1].excl_ns, 140);
+        EXPECT_EQ_STR(e[2].name, "b");
+        EXPECT_EQ_INT(e[2].ns, 130);
+        EXPECT_EQ_INT(e[2].excl_ns, 60);
+        EXPECT_EQ_INT(e[0].launches + e[1].launches + e[2].launches, 6);
+    }
+    // Read twice: the same figures (the times are recomputed, not added up again).
+    e = ds_trace_ktab_entries(k, &n, NULL, NULL);
+    EXPECT(n == 3 && e[0].excl_ns == 150 && e[1].excl_ns == 140 && e[2].excl_ns == 60);
+    // A reset forgets the rows: one new row alone is all exclusive.
+    ds_trace_ktab_reset(k, 3, 4, DS_REC_PHASE_VERIFY, 0);
+    struct ds_rec_kernel one = {.step = 3, .phase = DS_REC_PHASE_VERIFY, .stream = 7,
+                                .start_ns = 500, .end_ns = 530};
+    ds_trace_ktab_sink(k, &one, nb);
+    e = ds_trace_ktab_entries(k, &n, NULL, NULL);
+    EXPECT(n == 1 && e[0].ns == 30 && e[0].excl_ns == 30);
+    ds_trace_ktab_release(k);
+}
+
 // More distinct names than the table holds: the last entry takes the rest, and says so.
 static void kernel_table_full_keeps_counting(void) {
     ds_trace_ktab_t *k = NULL;
@@ -462,6 +544,7 @@ int main(void) {
     DS_RUN(kernel_names_shorten);
     DS_RUN(kernel_table_counts_its_own_steps);
     DS_RUN(kernel_table_full_keeps_counting);
+    DS_RUN(kernel_table_exclusive_times);
     DS_RUN(without_gpu_tracing_says_it_is_off);
     DS_RUN(level_off_records_nothing);
     DS_RUN(null_trace_is_a_no_op);

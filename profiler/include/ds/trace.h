@@ -18,7 +18,8 @@
 //                                            ds_backend_cuda_create and before any graph capture
 //   ds_trace_set_stream(tr, ds_backend_cuda_stream(be))
 //   per step:  ds_trace_phase_begin(tr, step, phase, draft_step, batch) ... ds_trace_phase_end(tr)
-//              around each phase (prefill, draft_extend, draft_step k, verify, accept, sample)
+//              around each phase (prefill, draft_extend, draft_step k, verify, accept, sample);
+//              ds_trace_phase_next between two phases that follow each other (one event for both)
 //   between steps, on the recorder's thread: ds_trace_poll(tr, &times, &n)
 //              then per steps row: ds_trace_step_fill(&times[i], &row)
 //   ds_trace_collect (forced flush) after the last step, ds_trace_stats, ds_trace_release.
@@ -33,16 +34,19 @@
 // buffer and wakes the worker, which parses it and joins kernel records to their external
 // correlation; the recorder's thread only takes the joined rows (a lock and a pointer swap),
 // converts their times and appends them, so the launch path pays CUPTI's own per-kernel cost and
-// a forced flush per flush period, not the parse. The sink is called on the recorder's thread.
+// the rare forced flush, not the parse. The sink is called on the recorder's thread.
 // At most one trace of level kernels exists per process (CUPTI's activity API is process-wide).
 //
 // Cost: phase calls never allocate and never synchronize: NVTX push/pop and two cudaEventRecord
-// per phase, plus (level kernels only) the CUPTI external correlation push/pop. Between steps the
-// run loop calls ds_trace_poll, which reads the finished phases' events (exact phase times every
-// step) and takes the kernel rows the worker has joined so far; it forces a CUPTI flush only
-// every flush_ms or when the correlation table fills. ds_trace_collect is the full form (a forced
-// flush, then it waits for the worker to parse everything up to it): for the end of a run, the
-// end of a timed block and tests. docs/tracing.md gives the measured overheads and the policy.
+// per phase (one per boundary with ds_trace_phase_next), plus (level kernels only) the CUPTI
+// external correlation push/pop. Between steps the run loop calls ds_trace_poll, which reads the
+// finished phases' events (exact phase times every step) and takes the kernel rows the worker has
+// joined so far; it forces a CUPTI flush only when the worker's join state needs an ageing point
+// (correlation table half full, or too many kernel records waiting for their id), or every
+// flush_ms when the caller asks for that; otherwise records arrive as CUPTI completes buffers.
+// ds_trace_collect is the full form (a forced flush, then it waits for the worker to parse
+// everything up to it): for the end of a run, the end of a timed block and tests.
+// docs/tracing.md gives the measured overheads and the policy.
 #ifndef DS_TRACE_H
 #define DS_TRACE_H
 
@@ -61,12 +65,14 @@ typedef struct ds_trace ds_trace_t;
 
 // Tuning; a NULL options pointer or a 0 field means the default in brackets.
 struct ds_trace_options {
-    size_t buffer_bytes;     // one CUPTI activity buffer [4 MiB]; CUPTI recommends 1-10 MB
+    size_t buffer_bytes;     // one CUPTI activity buffer [1 MiB]: a few steps of a real model's
+                             //   records, so buffers complete (and rows flow) without flushes
     size_t max_buffer_bytes; // all CUPTI buffers together [128 MiB]; beyond it CUPTI drops
                              //   records, which are counted (stats.dropped_records)
     size_t max_ranges;       // phase ranges held between two collects [8192]; more are dropped
                              //   and counted (stats.dropped_ranges)
-    unsigned flush_ms;       // ds_trace_poll forces a CUPTI flush at most this often [1000]
+    unsigned flush_ms;       // ds_trace_poll also forces a CUPTI flush once this period has
+                             //   passed [0: never by time, only when the join state needs it]
     int api_records;         // enum ds_trace_api; 0: the environment variable
                              //   DS_TRACE_API_RECORDS (none|runtime|all, or 0/1 for
                              //   none/all), else DS_TRACE_API_DEFAULT_MODE
@@ -111,6 +117,10 @@ struct ds_trace_stats {
                               //   correlations (off the launch path)
     uint64_t wait_ns;         // recorder-thread time collect/discard spent waiting for the
                               //   worker to catch up (the final drain)
+    uint64_t calls_ns;        // recorder-thread time inside phase calls, poll and collect
+                              //   (flush_ns and wait_ns included); 0 at level off
+    uint64_t correlations;    // external correlation entries the worker has joined in (poll
+                              //   forces a flush per 131,072 of them: ds_trace_flush_share)
 };
 // A kernel row handed to the sink set with ds_trace_set_kernel_sink, with its name (valid during
 // the call only).
@@ -161,6 +171,14 @@ enum ds_status ds_trace_phase_begin(ds_trace_t *trace, uint64_t step, enum ds_re
                                     unsigned draft_step, unsigned batch);
 // Closes the innermost open phase. NULL trace: no-op. Errors: DS_ERR_ARG (no open phase).
 enum ds_status ds_trace_phase_end(ds_trace_t *trace);
+// Closes the innermost open phase and opens the next one in its place, for phases that follow
+// each other: one CUDA event is both the closing phase's end and the next one's begin (ranges
+// rows: its end_ns == the next one's start_ns), where end + begin would record two. Whatever the
+// caller does between the two phases (host work, no stream work) counts to the phase it calls
+// this in. Same NVTX ranges and external ids as end + begin. NULL trace: no-op. Errors: as
+// ds_trace_phase_begin, and DS_ERR_ARG when no phase is open (nothing changed then).
+enum ds_status ds_trace_phase_next(ds_trace_t *trace, uint64_t step, enum ds_rec_phase phase,
+                                   unsigned draft_step, unsigned batch);
 
 // Between steps, on the recorder's thread: waits for the phases' end events, flushes CUPTI
 // (cuptiActivityFlushAll, forced), waits until the worker has parsed every buffer that flush
@@ -177,9 +195,9 @@ enum ds_status ds_trace_collect(ds_trace_t *trace, const struct ds_trace_step_ti
 
 // The cheap form of collect, for every step of a run: phase ranges and step times exactly as
 // collect gives them (it waits for the closed phases' end events), and the kernel rows the worker
-// has joined so far (it never waits for the worker). CUPTI is flushed (forced) only when flush_ms
-// have passed since the last forced flush or the correlation table is half full; otherwise
-// records arrive as CUPTI completes buffers on its own. Kernel rows therefore reach the recorder
+// has joined so far (it never waits for the worker). CUPTI is flushed (forced) only when the
+// correlation table is half full or 262,144 kernel records wait for their id (or flush_ms have
+// passed, when set); otherwise records arrive as CUPTI completes buffers on its own. Kernel rows therefore reach the recorder
 // some steps late; call ds_trace_collect once at the end so that none is left behind. The phase
 // events are re-anchored to the session clock at most every 100 ms. Errors: as collect.
 enum ds_status ds_trace_poll(ds_trace_t *trace, const struct ds_trace_step_times **times_out,
@@ -232,6 +250,12 @@ enum ds_status ds_trace_ext_id_decode(uint64_t id, uint64_t *step_out, enum ds_r
 
 // Counters since create (zeros for NULL).
 void ds_trace_stats(const ds_trace_t *trace, struct ds_trace_stats *stats_out);
+// The share of one forced flush (0..1) that the work between two stats snapshots (elapsed_ns of
+// host time) costs a run under poll's policy: the correlation entries it made over the table's
+// flush load, or elapsed over flush_ms when that is set, whichever is larger. For charging a
+// timed block's closing collect as a run pays it. 0 for NULL arguments and levels below kernels.
+double ds_trace_flush_share(const ds_trace_t *trace, const struct ds_trace_stats *before,
+                            const struct ds_trace_stats *after, uint64_t elapsed_ns);
 enum ds_rec_trace_level ds_trace_level(const ds_trace_t *trace); // DS_REC_TRACE_OFF for NULL
 
 // Pauses/resumes tracing: while paused, phase calls only do NVTX and CUPTI's kinds are disabled,
@@ -264,7 +288,11 @@ int ds_trace_cupti_registered(void);
 struct ds_trace_ktab_entry {
     char name[96];     // ds_trace_short_name of the kernel ("(other kernels)" when full)
     uint64_t launches; // rows counted
-    uint64_t ns;       // summed end - start
+    uint64_t ns;       // summed end - start (raw CUPTI duration)
+    uint64_t excl_ns;  // summed exclusive time: from max(start, the end of every kernel that
+                       //   started before it on its stream) to end. Under programmatic dependent
+                       //   launch a kernel's blocks start, and wait, before its predecessor ends,
+                       //   so raw durations overlap; exclusive times tile the stream's busy time
 };
 
 typedef struct ds_trace_ktab ds_trace_ktab_t;
@@ -279,9 +307,11 @@ void ds_trace_ktab_reset(ds_trace_ktab_t *ktab, uint64_t step_lo, uint64_t step_
 void ds_trace_ktab_set_end(ds_trace_ktab_t *ktab, uint64_t step_hi);
 // The sink (user: the table): pass it to ds_trace_set_kernel_sink.
 void ds_trace_ktab_sink(void *user, const struct ds_rec_kernel *row, const char *name);
-// The entries sorted by summed time (largest first, then by name), valid until the next reset or
-// sink call; *other_out: rows not counted (another step or phase); *full_out: 1 when more names
-// came than the table holds (the last entry took the rest). NULL outs are skipped.
+// The entries sorted by exclusive time (largest first, then raw time, then name), valid until the
+// next reset or sink call; *other_out: rows not counted (another step or phase); *full_out: bit 1
+// when more names came than the table holds (the last entry took the rest), bit 2 when memory for
+// the rows ran out (exclusive times then cover the rows held). Only counted rows take part in the
+// exclusive times. NULL outs are skipped.
 const struct ds_trace_ktab_entry *ds_trace_ktab_entries(ds_trace_ktab_t *ktab, size_t *n_out,
                                                         uint64_t *other_out, int *full_out);
 
@@ -319,8 +349,9 @@ enum ds_status ds_trace_baseline_run(ds_gptoss_t *target, const uint32_t *batch_
 // a verify phase, then ds_trace_poll: the run's collection policy), and gives
 // sum(traced) / sum(paused) - 1 in *overhead_out, i.e. the tokens/s lost (store it with
 // ds_recorder_set_end's trace_overhead). The traced total also carries the final collect of the
-// records the traced steps produced (rows converted, timed) and the forced flush's cost scaled to
-// the share of a flush period the traced steps took, as a run pays them; not the wait for the
+// records the traced steps produced (rows converted, timed) and the forced flush's cost scaled by
+// ds_trace_flush_share (the share of one that poll's policy gives those steps, as a run pays
+// it); not the wait for the
 // worker thread, whose parse runs beside the steps. Nothing is written to the
 // recorder or the sink. Level off: 0. rounds/steps 0: 4 and 10. Call it right after a collect and
 // outside any phase: it discards whatever the trace holds uncollected.
