@@ -610,10 +610,13 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
         dropped = ts_st.dropped_records;
         if (!o->quiet || ts_st.dropped_records || ts_st.dropped_ranges)
             fprintf(info_f, "trace %s: %llu ranges, %llu kernels, %llu CUPTI records dropped, "
-                            "%llu ranges dropped\n", ds_trace_level_name(level),
-                    (unsigned long long)ts_st.ranges, (unsigned long long)ts_st.kernels,
-                    (unsigned long long)ts_st.dropped_records,
-                    (unsigned long long)ts_st.dropped_ranges);
+                            "%llu ranges dropped; recorder thread %.1f ms in trace calls "
+                            "(%llu forced flushes, %.1f ms), worker parse %.1f ms\n",
+                    ds_trace_level_name(level), (unsigned long long)ts_st.ranges,
+                    (unsigned long long)ts_st.kernels, (unsigned long long)ts_st.dropped_records,
+                    (unsigned long long)ts_st.dropped_ranges, ts_st.calls_ns / 1e6,
+                    (unsigned long long)ts_st.flushes, ts_st.flush_ns / 1e6,
+                    ts_st.parse_ns / 1e6);
     }
     if (s == DS_OK || s == DS_ERR_INTERRUPTED) { // a failed write keeps the status "failed"
         struct ds_run_end end = {.status = s == DS_ERR_INTERRUPTED ? DS_REC_SESSION_INTERRUPTED

@@ -12,8 +12,12 @@
 //   - kernels launched from a CUDA graph carry distinct non-zero graph node ids, the same set at
 //     each replay, and the phase of the graph launch;
 //   - ds_trace_poll (the run loop's per-step call) gives every step's phase times at once but
-//     forces no CUPTI flush within flush_ms; the final collect then delivers every kernel row,
-//     each with its launch's (step, phase);
+//     forces no CUPTI flush under the default policy (none by time; the join state of a few
+//     steps never needs one); the final collect then delivers every kernel row, each with its
+//     launch's (step, phase);
+//   - ds_trace_phase_next chains phases with one event between them: each chained range ends
+//     exactly where the next begins, kernels keep their phases, and a poll while a chained phase
+//     is open gives the closed one and keeps the open one whole;
 //   - each API records mode (none, runtime, all) is run on the same plan, and the number of
 //     kernels it attributes is printed; runtime and all must attribute all of them; none is the
 //     experiment (the first H200 run: 0 of 18, as was the removed launch-calls-only mode);
@@ -512,9 +516,8 @@ done:
 static void poll_is_lazy_and_loses_nothing(void) {
     ds_recorder_t *rec = open_recorder("poll.h5", DS_REC_TRACE_KERNELS);
     ds_trace_t *t = NULL;
-    // A long flush period: within this test no poll may force a flush.
-    struct ds_trace_options opt = {.flush_ms = 600000};
-    EXPECT_OK(ds_trace_create(DS_REC_TRACE_KERNELS, rec, &opt, &t));
+    // The default policy: no forced flush by time, so within this test no poll may force one.
+    EXPECT_OK(ds_trace_create(DS_REC_TRACE_KERNELS, rec, NULL, &t));
     cudaStream_t s = NULL;
     struct probes pr = {0};
     static struct expected exp[MAX_ROWS];
@@ -549,7 +552,7 @@ static void poll_is_lazy_and_loses_nothing(void) {
     printf("  6 polls: %zu of %zu kernel rows arrived at polls, %llu forced flushes, %llu drains\n",
            at_polls, n_exp, (unsigned long long)(st1.flushes - st0.flushes),
            (unsigned long long)(st1.drains - st0.drains));
-    EXPECT_EQ_INT(st1.flushes - st0.flushes, 0); // lazy: no flush inside flush_ms
+    EXPECT_EQ_INT(st1.flushes - st0.flushes, 0); // lazy: no forced flush in a run's steps
     EXPECT_OK(ds_trace_collect(t, &times, &n));
     EXPECT_EQ_INT(n, 0); // every step's times were given by its poll
     EXPECT_OK(ds_trace_last_rows(t, &k, &nk, &r, &nr));
@@ -574,6 +577,122 @@ static void poll_is_lazy_and_loses_nothing(void) {
     uint64_t rows = 0;
     EXPECT_OK(ds_recorder_rows(rec, DS_REC_KERNELS, &rows));
     EXPECT_EQ_INT(rows, n_exp);
+    cudaLibraryUnload(pr.lib);
+done:
+    if (s) cudaStreamDestroy(s);
+    ds_trace_release(t);
+    EXPECT_OK(ds_recorder_close(rec));
+}
+
+// Phases chained with ds_trace_phase_next: one event between two phases.
+static void phase_next_shares_one_event(void) {
+    ds_recorder_t *rec = open_recorder("next.h5", DS_REC_TRACE_KERNELS);
+    ds_trace_t *t = NULL;
+    EXPECT_OK(ds_trace_create(DS_REC_TRACE_KERNELS, rec, NULL, &t));
+    cudaStream_t s = NULL;
+    struct probes pr = {0};
+    static const struct launch one = {SPIN, 1, 1, 1, 32, 1, 1, 0};
+    static const struct {
+        enum ds_rec_phase ph;
+        unsigned ds;
+    } chain[4] = {{DS_REC_PHASE_DRAFT_EXTEND, 0},
+                  {DS_REC_PHASE_DRAFT_STEP, 1},
+                  {DS_REC_PHASE_DRAFT_STEP, 2},
+                  {DS_REC_PHASE_VERIFY, 0}};
+    struct ds_rec_kernel got[16];
+    size_t n_got = 0;
+    if (!t || !rec || !cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream") ||
+        !load_probes(&pr))
+        goto done;
+    EXPECT_OK(ds_trace_set_stream(t, s));
+    const struct ds_trace_step_times *times = NULL;
+    const struct ds_rec_kernel *k = NULL;
+    const struct ds_rec_range *r = NULL;
+    size_t n = 0, nk = 0, nr = 0;
+
+    // Step 50: four chained phases of one kernel each, then accept on its own pair of events.
+    EXPECT_OK(ds_trace_phase_begin(t, 50, chain[0].ph, chain[0].ds, 2));
+    launch(&pr, &one, s);
+    for (int i = 1; i < 4; i++) {
+        EXPECT_OK(ds_trace_phase_next(t, 50, chain[i].ph, chain[i].ds, 2));
+        launch(&pr, &one, s);
+    }
+    EXPECT_OK(ds_trace_phase_end(t));
+    EXPECT_OK(ds_trace_phase_begin(t, 50, DS_REC_PHASE_ACCEPT, 0, 2));
+    launch(&pr, &one, s);
+    EXPECT_OK(ds_trace_phase_end(t));
+    cuda_ok(cudaStreamSynchronize(s), "sync");
+    EXPECT_OK(ds_trace_collect(t, &times, &n));
+    EXPECT_EQ_INT(n, 1);
+    EXPECT_OK(ds_trace_last_rows(t, &k, &nk, &r, &nr));
+    EXPECT_EQ_INT(nr, 5);
+    EXPECT_EQ_INT(nk, 5);
+    for (size_t i = 0; i < nk && n_got < 16; i++) got[n_got++] = k[i];
+    for (size_t i = 0; i < nr && nr == 5; i++) {
+        printf("  step 50 range %zu: phase %u/%u [%llu, %llu] %.1f us\n", i, r[i].phase,
+               r[i].draft_step, (unsigned long long)r[i].start_ns,
+               (unsigned long long)r[i].end_ns, (r[i].end_ns - r[i].start_ns) / 1e3);
+        EXPECT_EQ_INT(r[i].phase, i < 4 ? chain[i].ph : DS_REC_PHASE_ACCEPT);
+        EXPECT_EQ_INT(r[i].draft_step, i < 4 ? chain[i].ds : 0);
+        EXPECT(r[i].end_ns - r[i].start_ns >= SPIN_NS);
+        // Chained: the same event ends one range and begins the next, so the times are equal.
+        if (i > 0 && i < 4) EXPECT_EQ_INT(r[i].start_ns, r[i - 1].end_ns);
+    }
+    if (nr == 5) EXPECT(r[4].start_ns + 20000 >= r[3].end_ns); // own events; 20 µs of jitter
+    if (n == 1) { // the chained part tiles: phase sums equal the span but for accept's gap
+        uint64_t sum = 0;
+        for (int p = 0; p < DS_REC_PHASE_COUNT; p++) sum += times[0].phase_ns[p];
+        EXPECT(sum <= times[0].end_ns - times[0].start_ns);
+        EXPECT(nr != 5 || sum - (r[4].end_ns - r[4].start_ns) == r[3].end_ns - r[0].start_ns);
+    }
+
+    // Step 51: verify, then sample chained; a poll while sample is open gives verify alone and
+    // keeps sample open (its begin event is the shared one).
+    EXPECT_OK(ds_trace_phase_begin(t, 51, DS_REC_PHASE_VERIFY, 0, 2));
+    launch(&pr, &one, s);
+    EXPECT_OK(ds_trace_phase_next(t, 51, DS_REC_PHASE_SAMPLE, 0, 2));
+    launch(&pr, &one, s);
+    cuda_ok(cudaStreamSynchronize(s), "sync");
+    EXPECT_OK(ds_trace_poll(t, &times, &n));
+    EXPECT_OK(ds_trace_last_rows(t, &k, &nk, &r, &nr));
+    EXPECT_EQ_INT(nr, 1);
+    uint64_t verify_end = nr ? r[0].end_ns : 0;
+    if (nr) EXPECT_EQ_INT(r[0].phase, DS_REC_PHASE_VERIFY);
+    for (size_t i = 0; i < nk && n_got < 16; i++) got[n_got++] = k[i];
+    launch(&pr, &one, s);
+    EXPECT_OK(ds_trace_phase_end(t));
+    cuda_ok(cudaStreamSynchronize(s), "sync");
+    EXPECT_OK(ds_trace_collect(t, &times, &n));
+    EXPECT_OK(ds_trace_last_rows(t, &k, &nk, &r, &nr));
+    EXPECT_EQ_INT(nr, 1);
+    if (nr == 1) {
+        printf("  step 51: verify ends %llu, sample [%llu, %llu]\n",
+               (unsigned long long)verify_end, (unsigned long long)r[0].start_ns,
+               (unsigned long long)r[0].end_ns);
+        EXPECT_EQ_INT(r[0].phase, DS_REC_PHASE_SAMPLE);
+        // The same event, placed from the anchor twice (two float ms values): 2 µs.
+        EXPECT_NEAR((double)r[0].start_ns, (double)verify_end, 2000.0);
+        EXPECT(r[0].end_ns - r[0].start_ns >= 2 * SPIN_NS);
+    }
+    for (size_t i = 0; i < nk && n_got < 16; i++) got[n_got++] = k[i];
+    // Kernels keep the phase they were launched in: 4 chained + accept, then verify + 2 sample.
+    EXPECT_EQ_INT(n_got, 8);
+    qsort(got, n_got, sizeof *got, by_start);
+    static const struct {
+        uint64_t step;
+        enum ds_rec_phase ph;
+        unsigned ds;
+    } want[8] = {{50, DS_REC_PHASE_DRAFT_EXTEND, 0}, {50, DS_REC_PHASE_DRAFT_STEP, 1},
+                 {50, DS_REC_PHASE_DRAFT_STEP, 2},   {50, DS_REC_PHASE_VERIFY, 0},
+                 {50, DS_REC_PHASE_ACCEPT, 0},       {51, DS_REC_PHASE_VERIFY, 0},
+                 {51, DS_REC_PHASE_SAMPLE, 0},       {51, DS_REC_PHASE_SAMPLE, 0}};
+    for (size_t i = 0; i < n_got && i < 8; i++) {
+        if (got[i].step != want[i].step || got[i].phase != want[i].ph ||
+            got[i].draft_step != want[i].ds)
+            DS_FAILF("kernel %zu: step %llu phase %u/%u, launched in step %llu phase %u/%u", i,
+                     (unsigned long long)got[i].step, got[i].phase, got[i].draft_step,
+                     (unsigned long long)want[i].step, want[i].ph, want[i].ds);
+    }
     cudaLibraryUnload(pr.lib);
 done:
     if (s) cudaStreamDestroy(s);
@@ -767,6 +886,7 @@ int main(void) {
     DS_RUN(level_kernels_records_match_launches);
     DS_RUN(graph_kernels_keep_node_ids);
     DS_RUN(poll_is_lazy_and_loses_nothing);
+    DS_RUN(phase_next_shares_one_event);
     DS_RUN(kernel_table_holds_each_kinds_launches);
     DS_RUN(api_record_modes);
     char cmd[700];
