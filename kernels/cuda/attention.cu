@@ -31,13 +31,18 @@
 //                              one block (4 warps) per (row, KV head, group of up to HB query
 //                              heads [, split]), D in {16, 32, 64, 128}. HB = 8 for calls of many
 //                              rows; HB = 4 (twice the blocks, half the serial work per warp)
-//                              while the grid stays about one wave (decode and small verify).
-//                              Every per-head operation is the same whatever HB. Two modes:
+//                              while the grid stays about one wave (decode and small verify);
+//                              HB = 2 or 1 while it stays about one block per SM sub-partition
+//                              (the 128-key window decode: 64 one-head blocks). Every per-head
+//                              operation is the same whatever HB. Two modes:
 //                              - SPLIT (flash-decoding): grid z = split; the block computes one
 //                                split state and stores it to the workspace, then counts itself
 //                                in att_arrivals[(row, y)]; the last block to arrive merges the
 //                                row's states, sink first, in split order, writes out and resets
-//                                the counter (no combine launch);
+//                                the counter (no combine launch). Its merge is spread over the
+//                                block: the factors of each (split, head) are formed once, in
+//                                parallel, then every output element folds its accumulators
+//                                with them: the att_merge arithmetic, the same bits;
 //                              - whole row (workspace NULL or too small, enough rows to fill
 //                                the GPU, or no row longer than 5 chunks, e.g. a 128-key window):
 //                                the block walks the splits itself and merges them as it goes,
@@ -70,6 +75,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "common.cuh"
 #include "ds/kernels.h"
@@ -81,6 +87,7 @@
 #define ATT_HB 8                                // query heads per block, many-row calls
 #define ATT_HB_SMALL 4                          // ... calls of few blocks (more, shorter blocks)
 #define ATT_SMALL_MAX_BLOCKS 1088               // ATT_HB_SMALL while blocks stay <= ~1 wave
+#define ATT_TINY_MAX_BLOCKS 544                 // 1 or 2 heads per block up to ~1 per SMSP
 #define ATT_COUNTERS 8192                       // split mode: arrival counters, (row, y) pairs
 #define ATT_BASE_CHUNKS ATT_WARPS               // chunks of the shortest split (128 keys)
 #define ATT_MAX_SPLITS 32                       // splits of a range that starts on a split
@@ -273,7 +280,7 @@ template <int D, int HB, bool FUSED, bool SPLIT>
 __global__ void __launch_bounds__(ATT_THREADS)
 act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl) {
     DS_GRID_DEPENDENCY();
-    static_assert(HB % 4 == 0, "probabilities are staged as float4");
+    static_assert(HB == 1 || HB == 2 || HB % 4 == 0, "probabilities are staged as 1, 2 or 4s");
     constexpr int DPL = D >= DS_WARP ? D / DS_WARP : 1; // output dims per lane
     constexpr int KP = D < DS_WARP ? D : DS_WARP;        // key elements loaded at once
     constexpr bool STAGE = D <= 64;                      // values through shared memory
@@ -328,6 +335,8 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl) {
     __syncthreads();
     const bool owns_dims = lane * DPL < D;
     const int es = a.cache_dtype == DS_ELEM_BF16 ? 2 : 4, row_bytes = D * es;
+    // 16-byte pieces of a value row, 2^lp (a power of two): shifts, not run-time divisions.
+    const int lp = __ffs(row_bytes / 16) - 1;
     unsigned char *vw = vs[warp];
 
     for (int s = s_beg; s <= s_end; s++) {
@@ -349,9 +358,8 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl) {
             if constexpr (STAGE) {
                 // The chunk's values to shared memory, 16 B per lane per step, coalesced; they
                 // land while the keys are scored.
-                const int pieces = row_bytes / 16;
-                for (int q = lane; q < ATT_CHUNK * pieces; q += DS_WARP) {
-                    const int key = q / pieces, part = q % pieces, jk = c * ATT_CHUNK + key;
+                for (int q = lane; q < ATT_CHUNK << lp; q += DS_WARP) {
+                    const int key = q >> lp, part = q & ((1 << lp) - 1), jk = c * ATT_CHUNK + key;
                     if (key < k_lo || key > k_hi) continue;
                     unsigned char *dst = vw + key * row_bytes + part * 16;
                     if (FUSED && jk >= geo.call0) { // this call's value, converted as cached
@@ -414,9 +422,16 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl) {
                 for (int i = 0; i < DPL; i++) acc[h][i] = __fmul_rn(acc[h][i], corr);
                 m[h] = mn;
             }
+            if constexpr (HB % 4 == 0) {
 #pragma unroll
-            for (int h = 0; h < HB; h += 4)
-                *(float4 *)&ps[warp][lane][h] = make_float4(pv[h], pv[h + 1], pv[h + 2], pv[h + 3]);
+                for (int h = 0; h < HB; h += 4)
+                    *(float4 *)&ps[warp][lane][h] =
+                            make_float4(pv[h], pv[h + 1], pv[h + 2], pv[h + 3]);
+            } else if constexpr (HB == 2) {
+                *(float2 *)&ps[warp][lane][0] = make_float2(pv[0], pv[1]);
+            } else {
+                ps[warp][lane][0] = pv[0];
+            }
             if constexpr (STAGE) __pipeline_wait_prior(0);
             __syncwarp();
             // acc[h][d] += Σ_j p_j[h]·v_j[d] in increasing j; invalid keys are skipped, not read.
@@ -442,10 +457,17 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl) {
                     for (int i = 0; i < DPL; i++) vv[i] = 0.0f;
                 }
                 float pj[HB];
+                if constexpr (HB % 4 == 0) {
 #pragma unroll
-                for (int h = 0; h < HB; h += 4) {
-                    const float4 p4 = *(const float4 *)&ps[warp][jj][h];
-                    pj[h] = p4.x, pj[h + 1] = p4.y, pj[h + 2] = p4.z, pj[h + 3] = p4.w;
+                    for (int h = 0; h < HB; h += 4) {
+                        const float4 p4 = *(const float4 *)&ps[warp][jj][h];
+                        pj[h] = p4.x, pj[h + 1] = p4.y, pj[h + 2] = p4.z, pj[h + 3] = p4.w;
+                    }
+                } else if constexpr (HB == 2) {
+                    const float2 p2 = *(const float2 *)&ps[warp][jj][0];
+                    pj[0] = p2.x, pj[HB - 1] = p2.y;
+                } else {
+                    pj[0] = ps[warp][jj][0];
                 }
 #pragma unroll
                 for (int h = 0; h < HB; h++)
@@ -507,22 +529,101 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl) {
         }
         __syncthreads();
         if (!last_block) return;
-        // The last block merges the row's split states (read from L2: other blocks wrote them),
-        // sink first, in split order: the whole-row sequence of att_merge calls.
+        // The last block merges the row's split states, sink first, in split order: the
+        // whole-row sequence of att_merge calls, with its work spread over the block. Within a
+        // merge, the running max and the two factors (cr for the running state, cs for the split)
+        // are the same for every dimension of a head, so each (split, head) pair forms them once,
+        // in parallel: its thread folds the max over the sink and the earlier splits with the
+        // same fmaxf sequence as att_merge, then the same two expf expressions. Every output
+        // element then folds l and acc with the shared factors: __fmaf_rn(x, cs, __fmul_rn(y, cr))
+        // as in att_merge, so the bits are those of whole-row mode. Records come from L2 (other
+        // blocks wrote them); the first batch of accumulators is loaded before the factors.
         const size_t rs = (size_t)NH * (D + 2);
         const float *r0 = ws + (size_t)t * nspl * rs;
+        constexpr int NF = (ATT_SLOTS * HB + ATT_THREADS - 1) / ATT_THREADS; // (split, head)s
+        constexpr int MB = EPT >= 4 ? 32 / EPT : 16; // splits per batch of accumulator loads
+        static_assert(3 * ATT_SLOTS <= ATT_WARPS * ATT_CHUNK, "merge factors fit in ps");
+        // ps is free now (the chunk loop is over): (m, l) of split s, head h at [s·HB + h], then
+        // cs, then cr over the m's.
+        float *fm = &ps[0][0][0], *fl = fm + ATT_SLOTS * HB, *fcs = fl + ATT_SLOTS * HB;
+        float mi[NF];
+#pragma unroll
+        for (int u = 0; u < NF; u++) {
+            const int i = threadIdx.x + u * ATT_THREADS, s = i / HB, h = i % HB;
+            mi[u] = -INFINITY;
+            if (i >= n * HB || h >= nh) continue;
+            const float *r = r0 + (size_t)s * rs + (size_t)NH * D + 2 * (h0 + h);
+            fm[i] = __ldcg(r), fl[i] = __ldcg(r + 1);
+            float l0, a0;
+            att_init(a, h0 + h, &mi[u], &l0, &a0);
+        }
+        float av[EPT][MB];
 #pragma unroll
         for (int k = 0; k < EPT; k++) {
             const int i = threadIdx.x + k * ATT_THREADS, h = i / D, d = i % D;
-            if (i >= NE || h >= nh) continue;
-            const size_t ia = (size_t)(h0 + h) * D + d, im = (size_t)NH * D + 2 * (h0 + h);
-            float m, l, acc;
-            att_init(a, h0 + h, &m, &l, &acc);
-            const float *r = r0;
-#pragma unroll 4
-            for (int s = 0; s < n; s++, r += rs)
-                att_merge(&m, &l, &acc, __ldcg(r + im), __ldcg(r + im + 1), __ldcg(r + ia));
-            st_elem(a.out, a.act, ((size_t)t * NH + h0 + h) * D + d, __fdiv_rn(acc, l));
+            const float *r = r0 + (size_t)(h0 + min(h, nh - 1)) * D + d;
+#pragma unroll
+            for (int b = 0; b < MB; b++)
+                av[k][b] = i < NE && h < nh && b < n ? __ldcg(r + (size_t)b * rs) : 0.0f;
+        }
+        __syncthreads();
+        float fcr[NF];
+#pragma unroll
+        for (int u = 0; u < NF; u++) {
+            const int i = threadIdx.x + u * ATT_THREADS, s = i / HB, h = i % HB;
+            fcr[u] = 1.0f;
+            if (i >= n * HB || h >= nh) continue;
+            float m = mi[u];
+#pragma unroll 8
+            for (int j = 0; j < s; j++) m = fmaxf(m, fm[j * HB + h]);
+            const float ms = fm[i], mn = fmaxf(m, ms);
+            fcr[u] = m == mn ? 1.0f : expf(m - mn);
+            fcs[i] = ms == mn ? 1.0f : expf(ms - mn);
+        }
+        __syncthreads(); // every m has been read: cr replaces it
+#pragma unroll
+        for (int u = 0; u < NF; u++) {
+            const int i = threadIdx.x + u * ATT_THREADS;
+            if (i < n * HB && i % HB < nh) fm[i] = fcr[u];
+        }
+        __syncthreads();
+        float l[EPT], acc[EPT];
+#pragma unroll
+        for (int k = 0; k < EPT; k++) {
+            const int i = threadIdx.x + k * ATT_THREADS, h = i / D;
+            float m0;
+            att_init(a, h0 + min(h, nh - 1), &m0, &l[k], &acc[k]);
+        }
+        for (int s0 = 0; s0 < n; s0 += MB) {
+#pragma unroll
+            for (int b = 0; b < MB; b++) {
+                if (s0 + b >= n) break;
+#pragma unroll
+                for (int k = 0; k < EPT; k++) {
+                    const int i = threadIdx.x + k * ATT_THREADS, h = min(i / D, HB - 1);
+                    const int e = (s0 + b) * HB + h;
+                    const float cr = fm[e], cs = fcs[e];
+                    l[k] = __fmaf_rn(fl[e], cs, __fmul_rn(l[k], cr));
+                    acc[k] = __fmaf_rn(av[k][b], cs, __fmul_rn(acc[k], cr));
+                }
+            }
+            if (s0 + MB >= n) break;
+#pragma unroll
+            for (int k = 0; k < EPT; k++) { // the next batch
+                const int i = threadIdx.x + k * ATT_THREADS, h = i / D, d = i % D;
+                const float *r = r0 + (size_t)(h0 + min(h, nh - 1)) * D + d;
+#pragma unroll
+                for (int b = 0; b < MB; b++)
+                    av[k][b] = i < NE && h < nh && s0 + MB + b < n
+                                       ? __ldcg(r + (size_t)(s0 + MB + b) * rs)
+                                       : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < EPT; k++) {
+            const int i = threadIdx.x + k * ATT_THREADS, h = i / D, d = i % D;
+            if (i < NE && h < nh)
+                st_elem(a.out, a.act, ((size_t)t * NH + h0 + h) * D + d, __fdiv_rn(acc[k], l[k]));
         }
     } else {
 #pragma unroll
@@ -549,14 +650,30 @@ static int att_slots_needed(int max_pos, int window) {
     return min(ATT_SLOTS, (n + ATT_BASE_CHUNKS - 1) / ATT_BASE_CHUNKS + 1);
 }
 
+// Blocks up to which calls run 1 or 2 query heads per block: ATT_TINY_MAX_BLOCKS, or
+// DS_ATT_TINY_BLOCKS from the environment (read once; for measuring the choice: the bits do not
+// depend on it).
+static int att_tiny_blocks(void) {
+    static const int v = [] {
+        const char *e = getenv("DS_ATT_TINY_BLOCKS");
+        const long x = e && *e ? strtol(e, NULL, 10) : ATT_TINY_MAX_BLOCKS;
+        return (int)(x < 0 ? 0 : x > INT_MAX ? INT_MAX : x);
+    }();
+    return v;
+}
+
 typedef void (*att_kernel)(const struct ds_attention_args, float *, int);
 
-// The kernel variant for (hb, fused, split); hb == ATT_HB_SMALL only with fused.
+// The kernel variant for (hb, fused, split); hb < ATT_HB only with fused.
 template <int D>
 static void att_launch(const struct ds_attention_args *a, float *ws, int nspl, int hb, bool fused,
                        dim3 grid, cudaStream_t st) {
     att_kernel k;
-    if (hb == ATT_HB_SMALL)
+    if (hb == 1)
+        k = ws ? act_sdpa_sink_gqa_d<D, 1, true, true> : act_sdpa_sink_gqa_d<D, 1, true, false>;
+    else if (hb == 2)
+        k = ws ? act_sdpa_sink_gqa_d<D, 2, true, true> : act_sdpa_sink_gqa_d<D, 2, true, false>;
+    else if (hb == ATT_HB_SMALL)
         k = ws ? act_sdpa_sink_gqa_d<D, ATT_HB_SMALL, true, true>
                : act_sdpa_sink_gqa_d<D, ATT_HB_SMALL, true, false>;
     else if (fused)
@@ -633,17 +750,28 @@ extern "C" enum ds_status ds_attention_cuda(const struct ds_attention_args *a, v
     // does a call with misaligned k or v. Same bits either way.
     const bool fused = ((uintptr_t)a->k | (uintptr_t)a->v) % 16 == 0 &&
                        row_blocks < ATT_SPLIT_MAX_BLOCKS;
-    // Fewer query heads per block (more, shorter blocks) while the grid stays about one wave.
-    const int hb = fused && (long long)a->n_kv_heads * n_sub4 <= 65535 &&
-                           (long long)a->n_rows * a->n_kv_heads * n_sub4 * (ws ? slots : 1) <=
-                                   ATT_SMALL_MAX_BLOCKS
-                       ? ATT_HB_SMALL
-                       : ATT_HB;
+    // Fewer query heads per block (more, shorter blocks) while the grid stays small: 1 or 2
+    // heads while it stays about one block per SM sub-partition (a 128-key window decode: 64
+    // blocks of one head), 4 while it stays about one wave (the 4096-key split decode: 528).
+    int hb = ATT_HB;
+    if (fused) {
+        const long long per_sub = (long long)a->n_rows * a->n_kv_heads * (ws ? slots : 1);
+        static const int hbs[3] = {1, 2, ATT_HB_SMALL};
+        for (int i = 0; i < 3; i++) {
+            const long long n_sub = (G + hbs[i] - 1) / hbs[i];
+            const long long cap = hbs[i] < ATT_HB_SMALL ? att_tiny_blocks() : ATT_SMALL_MAX_BLOCKS;
+            if ((long long)a->n_kv_heads * n_sub <= 65535 && per_sub * n_sub <= cap &&
+                (!ws || (long long)a->n_rows * a->n_kv_heads * n_sub <= ATT_COUNTERS)) {
+                hb = hbs[i];
+                break;
+            }
+        }
+    }
     if (!fused) {
         ds_launch(act_kv_cache_append, dim3((unsigned)a->n_rows), dim3(128), 0, st, *a);
     }
-    const dim3 grid((unsigned)a->n_rows,
-                    (unsigned)(a->n_kv_heads * (hb == ATT_HB ? n_sub8 : n_sub4)), ws ? slots : 1);
+    const dim3 grid((unsigned)a->n_rows, (unsigned)(a->n_kv_heads * ((G + hb - 1) / hb)),
+                    ws ? slots : 1);
     switch (D) {
     case 16: att_launch<16>(a, ws, nspl, hb, fused, grid, st); break;
     case 32: att_launch<32>(a, ws, nspl, hb, fused, grid, st); break;
