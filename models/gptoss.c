@@ -69,6 +69,8 @@ struct ds_gptoss {
     void *moe_ws;        // ds_moe_workspace_bytes_v2(T, H, I, E, KE): any backend's need
     size_t moe_ws_bytes;
     void *attn_ws; // ds_attention_workspace_bytes(T, NH, D, P): the CUDA split-key path
+    void *router_ws; // ds_router_workspace_bytes(T, E): the CUDA many-block path for few rows
+    size_t router_ws_bytes;
     size_t attn_ws_bytes;
     float *rope_cos, *rope_sin; // (P, D/2)
     int32_t *d_tokens;          // (T)
@@ -240,6 +242,8 @@ static size_t carve_activations(ds_gptoss_t *m, char *base) {
     m->moe_ws = carve(base, &off, m->moe_ws_bytes ? m->moe_ws_bytes : 1);
     m->attn_ws_bytes = ds_attention_workspace_bytes(m->plan.max_rows, m->NH, m->D, m->plan.max_pos);
     m->attn_ws = m->attn_ws_bytes ? carve(base, &off, m->attn_ws_bytes) : NULL;
+    m->router_ws_bytes = ds_router_workspace_bytes(m->plan.max_rows, m->E);
+    m->router_ws = m->router_ws_bytes ? carve(base, &off, m->router_ws_bytes) : NULL;
     size_t rope = (size_t)m->plan.max_pos * (size_t)(m->D / 2) * sizeof(float);
     m->rope_cos = carve(base, &off, rope);
     m->rope_sin = carve(base, &off, rope);
@@ -561,6 +565,8 @@ static enum ds_status moe_block(ds_gptoss_t *m, int l, int T) {
         .bias = w->router_b.p,
         .expert_ids = ids,
         .expert_weights = m->expert_w,
+        .workspace = m->router_ws,
+        .workspace_bytes = m->router_ws_bytes,
     };
     if ((s = be->router(be, &r))) return s;
     struct ds_moe_args a = {

@@ -1,4 +1,5 @@
-// CUDA router and MXFP4 mixture of experts against the CPU reference (ds_router_ref, ds_moe_ref,
+// CUDA router (cluster path, and the many-block path of a call with a workspace) and MXFP4
+// mixture of experts against the CPU reference (ds_router_ref, ds_moe_ref,
 // ds_mxfp4_dequant_ref) on identical seeded inputs: the device MXFP4 decode bit for bit over all
 // 16 codes × all 256 scale bytes; router ids exactly (ties included) and weights within fp32
 // rounding; the expert block over a shape matrix (1 row, partial tiles, one expert above 64 tokens,
@@ -87,26 +88,42 @@ static void router_case(const struct rt_case *c, uint64_t seed) {
     void *d_b = g_upload_as(b, (size_t)E, c->b_dt);
     int32_t *d_ids = g_alloc(sizeof(int32_t) * T * K);
     float *d_wts = g_alloc(sizeof(float) * T * K);
-    struct ds_router_args a = r;
-    a.act = c->act, a.w_dtype = c->w_dt, a.bias_dtype = c->b_dt, a.x = d_x, a.w = d_w;
-    a.bias = c->with_bias ? d_b : NULL, a.expert_ids = d_ids, a.expert_weights = d_wts;
-    EXPECT_OK(ds_router_cuda(&a, NULL));
-    sync_ok(c->name);
-    g_download(got_ids, d_ids, sizeof(int32_t) * T * K);
-    g_download(got_w, d_wts, sizeof(float) * T * K);
-    for (int i = 0; i < T * K; i++)
-        if (got_ids[i] != ids[i]) {
-            DS_FAILF("%s: row %d slot %d: expert %d, reference %d", c->name, i / K, i % K,
-                     (int)got_ids[i], (int)ids[i]);
-            break;
+    const size_t ws_bytes = ds_router_workspace_bytes(T, E);
+    void *d_ws = g_alloc(ws_bytes);
+    float *first_w = t_alloc(sizeof(float) * T * K);
+    // Pass 0 without a workspace (the cluster path), pass 1 with one (up to 8 rows: the
+    // many-block path; above, the cluster path again). Both against the reference, and the two
+    // weight vectors bitwise equal (same per-logit and selection operations).
+    for (int ws = 0; ws < 2; ws++) {
+        struct ds_router_args a = r;
+        a.act = c->act, a.w_dtype = c->w_dt, a.bias_dtype = c->b_dt, a.x = d_x, a.w = d_w;
+        a.bias = c->with_bias ? d_b : NULL, a.expert_ids = d_ids, a.expert_weights = d_wts;
+        a.workspace = ws ? d_ws : NULL, a.workspace_bytes = ws ? ws_bytes : 0;
+        G_CHECK(cudaMemset(d_ids, 0xff, sizeof(int32_t) * T * K)); // no stale pass-0 results
+        EXPECT_OK(ds_router_cuda(&a, NULL));
+        sync_ok(c->name);
+        g_download(got_ids, d_ids, sizeof(int32_t) * T * K);
+        g_download(got_w, d_wts, sizeof(float) * T * K);
+        const char *path = ws ? "workspace" : "no workspace";
+        for (int i = 0; i < T * K; i++)
+            if (got_ids[i] != ids[i]) {
+                DS_FAILF("%s (%s): row %d slot %d: expert %d, reference %d", c->name, path, i / K,
+                         i % K, (int)got_ids[i], (int)ids[i]);
+                break;
+            }
+        // fp32 softmax of exact logits vs the double one: expf (2 ulp), k-term sum and one
+        // division, each within a few 2^-24 of weights <= 1.
+        char what[128];
+        snprintf(what, sizeof what, "%s (%s): weights", c->name, path);
+        g_compare(what, got_w, wts, (size_t)T * K, K, 1e-6, 0.0);
+        if (!ws) memcpy(first_w, got_w, sizeof(float) * T * K);
+        else {
+            snprintf(what, sizeof what, "%s: weights with vs without workspace", c->name);
+            g_same_bytes(what, got_w, first_w, sizeof(float) * T * K, sizeof(float));
         }
-    // fp32 softmax of exact logits vs the double one: expf (2 ulp), k-term sum and one division,
-    // each within a few 2^-24 of weights <= 1.
-    char what[96];
-    snprintf(what, sizeof what, "%s: weights", c->name);
-    g_compare(what, got_w, wts, (size_t)T * K, K, 1e-6, 0.0);
-    g_free(d_x), g_free(d_w), g_free(d_b), g_free(d_ids), g_free(d_wts);
-    free(x), free(w), free(b), free(ids), free(got_ids), free(wts), free(got_w);
+    }
+    g_free(d_x), g_free(d_w), g_free(d_b), g_free(d_ids), g_free(d_wts), g_free(d_ws);
+    free(x), free(w), free(b), free(ids), free(got_ids), free(wts), free(got_w), free(first_w);
 }
 
 static void router_matches_reference(void) {
@@ -132,9 +149,9 @@ static void router_matches_reference(void) {
 // tiles); a 128 × 2880 bf16 matrix is 737 KB: a few µs at the H200's bandwidth.
 static void router_timing(void) {
     enum { C = 2880, E = 128, K = 4 };
-    static const int rows[] = {1, 4, 256};
-    for (int ri = 0; ri < 3; ri++) {
-        const int T = rows[ri];
+    static const int rows[] = {1, 4, 256, 1, 4};
+    for (int ri = 0; ri < 5; ri++) {
+        const int T = rows[ri], use_ws = ri >= 3; // the last two: the many-block workspace path
         struct ds_router_args a = {.act = DS_ELEM_BF16, .w_dtype = DS_ELEM_BF16,
                                    .bias_dtype = DS_ELEM_BF16, .n_rows = T, .dim = C,
                                    .n_experts = E, .top_k = K, .x = g_alloc(2 * (size_t)T * C),
@@ -145,6 +162,10 @@ static void router_timing(void) {
         EXPECT_OK(ds_cuda_fill_uniform((void *)a.w, DS_ELEM_BF16, (size_t)E * C, 2, -0.1f, 0.1f,
                                        NULL));
         EXPECT_OK(ds_cuda_fill_uniform((void *)a.bias, DS_ELEM_BF16, E, 3, -0.1f, 0.1f, NULL));
+        if (use_ws) {
+            a.workspace_bytes = ds_router_workspace_bytes(T, E);
+            a.workspace = g_alloc(a.workspace_bytes);
+        }
         EXPECT_OK(ds_router_cuda(&a, NULL));
         cudaEvent_t e0, e1;
         G_CHECK(cudaEventCreate(&e0));
@@ -156,11 +177,12 @@ static void router_timing(void) {
         float ms = 0;
         G_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         const double us = ms * 1000.0 / 20;
-        printf("  router T=%d E=%d C=%d bf16: %.1f us/call, %.0f GB/s of router weights\n", T, E,
-               C, us, 2.0 * E * C / (us * 1e3));
+        printf("  router T=%d E=%d C=%d bf16%s: %.1f us/call, %.0f GB/s of router weights\n", T, E,
+               C, use_ws ? " (workspace)" : "", us, 2.0 * E * C / (us * 1e3));
         cudaEventDestroy(e0), cudaEventDestroy(e1);
         g_free((void *)a.x), g_free((void *)a.w), g_free((void *)a.bias);
         g_free(a.expert_ids), g_free(a.expert_weights);
+        if (a.workspace) g_free(a.workspace);
     }
 }
 
@@ -183,14 +205,37 @@ static void router_is_batch_invariant(void) {
         float *d_wts = g_alloc(sizeof(float) * T * K);
         int32_t alone_ids[T * K], ids[T * K];
         float alone_w[T * K], wts[T * K];
+        // Every call gets a workspace: a row alone and the batch of 8 run the many-block path,
+        // the batches of 32 and 64 the cluster path (4-row tiles). Alone, the cluster path (no
+        // workspace) must give the same bits too.
+        const size_t ws_bytes = ds_router_workspace_bytes(T, E);
+        void *d_ws = g_alloc(ws_bytes);
         struct ds_router_args a = {.act = act, .w_dtype = DS_ELEM_BF16, .bias_dtype = DS_ELEM_BF16,
                                    .n_rows = 1, .dim = C, .n_experts = E, .top_k = K, .w = d_w,
-                                   .bias = d_b, .expert_ids = d_ids, .expert_weights = d_wts};
+                                   .bias = d_b, .expert_ids = d_ids, .expert_weights = d_wts,
+                                   .workspace = d_ws, .workspace_bytes = ws_bytes};
         for (int t = 0; t < T; t++) {
+            int32_t cl_ids[K];
+            float cl_w[K];
             a.x = (const char *)d_x + es * t * C;
+            a.workspace = NULL, a.workspace_bytes = 0;
+            EXPECT_OK(ds_router_cuda(&a, NULL));
+            g_download(cl_ids, d_ids, sizeof(int32_t) * K);
+            g_download(cl_w, d_wts, sizeof(float) * K);
+            a.workspace = d_ws, a.workspace_bytes = ws_bytes;
             EXPECT_OK(ds_router_cuda(&a, NULL));
             g_download(alone_ids + t * K, d_ids, sizeof(int32_t) * K);
             g_download(alone_w + t * K, d_wts, sizeof(float) * K);
+            if (memcmp(cl_ids, alone_ids + t * K, sizeof cl_ids) ||
+                memcmp(cl_w, alone_w + t * K, sizeof cl_w)) {
+                DS_FAILF("router %s: row %d alone: cluster path (ids %d %d %d %d, w0 %.9g) != "
+                         "workspace path (ids %d %d %d %d, w0 %.9g)",
+                         dt_name(act), t, (int)cl_ids[0], (int)cl_ids[1], (int)cl_ids[2],
+                         (int)cl_ids[3], (double)cl_w[0], (int)alone_ids[t * K],
+                         (int)alone_ids[t * K + 1], (int)alone_ids[t * K + 2],
+                         (int)alone_ids[t * K + 3], (double)alone_w[t * K]);
+                break;
+            }
         }
         static const int sizes[] = {8, 32, 64};
         for (int si = 0; si < 3; si++) {
@@ -218,6 +263,7 @@ static void router_is_batch_invariant(void) {
             }
         }
         g_free(d_x), g_free(d_w), g_free(d_b), g_free(d_xp), g_free(d_ids), g_free(d_wts);
+        g_free(d_ws);
     }
     free(x), free(w), free(b);
 }

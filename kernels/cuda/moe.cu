@@ -97,6 +97,7 @@ namespace cg = cooperative_groups;
 #define RT_CW (RT_CLUSTER * RT_WARPS) // warps per cluster = 128
 #define RT_MAX_EXPERTS 1024
 #define RT_STEP 256                     // inputs per warp step (32 lanes × 8)
+#define RT_WS_WARPS 4    // workspace path: warps per block (one expert each)
 
 // ---------------------------------------------------------------------------------------------
 // Small device helpers
@@ -195,12 +196,14 @@ static __device__ __forceinline__ void unpack8(const raw8<BF16> &r, float *o) {
     }
 }
 
-// The logits of the cluster warp cw for rows t0 .. t0 + nr − 1 into logits[r][e] (row stride
-// RT_MAX_EXPERTS). The dtypes are template arguments so the loads of the unrolled steps are
-// issued together.
+// The logits of warp cw (experts cw, cw + n_cw, ...) for rows t0 .. t0 + nr − 1 into
+// logits[r·ls + e] (the cluster path: shared memory, ls = RT_MAX_EXPERTS; the workspace path:
+// global memory, R = 1). The dtypes are template arguments so the loads of the unrolled steps
+// are issued together.
 template <int R, bool XB, bool WB>
-static __device__ __forceinline__ void router_logits(const struct ds_router_args &a, int cw, int t0,
-                                                     int nr, float *logits) {
+static __device__ __forceinline__ void router_logits(const struct ds_router_args &a, int cw,
+                                                     int n_cw, int t0, int nr, float *logits,
+                                                     int ls) {
     const int lane = threadIdx.x % DS_WARP, C = a.dim, E = a.n_experts;
     // Steps of this lane (k0 = 8·lane + 256·j, j < n), in rounds of U whose loads are all issued
     // before the first fma (predicated, not behind a loop exit, so they can be in flight together).
@@ -208,7 +211,7 @@ static __device__ __forceinline__ void router_logits(const struct ds_router_args
     // C = 2880 in one round, i.e. one memory latency per logit instead of two.
     constexpr int U = R == 1 ? (XB && WB ? 12 : 6) : 4;
     const int n = 8 * lane < C ? (C - 8 * lane + RT_STEP - 1) / RT_STEP : 0;
-    for (int e = cw; e < E; e += RT_CW) {
+    for (int e = cw; e < E; e += n_cw) {
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; r++) acc[r] = 0.0f;
@@ -244,7 +247,7 @@ static __device__ __forceinline__ void router_logits(const struct ds_router_args
 #pragma unroll
         for (int r = 0; r < R; r++) {
             const float s = warp_sum_f(acc[r]);
-            if (lane == 0 && r < nr) logits[r * RT_MAX_EXPERTS + e] = __fadd_rn(s, b);
+            if (lane == 0 && r < nr) logits[(size_t)r * ls + e] = __fadd_rn(s, b);
         }
     }
 }
@@ -257,45 +260,16 @@ static __device__ __forceinline__ unsigned long long sel_key(float v, int e) {
            (uint32_t)~(uint32_t)e;
 }
 
-// Launched in clusters of RT_CLUSTER blocks along x; cluster i serves rows R·i .. R·i + R − 1.
-// R = 1 (small T: more clusters, every load of a warp's expert row in flight at once) or R = 4
-// (rows share the weight loads). Per (row, expert) both run the same operations: lane partials
-// over k0 = 8·lane + 256·j in increasing j, 8 fmaf each in element order, the xor butterfly, then
-// the bias; so a row's logits do not depend on R, on the tile or on its neighbours.
-template <int R>
-__global__ void __launch_bounds__(RT_THREADS)
-act_anyw_router_topk_softmax(const struct ds_router_args a) {
-    __shared__ float logits[R][RT_MAX_EXPERTS];
-    DS_GRID_DEPENDENCY();
-    cg::cluster_group cluster = cg::this_cluster();
-    const unsigned rank = cluster.block_rank();
-    const int lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
-    const int cw = (int)rank * RT_WARPS + warp; // warp index within the cluster
-    const int t0 = (int)(blockIdx.x / RT_CLUSTER) * R, E = a.n_experts;
-    const int KE = a.top_k, nr = min(R, a.n_rows - t0);
-
-    const bool xb = a.act == DS_ELEM_BF16, wb = a.w_dtype == DS_ELEM_BF16;
-    if (xb && wb) router_logits<R, true, true>(a, cw, t0, nr, &logits[0][0]);
-    else if (xb) router_logits<R, true, false>(a, cw, t0, nr, &logits[0][0]);
-    else if (wb) router_logits<R, false, true>(a, cw, t0, nr, &logits[0][0]);
-    else router_logits<R, false, false>(a, cw, t0, nr, &logits[0][0]);
-    cluster.sync(); // every block's logits are written
-    if (rank == 0) {
-        for (int i = threadIdx.x; i < R * E; i += RT_THREADS) {
-            const int r = i / E, e = i % E, owner = (e % RT_CW) / RT_WARPS;
-            if (owner != 0 && r < nr) logits[r][e] = *cluster.map_shared_rank(&logits[r][e], owner);
-        }
-    }
-    cluster.sync(); // the gather is done (no block may leave while its memory is read)
-    if (rank != 0) return;
-
-    // Warp r selects for row r: k rounds of argmax over the experts not yet taken. Lane l owns
-    // experts l + 32j; bit j of its register `taken` marks the ones already selected, so the
-    // selection writes no shared memory. Lane s % 32 keeps slot s's id and weight; every lane
-    // forms the same weights and the same sum (best first), so the outputs are written once at
-    // the end, coalesced, without reading them back.
-    const int r = warp, t = t0 + warp;
-    if (r >= nr) return;
+// The top-k of one row's logits lg[0..E) (shared memory, or global memory written by other
+// blocks of this grid: GMEM, read through L2) and their softmax, by one warp, to row t of the
+// outputs: k rounds of argmax over the experts not yet taken. Lane l owns experts l + 32j; bit j
+// of its register `taken` marks the ones already selected, so the selection writes no memory.
+// Lane s % 32 keeps slot s's id and weight; every lane forms the same weights and the same sum
+// (best first), so the outputs are written once at the end, coalesced, without reading them back.
+template <bool GMEM>
+static __device__ __forceinline__ void router_select(const struct ds_router_args &a,
+                                                     const float *lg, int t) {
+    const int lane = threadIdx.x % DS_WARP, E = a.n_experts, KE = a.top_k;
     uint32_t taken = 0;
     float best0 = 0.0f, sum = 0.0f, my_w[DS_MAX_TOPK / DS_WARP] = {};
     int my_id[DS_MAX_TOPK / DS_WARP] = {};
@@ -303,7 +277,7 @@ act_anyw_router_topk_softmax(const struct ds_router_args a) {
         unsigned long long key = 0;
         for (int e = lane, j = 0; e < E; e += DS_WARP, j++)
             if (!(taken >> j & 1u)) {
-                const unsigned long long k = sel_key(logits[r][e], e);
+                const unsigned long long k = sel_key(GMEM ? __ldcg(lg + e) : lg[e], e);
                 key = k > key ? k : key;
             }
 #pragma unroll
@@ -313,7 +287,7 @@ act_anyw_router_topk_softmax(const struct ds_router_args a) {
         }
         const int be = (int)~(uint32_t)key; // every lane holds the same key now
         if (lane == be % DS_WARP) taken |= 1u << (be / DS_WARP);
-        const float bv = rank_value(logits[r][be]);
+        const float bv = rank_value(GMEM ? __ldcg(lg + be) : lg[be]);
         if (s == 0) best0 = bv;
         // exp(l_s − l_0) in fp32; the weights are normalised below, best first.
         const float w = expf(bv - best0);
@@ -330,6 +304,73 @@ act_anyw_router_topk_softmax(const struct ds_router_args a) {
             a.expert_weights[(size_t)t * KE + s] = my_w[h] / sum;
         }
     }
+}
+
+// Launched in clusters of RT_CLUSTER blocks along x; cluster i serves rows R·i .. R·i + R − 1.
+// R = 1 (small T: more clusters, every load of a warp's expert row in flight at once) or R = 4
+// (rows share the weight loads). Per (row, expert) both run the same operations: lane partials
+// over k0 = 8·lane + 256·j in increasing j, 8 fmaf each in element order, the xor butterfly, then
+// the bias; so a row's logits do not depend on R, on the tile or on its neighbours.
+template <int R>
+__global__ void __launch_bounds__(RT_THREADS)
+act_anyw_router_topk_softmax(const struct ds_router_args a) {
+    __shared__ float logits[R][RT_MAX_EXPERTS];
+    DS_GRID_DEPENDENCY();
+    cg::cluster_group cluster = cg::this_cluster();
+    const unsigned rank = cluster.block_rank();
+    const int warp = threadIdx.x / DS_WARP;
+    const int cw = (int)rank * RT_WARPS + warp; // warp index within the cluster
+    const int t0 = (int)(blockIdx.x / RT_CLUSTER) * R, E = a.n_experts;
+    const int nr = min(R, a.n_rows - t0);
+
+    const bool xb = a.act == DS_ELEM_BF16, wb = a.w_dtype == DS_ELEM_BF16;
+    float *lg = &logits[0][0];
+    if (xb && wb) router_logits<R, true, true>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS);
+    else if (xb) router_logits<R, true, false>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS);
+    else if (wb) router_logits<R, false, true>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS);
+    else router_logits<R, false, false>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS);
+    cluster.sync(); // every block's logits are written
+    if (rank == 0) {
+        for (int i = threadIdx.x; i < R * E; i += RT_THREADS) {
+            const int r = i / E, e = i % E, owner = (e % RT_CW) / RT_WARPS;
+            if (owner != 0 && r < nr) logits[r][e] = *cluster.map_shared_rank(&logits[r][e], owner);
+        }
+    }
+    cluster.sync(); // the gather is done (no block may leave while its memory is read)
+    if (rank != 0) return;
+
+    // Warp r selects for row r.
+    if (warp < nr) router_select<false>(a, &logits[warp][0], t0 + warp);
+}
+
+// Small calls with a workspace: arrivals of the blocks of the current call. The last block to
+// arrive selects and sets it back to 0, so every call starts from zero (static device memory is
+// zero at module load). Calls must not overlap in time: every caller issues its ops on one stream.
+__device__ unsigned rt_arrivals;
+
+// Grid (ceil(E / RT_WS_WARPS), T), RT_WS_WARPS warps per block: warp w of block x computes the
+// logit of expert RT_WS_WARPS·x + w for row blockIdx.y (router_logits<1>: the cluster path's
+// exact per-logit operations) into the workspace (T, E). Every thread fences its stores before
+// the block arrives; the last block to arrive reads the logits through L2 and selects for every
+// row (router_select, the cluster path's selection). One launch, no cluster, E·T warps at once.
+template <bool XB, bool WB>
+__global__ void __launch_bounds__(RT_WS_WARPS *DS_WARP)
+act_anyw_router_topk_softmax_ws(const struct ds_router_args a) {
+    __shared__ bool s_last;
+    DS_GRID_DEPENDENCY();
+    const int warp = threadIdx.x / DS_WARP, E = a.n_experts, t = (int)blockIdx.y;
+    float *lg = (float *)a.workspace;
+    router_logits<1, XB, WB>(a, (int)blockIdx.x * RT_WS_WARPS + warp,
+                             (int)gridDim.x * RT_WS_WARPS, t, 1, lg + (size_t)t * E, E);
+    __threadfence(); // this thread's logits are visible device-wide before the block arrives
+    __syncthreads();
+    if (threadIdx.x == 0)
+        s_last = atomicAdd(&rt_arrivals, 1u) == gridDim.x * gridDim.y - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence(); // every other block's logits are seen after its arrival
+    if (threadIdx.x == 0) rt_arrivals = 0;
+    for (int r = warp; r < a.n_rows; r += RT_WS_WARPS) router_select<true>(a, lg + (size_t)r * E, r);
 }
 
 extern "C" enum ds_status ds_router_cuda(const struct ds_router_args *a, void *stream) {
@@ -358,6 +399,20 @@ extern "C" enum ds_status ds_router_cuda(const struct ds_router_args *a, void *s
         return ds_error_set(DS_ERR_ARG, "%s: x and weight must be 16-byte aligned", op);
     if (cu_blocks((size_t)a->n_rows, RT_ROWS) > INT32_MAX / RT_CLUSTER)
         return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %d rows: too many", op, a->n_rows);
+    // Up to RT_ROWS_ONE rows with a workspace: one warp per (row, expert) over many plain blocks,
+    // the top-k by the last block (same logits and selection as the cluster path, same bits).
+    if (a->n_rows <= RT_ROWS_ONE && a->workspace && ((uintptr_t)a->workspace % 16) == 0 &&
+        a->workspace_bytes >= ds_router_workspace_bytes(a->n_rows, a->n_experts)) {
+        const dim3 g(cu_blocks((size_t)a->n_experts, RT_WS_WARPS), (unsigned)a->n_rows);
+        const dim3 b(RT_WS_WARPS * DS_WARP);
+        cudaStream_t st = DS_STREAM(stream);
+        const bool xb = a->act == DS_ELEM_BF16, wb = a->w_dtype == DS_ELEM_BF16;
+        if (xb && wb) ds_launch(act_anyw_router_topk_softmax_ws<true, true>, g, b, 0, st, *a);
+        else if (xb) ds_launch(act_anyw_router_topk_softmax_ws<true, false>, g, b, 0, st, *a);
+        else if (wb) ds_launch(act_anyw_router_topk_softmax_ws<false, true>, g, b, 0, st, *a);
+        else ds_launch(act_anyw_router_topk_softmax_ws<false, false>, g, b, 0, st, *a);
+        return DS_OK;
+    }
     // One row per cluster up to RT_ROWS_ONE rows (the weights come from L2 after the first
     // cluster), RT_ROWS rows per cluster above.
     const bool one = a->n_rows <= RT_ROWS_ONE;
@@ -553,6 +608,90 @@ static __device__ __forceinline__ void mxfp4_rows_dot(const uint8_t *blocks, con
         for (int t = 0; t < TT; t++) acc[r][t] = warp_sum_f(acc[r][t]);
 }
 
+// One token through 8 rows (bp, sp: the rows' first block and scale), as mxfp4_rows_dot<1, XB,
+// true> computes it (the same mxfp4_block_dot calls in the same order), for a warp that streams
+// several row tiles in a row: nq/ns hold the loads of the lane's first block of these rows, issued
+// earlier; the lane's last step issues those of the next rows (nbp, nsp; NULL: none), so the DRAM
+// latency at a tile boundary overlaps this tile's last decode.
+template <bool XB>
+static __device__ __forceinline__ void mxfp4_rows_dot_stream(
+    const uint8_t *bp, const uint8_t *sp, const uint8_t *nbp, const uint8_t *nsp, int K,
+    const void *x, int xrow, const float *lut, uint4 nq[MOE_ROWS_PER_WARP],
+    uint32_t ns[MOE_ROWS_PER_WARP], float acc[MOE_ROWS_PER_WARP][1]) {
+    const int lane = threadIdx.x % DS_WARP, nb = K / DS_MXFP4_BLOCK;
+    const size_t row_b = (size_t)K / 2, row_s = (size_t)nb;
+#pragma unroll
+    for (int r = 0; r < MOE_ROWS_PER_WARP; r++) acc[r][0] = 0.0f;
+#pragma unroll 1
+    for (int b = lane; b < nb; b += DS_WARP) {
+        uint4 wq[MOE_ROWS_PER_WARP];
+        uint32_t sb[MOE_ROWS_PER_WARP];
+#pragma unroll
+        for (int r = 0; r < MOE_ROWS_PER_WARP; r++) wq[r] = nq[r], sb[r] = ns[r];
+        if (b + DS_WARP < nb) mxfp4_rows_load(bp, sp, row_b, row_s, b + DS_WARP, nq, ns);
+        else if (nbp) mxfp4_rows_load(nbp, nsp, row_b, row_s, lane, nq, ns);
+        float sf[MOE_ROWS_PER_WARP];
+        bool big = false;
+#pragma unroll
+        for (int r = 0; r < MOE_ROWS_PER_WARP; r++) {
+            big |= sb[r] == 255;
+            sf[r] = sb[r] == 255 ? 0x1p64f : ds_e8m0_to_f32((uint8_t)sb[r]);
+        }
+        if (big) mxfp4_block_dot<1, true, XB>(wq, sf, sb, b, x, K, &xrow, lut, acc);
+        else mxfp4_block_dot<1, false, XB>(wq, sf, sb, b, x, K, &xrow, lut, acc);
+    }
+#pragma unroll
+    for (int r = 0; r < MOE_ROWS_PER_WARP; r++) acc[r][0] = warp_sum_f(acc[r][0]);
+}
+
+// The gate_up work of one warp at one token per pair (variant 0), streamed over row tiles
+// rt = blockIdx.x, blockIdx.x + gridDim.x, ... of expert e (the host sizes grid x so the whole grid
+// is about one wave) and, per tile, the pairs list[0..n) in order. Per (row, pair) the arithmetic
+// is gate_up_tile<1>'s; only the order in which a warp visits its (tile, pair) items changes.
+template <bool XB>
+static __device__ __forceinline__ void gate_up_stream_1tok(const struct ds_moe_args &a, int e,
+                                                           const int32_t *list, int n,
+                                                           const float *lut, float *h) {
+    const int C = a.dim, I = a.inter, KE = a.top_k, lane = threadIdx.x % DS_WARP;
+    const int warp = threadIdx.x / DS_WARP, nb = C / DS_MXFP4_BLOCK;
+    const int tiles = 2 * I / MOE_ROWS_PER_BLOCK; // 2I is a multiple of 64
+    const size_t ex_rows = (size_t)e * 2 * I, row_b = (size_t)C / 2, row_s = (size_t)nb;
+    const uint8_t *gb = a.gate_up_blocks + ex_rows * row_b;
+    const uint8_t *gs = a.gate_up_scales + ex_rows * row_s;
+    int rt = (int)blockIdx.x;
+    if (rt >= tiles || n <= 0) return;
+    uint4 nq[MOE_ROWS_PER_WARP];
+    uint32_t ns[MOE_ROWS_PER_WARP];
+    int r0 = rt * MOE_ROWS_PER_BLOCK + warp * MOE_ROWS_PER_WARP;
+    if (lane < nb) mxfp4_rows_load(gb + r0 * row_b, gs + r0 * row_s, row_b, row_s, lane, nq, ns);
+    for (;;) {
+        const int nrt = rt + (int)gridDim.x;
+        const int nr0 = nrt * MOE_ROWS_PER_BLOCK + warp * MOE_ROWS_PER_WARP;
+        for (int i = 0; i < n; i++) {
+            // The rows streamed after this item: the same rows for the next pair, else the next
+            // tile's, else none.
+            const int q0 = i + 1 < n ? r0 : nrt < tiles ? nr0 : -1;
+            const uint8_t *nbp = q0 >= 0 ? gb + q0 * row_b : NULL;
+            const uint8_t *nsp = q0 >= 0 ? gs + q0 * row_s : NULL;
+            const int p = list[i];
+            float acc[MOE_ROWS_PER_WARP][1];
+            mxfp4_rows_dot_stream<XB>(gb + r0 * row_b, gs + r0 * row_s, nbp, nsp, C, a.x, p / KE,
+                                      lut, nq, ns, acc);
+#pragma unroll
+            for (int q = 0; q < MOE_ROWS_PER_WARP / 2; q++) {
+                if (lane != q) continue;
+                const size_t row = ex_rows + r0 + 2 * q;
+                const float bg = ld_elem(a.gate_up_bias, a.bias_dtype, row);
+                const float bl = ld_elem(a.gate_up_bias, a.bias_dtype, row + 1);
+                const float g = __fadd_rn(acc[2 * q][0], bg), l = __fadd_rn(acc[2 * q + 1][0], bl);
+                h[(size_t)p * I + r0 / 2 + q] = swiglu_clamped(g, l, a.swiglu_alpha, a.swiglu_limit);
+            }
+        }
+        if (nrt >= tiles) break;
+        rt = nrt, r0 = nr0;
+    }
+}
+
 // TT tokens (pairs list[0..TT)) through the warp's 4 gate/linear row pairs: h = SwiGLU(W1·x + b1).
 template <int TT, bool PF>
 static __device__ __forceinline__ void gate_up_tile(const struct ds_moe_args &a, int e, int r0,
@@ -679,9 +818,11 @@ static __device__ __forceinline__ bool block_begin(const struct ds_moe_args &a,
 }
 
 // Three variants with the same operations per token (only the token tiles and the register
-// budget differ): V = 0 (one token per expert: decode) tiles of 1, up to 4 blocks per SM; V = 1
-// tiles of 2 and 1; V = 2 (wide: several tokens per expert) tiles of 8, 4, 2, 1.
-#define MOE_MIN_BLOCKS(V) ((V) == 0 ? 3 : 2)
+// budget differ): V = 0 (one token per pair: decode) tiles of 1, gate_up streamed over several row
+// tiles per warp; V = 1 tiles of 2 (no prefetch) and 1 (prefetch); V = 2 (wide: several tokens per
+// expert) tiles of 8, 4, 2, 1. V = 0 and V = 1 run 3 blocks per SM (168 registers): V = 1 at 2
+// blocks per SM (217 registers, the 2-token tile with the prefetch) made the T = 4 verify slower.
+#define MOE_MIN_BLOCKS(V) ((V) <= 1 ? 3 : 2)
 
 template <int V>
 __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(V))
@@ -696,13 +837,19 @@ act_mxfp4w_moe_gate_up_swiglu(const struct ds_moe_args a, const int32_t *groups,
     int i = k.beg;
     const int e = k.e, end = k.end, r0 = k.r0;
     const int32_t *list = k.list;
-    if constexpr (V == 2) {
-        for (; end - i >= 8; i += 8) gate_up_tile<8, (V < 2)>(a, e, r0, list + i, lut, h);
-        if (end - i >= 4) gate_up_tile<4, (V < 2)>(a, e, r0, list + i, lut, h), i += 4;
+    if constexpr (V == 0) {
+        // Grid x may be smaller than the row tiles: each warp streams tiles blockIdx.x + j·gridDim.x.
+        if (a.act == DS_ELEM_BF16) gate_up_stream_1tok<true>(a, e, list + i, end - i, lut, h);
+        else gate_up_stream_1tok<false>(a, e, list + i, end - i, lut, h);
+    } else {
+        if constexpr (V == 2) {
+            for (; end - i >= 8; i += 8) gate_up_tile<8, false>(a, e, r0, list + i, lut, h);
+            if (end - i >= 4) gate_up_tile<4, false>(a, e, r0, list + i, lut, h), i += 4;
+        }
+        // V = 1: the 2-token tile without the prefetch keeps 3 blocks per SM (see MOE_MIN_BLOCKS).
+        for (; end - i >= 2; i += 2) gate_up_tile<2, false>(a, e, r0, list + i, lut, h);
+        for (; i < end; i++) gate_up_tile<1, (V < 2)>(a, e, r0, list + i, lut, h);
     }
-    if constexpr (V >= 1)
-        for (; end - i >= 2; i += 2) gate_up_tile<2, (V < 2)>(a, e, r0, list + i, lut, h);
-    for (; i < end; i++) gate_up_tile<1, (V < 2)>(a, e, r0, list + i, lut, h);
 }
 
 template <int V>
@@ -723,7 +870,7 @@ f32_mxfp4w_moe_down(const struct ds_moe_args a, const int32_t *groups, const int
         if (end - i >= 4) down_tile<4, (V < 2)>(a, e, r0, list + i, lut, h, y), i += 4;
     }
     if constexpr (V >= 1)
-        for (; end - i >= 2; i += 2) down_tile<2, (V < 2)>(a, e, r0, list + i, lut, h, y);
+        for (; end - i >= 2; i += 2) down_tile<2, false>(a, e, r0, list + i, lut, h, y);
     for (; i < end; i++) down_tile<1, (V < 2)>(a, e, r0, list + i, lut, h, y);
 }
 
@@ -822,6 +969,30 @@ extern "C" size_t ds_moe_workspace_bytes_v2(int n_rows, int dim, int inter, int 
     return ref > cuda ? ref : cuda;
 }
 
+// SMs of the current device (cached; 132 on an H200 if the query fails).
+static int moe_sm_count(void) {
+    static int n = 0;
+    if (n > 0) return n;
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0) {
+        cudaGetLastError();
+        return 132;
+    }
+    return n = v;
+}
+
+// Grid x of the variant-0 gate_up (its warps stream row tiles blockIdx.x + j·gridDim.x): the
+// fewest waves of resident blocks that cover tiles × n_used, with the tiles spread evenly over
+// them (120b, one token: 180 tiles × 4 experts on 132 SMs × 3 blocks -> 90 × 4 blocks of 2 tiles,
+// one wave, instead of 720 blocks in 1.8 waves).
+static unsigned moe_v0_grid_x(unsigned tiles, unsigned n_used) {
+    const unsigned slots = (unsigned)moe_sm_count() * MOE_MIN_BLOCKS(0);
+    const unsigned long long total = (unsigned long long)tiles * n_used;
+    const unsigned waves = (unsigned)((total + slots - 1) / slots);
+    return (tiles + waves - 1) / waves;
+}
+
 // gate_up then down of one variant.
 template <int V>
 static void moe_gemv_launch(const struct ds_moe_args *a, dim3 g1, dim3 g2, cudaStream_t st,
@@ -894,10 +1065,11 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
     const unsigned n_used_max = (unsigned)((long long)T * KE < E ? (long long)T * KE : E);
     const unsigned chunks = cu_blocks((size_t)T, MOE_TOKEN_CHUNK);
     const int variant = (long long)T * KE >= (long long)MOE_TT_WIDE_AVG * E ? 2 : T == 1 ? 0 : 1;
-    const dim3 g1(cu_blocks((size_t)2 * I, MOE_ROWS_PER_BLOCK), n_used_max, chunks);
+    dim3 g1(cu_blocks((size_t)2 * I, MOE_ROWS_PER_BLOCK), n_used_max, chunks);
+    if (variant == 0) g1.x = moe_v0_grid_x(g1.x, n_used_max);
     const dim3 g2(cu_blocks((size_t)C, MOE_ROWS_PER_BLOCK), n_used_max, chunks);
     const int32_t *groups = small ? NULL : w.groups;
-    if (T == 1 && KE <= MOE_WARPS) {
+    if (T == 1 && KE <= MOE_WARPS) { // variant 0 (T == 1)
         // Decode: gate_up, then down and combine fused (KE warps per 8 output features).
         ds_launch(act_mxfp4w_moe_gate_up_swiglu<0>, g1, dim3(MOE_THREADS), 0, st, *a,
                   (const int32_t *)NULL, (const int32_t *)w.pairs, w.h);

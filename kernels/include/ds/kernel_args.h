@@ -253,7 +253,20 @@ struct ds_router_args {
     const void *bias;        // (E) bias_dtype, or NULL
     int32_t *expert_ids;     // (T, KE) int32 out: selected experts, best first
     float *expert_weights;   // (T, KE) f32 out: softmax weights of those experts (sum 1)
+    // Scratch of the CUDA many-block path for small calls: at least
+    // ds_router_workspace_bytes(T, E) bytes of device memory, 16-byte aligned, or NULL. With
+    // NULL (or too few bytes) the CUDA op runs its cluster path, bitwise identical but slower
+    // for a few rows. The CPU reference ignores both fields.
+    void *workspace;
+    size_t workspace_bytes;
 };
+
+// Router workspace: T·E f32 logits (the arrival counter is the CUDA module's own). 0 for a
+// non-positive argument.
+static inline size_t ds_router_workspace_bytes(int n_rows, int n_experts) {
+    if (n_rows <= 0 || n_experts <= 0) return 0;
+    return (size_t)n_rows * (size_t)n_experts * sizeof(float);
+}
 
 // Experts, fused: for each row t and each selected expert e = expert_ids[t][s] with weight w_s:
 //   u   = W1_e · x[t] + b1_e                (2I values; W1 MXFP4 [2I][C], decoded exactly)
