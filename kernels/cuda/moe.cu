@@ -17,6 +17,11 @@
 //                                  64-bit key (logit order, then lower index; taken experts are
 //                                  register bits of their owner lane, no shared writes), softmax
 //                                  over the k logits in fp32, summed best first.
+//   act_anyw_router_topk_softmax_ws  up to 8 rows when the caller gives a workspace: grid
+//                                  (E/4, T) plain blocks of 4 warps, one warp per (row, expert)
+//                                  with the cluster path's per-logit operations, logits to the
+//                                  workspace; the last block to arrive (a self-resetting counter)
+//                                  runs the same selection for every row. Same bits as above.
 //   moe_group_by_expert            (only when T·KE > 32; below, every GEMV block finds its expert
 //                                  and pairs from the ids itself: small_group) one block: counts per expert, exclusive offsets, the list of
 //                                  experts in use (increasing id) and the pairs (row, slot) of each
