@@ -268,15 +268,26 @@ static void attention_matches_reference_gptoss_shapes(void) {
 
 // Decode at batch 1 deep in a 4096-key context (the real 120b decode: split mode with 4 query
 // heads per block, the split states merged by the last block of each (row, head group) to arrive,
-// whose arrival counter must be back at zero for the next call). Checked against the reference
+// whose arrival counter must be back at zero for the next call), and shorter contexts whose
+// split blocks hold 2 or 1 query heads (the whole-row runs they are compared with hold 1). Checked against the reference
 // in both modes, then the split path runs twice more (same inputs, NaN-filled output and
 // workspace each time): bitwise the same output every time, or a counter was left behind.
 static void attention_decode_split_repeats(void) {
-    for (int w = 0; w < 2; w++) {
-        struct aprob p = {.name = w ? "decode T=1 at 4095, window 128" : "decode T=1 at 4095, full",
-                          .T = 1, .NH = 64, .NKV = 8, .D = 64, .S = 2, .P = 4096,
-                          .window = w ? 128 : 0, .n_seq = 1};
-        p.seqs[0] = (struct ds_attn_seq){.row0 = 0, .n_rows = 1, .pos0 = 4095, .slot = 1};
+    // Heads per block at the default thresholds (the bits must not depend on them): split mode
+    // 4 at 4096 keys (528 blocks), 2 at 1024 (288), 1 at 700 (448); whole-row mode 1.
+    static const struct {
+        const char *name;
+        int P, pos, window;
+    } cases[] = {
+        {"decode T=1 at 4095, full (split: 4 heads per block)", 4096, 4095, 0},
+        {"decode T=1 at 4095, window 128 (whole-row: 1 head per block)", 4096, 4095, 128},
+        {"decode T=1 at 1000 of 1024, full (split: 2 heads per block)", 1024, 1000, 0},
+        {"decode T=1 at 650 of 700, full (split: 1 head per block)", 700, 650, 0},
+    };
+    for (int w = 0; w < (int)(sizeof cases / sizeof cases[0]); w++) {
+        struct aprob p = {.name = cases[w].name, .T = 1, .NH = 64, .NKV = 8, .D = 64, .S = 2,
+                          .P = cases[w].P, .window = cases[w].window, .n_seq = 1};
+        p.seqs[0] = (struct ds_attn_seq){.row0 = 0, .n_rows = 1, .pos0 = cases[w].pos, .slot = 1};
         aprob_fill(&p, 520 + w, 1);
         check_case(&p);
         const size_t nq = (size_t)p.NH * p.D;
