@@ -841,8 +841,13 @@ static void kernel_table_holds_each_kinds_launches(void) {
         printf("  kernel table, %s kind (%llu steps): %zu kernels, %llu other rows\n", kp->what,
                (unsigned long long)steps, ne, (unsigned long long)other);
         for (size_t i = 0; i < ne; i++) {
-            printf("    %-16s %.2f launches/step, %.1f us/step\n", e[i].name,
-                   (double)e[i].launches / (double)steps, (double)e[i].ns / (double)steps / 1e3);
+            printf("    %-16s %.2f launches/step, %.1f us/step (exclusive %.1f)\n", e[i].name,
+                   (double)e[i].launches / (double)steps, (double)e[i].ns / (double)steps / 1e3,
+                   (double)e[i].excl_ns / (double)steps / 1e3);
+            // Exclusive time is a part of the raw time; the probes spin SPIN_NS after they
+            // start, so even overlapping starts leave most of each spin exclusive.
+            EXPECT(e[i].excl_ns <= e[i].ns);
+            EXPECT(e[i].excl_ns >= e[i].launches * SPIN_NS / 2);
             if (!strcmp(e[i].name, probe_names[SPIN])) spin = e[i].launches, spin_ns = e[i].ns;
             if (!strcmp(e[i].name, probe_names[SMEM])) smem = e[i].launches, smem_ns = e[i].ns;
         }
