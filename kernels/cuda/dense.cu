@@ -10,13 +10,10 @@
 //   <a>_<w>w_embed            one thread per 8-element group of the output (16-byte copies)
 //   <a>_<w>w_rmsnorm          one block of 256 threads per row; Σx² and the scaling in double
 //                             (as the reference); the row held in registers when C <= 4096
-//   bf16_bf16w_matmul_tc_stream<BT, STAGES, SPLIT>
+//   bf16_bf16w_matmul_tc_stream<BT, STAGES>
 //                             the small-T matmul (T <= 16): 16 features × BT tokens per block,
-//                             256 threads whose cp.async roles are fixed for the whole k loop;
-//                             two warps run the mma, six only copy. SPLIT: one block per (feature
-//                             tile, 1024-wide K segment), the whole segment in flight at once,
-//                             the last block of a tile folds the segments (static workspace and
-//                             counters: one stream per device); else one block per tile, 6 stages
+//                             256 threads whose cp.async roles are fixed for the whole k loop, a
+//                             6-stage ring; two warps run the mma, six only copy
 //   bf16_bf16w_matmul_tc<BN, BT, BK, WM, WT, WK, STAGES>
 //                             the larger-T matmul: bf16 tensor cores (mma.sync m16n8k16, fp32
 //                             accumulation) fed by a cp.async ring of shared memory; tile shape by
@@ -28,12 +25,9 @@
 //   <a>_gather_rows           one thread per 8-element group of the output (16-byte copies)
 //
 // Batch invariance of the matmul (the property the profiler rests on): the reduction order of
-// every output element is fixed by K alone — K cut into 1024-wide segments; in each, k16 steps in
-// increasing order, even steps into one fp32 accumulator and odd steps into another; the
-// segments' two sums folded into two totals in segment order; (A0 + A1) + bias + residual, one
-// rounding — and every tile shape performs exactly that sequence (THE REDUCTION ORDER below),
-// whether one block walks all of K or the segments run in different blocks (the small-T split
-// mode, folded by the last block of the feature tile to arrive). A token's row sits
+// every output element is fixed by K alone — k16 steps in increasing order, even steps into one
+// fp32 accumulator and odd steps into another, (a0 + a1) + bias + residual, one rounding — and
+// every tile shape performs exactly that sequence (THE REDUCTION ORDER below). A token's row sits
 // in some n8 column of the mma; each column of D depends only on its own column of B; a feature
 // always sits in row n mod 16 of its m16 tile. So a row gives the same bits alone or among 299
 // others, whichever tile shape its call used. Split outputs (fused q/k/v) change only where an
@@ -296,24 +290,16 @@ extern "C" enum ds_status ds_rmsnorm_cuda(const struct ds_rmsnorm_args *a, void 
 // by 16-byte chunk: conflict-free) and run mma.sync.m16n8k16 (bf16 in, fp32 accumulate), features
 // in the M slot and tokens in the N slot. Warp (wm, wt, wk) owns BN/WM features × BT/WT tokens.
 //
-// THE REDUCTION ORDER (the batch-invariance contract). For output (t, n), cut K into segments
-// of MM_SEG = 1024 (g = 0 .. ceil(K/1024) − 1, the last one shorter) and each segment into k16
-// steps (the last step of K zero-padded). Per segment, two fp32 accumulators start at +0: a0_g
-// takes the segment's even steps, a1_g its odd ones (1024/16 is even: the parity of the global
-// step), one mma per step in increasing order. Two fp32 totals start at +0 and fold the segments
-// in increasing g: A0 += a0_g, A1 += a1_g (every segment, even one that gave an accumulator no
-// step). Then v = ((A0 + A1) + bias[n]) + residual[t][n], rounded once to bf16. With WK = 2 two
-// warps hold a0/A0 and a1/A1 (A1 handed over through shared memory); with WK = 1 one warp holds
-// all four. Every tile shape below performs exactly these operations for every element: feature
-// n always sits in row n mod 16 of its m16 tile, a token's result depends only on its own column
-// of the B operand, steps past K are skipped, not zero-multiplied, and MM_SEG is a multiple of
-// every BK, so a segment ends on a k-tile boundary whatever the tile. The small-T stream tile may
-// compute the segments of one feature tile in different blocks (split mode) and fold their
-// records, stored in fragment order, in the same order. So the tile may be chosen from T (small
-// T: narrow tiles, K split over blocks; large T: wide tiles for operand reuse) without changing a
-// single bit. Before segments (K <= 1024: one segment) the order was the same: A = +0 + a.
+// THE REDUCTION ORDER (the batch-invariance contract). For output (t, n), cut K into k16 steps
+// s = 0 .. ceil(K/16) − 1 (the last one zero-padded). Two fp32 accumulators start at +0: a0 takes
+// the even steps, a1 the odd ones, each one mma per step in increasing s; then
+// v = ((a0 + a1) + bias[n]) + residual[t][n], rounded once to bf16. With WK = 2 two warps hold a0
+// and a1 (added through shared memory); with WK = 1 one warp holds both. Every tile shape below
+// performs exactly these operations for every element: feature n always sits in row n mod 16 of
+// its m16 tile, a token's result depends only on its own column of the B operand, and steps past
+// K are skipped, not zero-multiplied. So the tile may be chosen from T (small T: narrow tiles for
+// many blocks; large T: wide tiles for operand reuse) without changing a single bit.
 
-#define MM_SEG 1024    // K per segment of THE REDUCTION ORDER (a multiple of every BK, TS_BK)
 #define MM_THREADS 256 // the CUDA-core kernel below
 #define MM_WARPS (MM_THREADS / DS_WARP)
 #define MM_TOKENS 64
@@ -403,27 +389,20 @@ static __device__ __forceinline__ void mm_load_stage(unsigned char *st, const ds
 // Needs 16-byte aligned rows (K % 8 == 0, aligned W) and sm_90.
 #define MM_PREFETCH_BYTES (24u << 20)
 
-// Prefetches `bytes` (rounded down to 16; nothing under 512) of W rows f0 .. f0 + rows − 1 from
-// element k0 on: thread r < rows issues row f0 + r.
-static __device__ __forceinline__ void mm_prefetch_rows(const ds_bf16 *W, int f0, int rows, int N,
-                                                        int K, int k0, unsigned bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const int r = f0 + (int)threadIdx.x;
-    bytes &= ~15u;
-    if (bytes < 512 || (int)threadIdx.x >= rows || r >= N) return;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(
-                     (size_t)__cvta_generic_to_global(W + (size_t)r * K + k0)),
-                 "r"(bytes)
-                 : "memory");
-#else
-    (void)W, (void)f0, (void)rows, (void)N, (void)K, (void)k0, (void)bytes;
-#endif
-}
-
 static __device__ __forceinline__ void mm_prefetch_w(const ds_bf16 *W, int f0, int rows, int N,
                                                      int K) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const size_t row_bytes = (size_t)K * 2, budget = (MM_PREFETCH_BYTES / (unsigned)N) & ~15u;
-    mm_prefetch_rows(W, f0, rows, N, K, 0, (unsigned)(row_bytes < budget ? row_bytes : budget));
+    const unsigned per_row = (unsigned)(row_bytes < budget ? row_bytes : budget);
+    const int r = f0 + (int)threadIdx.x;
+    if (per_row < 512 || (int)threadIdx.x >= rows || r >= N) return;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(
+                     (size_t)__cvta_generic_to_global(W + (size_t)r * K)),
+                 "r"(per_row)
+                 : "memory");
+#else
+    (void)W, (void)f0, (void)rows, (void)N, (void)K;
+#endif
 }
 
 // Where output (t, n) goes and which bias it takes: out (row stride N) and bias[n] without a
@@ -453,19 +432,8 @@ static __device__ __forceinline__ void mm_finish_bf16(const struct ds_matmul_arg
     ((ds_bf16 *)d.p)[d.o] = ds_f32_to_bf16(v);
 }
 
-// NV accumulators (a register array, flattened): set to +0; folded into totals at the end of a
-// segment of THE REDUCTION ORDER (tot += acc, then acc restarts from +0).
-template <int NV> static __device__ __forceinline__ void mm_zero(float *v) {
-#pragma unroll
-    for (int i = 0; i < NV; i++) v[i] = 0.0f;
-}
-template <int NV> static __device__ __forceinline__ void mm_fold(float *tot, float *acc) {
-#pragma unroll
-    for (int i = 0; i < NV; i++) tot[i] += acc[i], acc[i] = 0.0f;
-}
-
 template <int BN, int BT, int BK, int WM, int WT, int WK, int STAGES>
-__global__ void __launch_bounds__(WM *WT *WK *DS_WARP, (BN * BT >= 64 * 128 ? 2 : 1))
+__global__ void __launch_bounds__(WM *WT *WK *DS_WARP)
     bf16_bf16w_matmul_tc(const struct ds_matmul_args a, int vec) {
     // The first token tile of each feature tile prefetches its weight rows (see mm_prefetch_w).
     if (vec && blockIdx.x == 0)
@@ -479,7 +447,6 @@ __global__ void __launch_bounds__(WM *WT *WK *DS_WARP, (BN * BT >= 64 * 128 ? 2 
     static_assert(WK == 1 || WK == 2, "two accumulators: in one warp or in two");
     static_assert(MI >= 1 && NI >= 1 && BN % (16 * WM) == 0 && BT % (8 * WT) == 0, "tile");
     static_assert(BK % 64 == 0 && STAGES >= 2, "swizzle needs 8 chunks per row");
-    static_assert(MM_SEG % BK == 0, "a segment ends on a k-tile boundary");
 
     const int warp = threadIdx.x / DS_WARP, lane = threadIdx.x % DS_WARP;
     const int wm = warp % WM, wt = (warp / WM) % WT, wk = warp / (WM * WT);
@@ -488,10 +455,14 @@ __global__ void __launch_bounds__(WM *WT *WK *DS_WARP, (BN * BT >= 64 * 128 ? 2 
     const ds_bf16 *W = (const ds_bf16 *)a.w, *X = (const ds_bf16 *)a.x;
     const int KT = (K + BK - 1) / BK, n_steps = (K + 15) / 16;
 
-    // acc: the current segment's sums (a0_g, a1_g); tot: their folds over the segments done.
-    constexpr int NV = NA * MI * NI * 4;
-    float acc[NA][MI][NI][4], tot[NA][MI][NI][4];
-    mm_zero<NV>(&acc[0][0][0][0]), mm_zero<NV>(&tot[0][0][0][0]);
+    float acc[NA][MI][NI][4];
+#pragma unroll
+    for (int s = 0; s < NA; s++)
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
+            for (int j = 0; j < NI; j++) acc[s][i][j][0] = acc[s][i][j][1] = acc[s][i][j][2] =
+                acc[s][i][j][3] = 0.0f;
 
     // ldmatrix lane roles: A (x4) — matrix lane/8: rows +8 for odd matrices, k +8 for 2 and 3;
     // B (x4 = two n8 tiles) — tokens +8 for matrices 2 and 3, k +8 for odd matrices.
@@ -538,9 +509,6 @@ __global__ void __launch_bounds__(WM *WT *WK *DS_WARP, (BN * BT >= 64 * 128 ? 2 
                 for (int ni = 0; ni < NI; ni++)
                     mma_bf16_16816(acc[set][mi][ni], af[mi], bf[ni][0], bf[ni][1]);
         }
-        // End of a segment: fold its sums into the totals, start the next one from +0.
-        if ((kt + 1) % (MM_SEG / BK) == 0 || kt + 1 == KT)
-            mm_fold<NV>(&tot[0][0][0][0], &acc[0][0][0][0]);
     }
     cp_async_wait<0>();
     __syncthreads(); // the ring is free: reuse it for the a1 hand-over
@@ -554,7 +522,7 @@ __global__ void __launch_bounds__(WM *WT *WK *DS_WARP, (BN * BT >= 64 * 128 ? 2 
                 for (int ni = 0; ni < NI; ni++)
 #pragma unroll
                     for (int r = 0; r < 4; r++)
-                        xch[((mi * NI + ni) * 4 + r) * DS_WARP + lane] = tot[0][mi][ni][r];
+                        xch[((mi * NI + ni) * 4 + r) * DS_WARP + lane] = acc[0][mi][ni][r];
         }
         __syncthreads();
         if (wk == 1) return;
@@ -570,28 +538,18 @@ __global__ void __launch_bounds__(WM *WT *WK *DS_WARP, (BN * BT >= 64 * 128 ? 2 
                 const int n = f0 + wm * (BN / WM) + mi * 16 + g + (r >> 1) * 8;
                 const int t = t0 + wt * (BT / WT) + ni * 8 + 2 * q + (r & 1);
                 const float a1 = WK == 2 ? xch[((mi * NI + ni) * 4 + r) * DS_WARP + lane]
-                                         : tot[NA - 1][mi][ni][r];
+                                         : acc[NA - 1][mi][ni][r];
                 if (n >= N || t >= T) continue;
-                mm_finish_bf16(a, t, n, tot[0][mi][ni][r] + a1);
+                mm_finish_bf16(a, t, n, acc[0][mi][ni][r] + a1);
             }
 }
 
 // ---------------------------------------------------------------------------------------------
-// The weight-streaming tile for small T: bf16_bf16w_matmul_tc_stream<BT, STAGES, SPLIT> (T <= BT,
-// BT 8 or 16; K % 8 == 0 and 16-byte aligned x and w). A block of 256 threads computes 16 features
-// × BT tokens, streaming its 16 weight rows through a ring of STAGES stages of 16 × 256 (8 KB of
-// W) + BT × 256 (x) bf16. Two variants:
-// - SPLIT (calls of few feature tiles: qkv, o_proj, the draft's fc and down): one block per
-//   (feature tile, K segment), blockIdx.x = tile · nseg + segment, so the segments of a tile are
-//   scheduled side by side. A block loads its whole segment (4 stages of 256, all in flight at
-//   once), computes the segment's a0 and a1, stores them (mm_partials) and counts its arrival;
-//   the last block of the tile to arrive folds the nseg records in segment order (THE REDUCTION
-//   ORDER) and writes the outputs. This turns a serial chain of 12-16 ring turns per block into
-//   3-4 blocks per tile of one DRAM round trip each, with 32 KB of W in flight per block from the
-//   start, and many short blocks that balance over the SMs (180 tiles no longer map onto 132 SMs).
-// - whole-K (many feature tiles, e.g. the lm_heads: the grid already fills the GPU many times):
-//   one block per tile walks all of K through the ring, folding each segment's a0, a1 into its
-//   running totals in registers at every segment boundary (no extra traffic).
+// The weight-streaming tile for small T: bf16_bf16w_matmul_tc_stream<BT, STAGES> (T <= BT, BT 8
+// or 16; K % 8 == 0 and 16-byte aligned x and w). A block of 256 threads computes 16 features × BT
+// tokens: N/16 blocks (180 for N = 2880, 12,568 for the lm_head), each streaming its 16 weight rows
+// through a ring of STAGES stages of 16 × 256 (8 KB of W) + BT × 256 (x) bf16.
+//
 // Built to be memory bound rather than instruction bound:
 // - every thread's copies are fixed for the whole k loop: warp w copies W rows w and w + 8 and x
 //   rows w, w + 8 (those < T), lane l the 16-byte chunk l of each, so the source pointers and
@@ -601,25 +559,14 @@ __global__ void __launch_bounds__(WM *WT *WK *DS_WARP, (BN * BT >= 64 * 128 ? 2 
 // - W rows >= N read row N - 1 (valid memory; those accumulator rows are never stored);
 // - warps 0 and 1 own the two accumulators (a0: even k16 steps, a1: odd ones, in increasing
 //   order, exactly THE REDUCTION ORDER of the tile kernel above) and run ldmatrix + mma; the other
-//   six warps only copy. a1 meets a0 in shared memory, then (A0 + A1) + bias + residual.
+//   six warps only copy. a1 meets a0 in shared memory, then (a0 + a1) + bias + residual.
+// With 6 stages of BT = 8 (72 KB, 3 blocks per SM) a block keeps 5 stages = 40 KB of weights in
+// flight, so 1-2 blocks per SM already cover the DRAM latency at full bandwidth.
 
 #define TS_BN 16  // features per block: one m16 tile
 #define TS_BK 256 // K per stage: 32 chunks of 16 bytes per row
 #define TS_THREADS 256
 #define TS_ROW_BYTES (TS_BK * 2)
-#define TS_SEG_STAGES (MM_SEG / TS_BK) // stages of one K segment (the split blocks' ring)
-
-// Split mode: one record per block of its two accumulators in fragment order (warp, n8 tile,
-// register, lane: 2 × NI × 4 × 32 floats, NI <= 2), and one arrival counter per feature tile.
-// The last block to arrive resets its counter, so every call starts from zero (static device
-// memory is zero at module load). Calls of one device must not overlap in time: every caller
-// issues its ops on one stream (the backend's), where they never do (the attention's split mode
-// rests on the same rule).
-#define MM_SPLIT_BLOCKS 4096 // (tile, segment) blocks of a split call, at most
-#define MM_SPLIT_TILES 1024  // feature tiles of a split call, at most (more: whole-K blocks)
-#define MM_SPLIT_REC (2 * 2 * 4 * DS_WARP)
-__device__ float mm_partials[(size_t)MM_SPLIT_BLOCKS * MM_SPLIT_REC];
-__device__ unsigned mm_arrivals[MM_SPLIT_TILES];
 
 static __device__ __forceinline__ void cp_async16_s(uint32_t dst, const void *src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
@@ -627,10 +574,9 @@ static __device__ __forceinline__ void cp_async16_s(uint32_t dst, const void *sr
                  : "memory");
 }
 
-// Issues this thread's copies of the stage at shared address st for k = k0 .. k0 + TS_BK − 1
-// past the block's first k. w0, w1, x[j]: this lane's chunk of its W rows and x rows at the
-// block's first k (k_lane: that chunk's k); nx of the x rows exist. A chunk at or past K is
-// zero-filled (only read when K % 16 == 8, as the last step's upper half).
+// Issues this thread's copies of the stage at shared address st for k = k0 .. k0 + TS_BK − 1.
+// w0, w1, x[j]: this lane's chunk of its W rows and x rows at k = 0; nx of the x rows exist.
+// A chunk at or past K is zero-filled (only read when K % 16 == 8, as the last step's upper half).
 template <int NX>
 static __device__ __forceinline__ void ts_load_stage(uint32_t st, uint32_t w_off, uint32_t x_off,
                                                      const ds_bf16 *w0, const ds_bf16 *w1,
@@ -645,52 +591,36 @@ static __device__ __forceinline__ void ts_load_stage(uint32_t st, uint32_t w_off
         if (j < nx) cp_async16_s(st + x_off + j * 8 * TS_ROW_BYTES, x[j] + k, nb);
 }
 
-// Waits until at most n of this thread's committed copy groups are pending (n = 0 .. 3).
-static __device__ __forceinline__ void cp_async_wait_n(int n) {
-    if (n >= 3) cp_async_wait<3>();
-    else if (n == 2) cp_async_wait<2>();
-    else if (n == 1) cp_async_wait<1>();
-    else cp_async_wait<0>();
-}
-
-template <int BT, int STAGES, bool SPLIT>
+template <int BT, int STAGES>
 __global__ void __launch_bounds__(TS_THREADS)
     bf16_bf16w_matmul_tc_stream(const struct ds_matmul_args a) {
     constexpr int NI = BT / 8; // n8 token tiles; also x rows copied per warp
     constexpr int STAGE_BYTES = (TS_BN + BT) * TS_ROW_BYTES;
     constexpr int KSTEPS = TS_BK / 16;
-    constexpr int SEG_TILES = MM_SEG / TS_BK; // k-tiles per segment
     static_assert(TS_THREADS == 8 * DS_WARP && TS_BK == 8 * DS_WARP, "copy roles: 8 warps");
-    static_assert((NI == 1 || NI % 2 == 0) && NI <= 2 && STAGES >= 2, "tile");
-    static_assert(MM_SEG % TS_BK == 0 && KSTEPS % 2 == 0, "segments of whole, even k-tiles");
-    static_assert(!SPLIT || (STAGES == SEG_TILES && STAGES <= 4), "split: a segment per ring");
+    static_assert((NI == 1 || NI % 2 == 0) && STAGES >= 2, "tile");
 
     const int warp = threadIdx.x / DS_WARP, lane = threadIdx.x % DS_WARP;
     const int N = a.out_dim, K = a.in_dim, T = a.n_rows;
-    const int nseg = (K + MM_SEG - 1) / MM_SEG;
-    const int tile = SPLIT ? (int)blockIdx.x / nseg : (int)blockIdx.x;
-    const int kb = SPLIT ? ((int)blockIdx.x % nseg) * MM_SEG : 0; // the block's first k
-    const int kn = SPLIT ? min(K - kb, MM_SEG) : K;                // ... and its k count
-    const int f0 = tile * TS_BN;
-    const int KT = (kn + TS_BK - 1) / TS_BK, n_steps = (K + 15) / 16, s0 = kb / 16;
+    const int f0 = blockIdx.x * TS_BN;
+    const int KT = (K + TS_BK - 1) / TS_BK, n_steps = (K + 15) / 16;
 
     // Copy roles (see above). Tile row r of a stage holds W row f0 + r (r < 16) or x row r − 16;
     // chunk c of row r sits at mm_off<TS_BK>(r, c), and (16 + w + 8j) & 7 == w & 7 == w.
     const ds_bf16 *W = (const ds_bf16 *)a.w, *X = (const ds_bf16 *)a.x;
-    const ds_bf16 *w0 = W + (size_t)min(f0 + warp, N - 1) * K + kb + lane * 8;
-    const ds_bf16 *w1 = W + (size_t)min(f0 + warp + 8, N - 1) * K + kb + lane * 8;
+    const ds_bf16 *w0 = W + (size_t)min(f0 + warp, N - 1) * K + lane * 8;
+    const ds_bf16 *w1 = W + (size_t)min(f0 + warp + 8, N - 1) * K + lane * 8;
     const ds_bf16 *xr[NI];
     int nx = 0;
 #pragma unroll
     for (int j = 0; j < NI; j++) {
         const int r = warp + 8 * j;
-        xr[j] = X + (size_t)(r < T ? r : 0) * K + kb + lane * 8;
+        xr[j] = X + (size_t)(r < T ? r : 0) * K + lane * 8;
         nx += r < T;
     }
     const uint32_t w_off = mm_off<TS_BK>(warp, lane);
     const uint32_t x_off = mm_off<TS_BK>(TS_BN + warp, lane);
     const uint32_t ring = smem_u32(mm_smem);
-    const int k_lane = kb + lane * 8;
 
     // x rows T .. BT − 1 are never copied: zero them in every stage, once.
 #pragma unroll
@@ -701,52 +631,42 @@ __global__ void __launch_bounds__(TS_THREADS)
                     make_uint4(0u, 0u, 0u, 0u);
 
     // Everything above is registers and shared memory; the weight prefetch is a cache hint (see
-    // mm_prefetch_w). From here on global memory is read: wait for the previous kernel. A split
-    // block prefetches the segment it is about to stream (only the blocks resident before the
-    // dependency resolves do so ahead of it: <= 4 per SM × 32 KB, under the 24 MB budget).
-    if (SPLIT) mm_prefetch_rows(W, f0, TS_BN, N, K, kb, (unsigned)kn * 2u);
-    else mm_prefetch_w(W, f0, TS_BN, N, K);
+    // mm_prefetch_w). From here on global memory is read: wait for the previous kernel.
+    mm_prefetch_w(W, f0, TS_BN, N, K);
     DS_GRID_DEPENDENCY();
 
-    // Prologue: STAGES − 1 k-tiles in flight (SPLIT: the whole segment, one group per k-tile).
 #pragma unroll
-    for (int s = 0; s < (SPLIT ? STAGES : STAGES - 1); s++) {
+    for (int s = 0; s < STAGES - 1; s++) {
         if (s < KT)
             ts_load_stage<NI>(ring + s * STAGE_BYTES, w_off, x_off, w0, w1, xr, nx, s * TS_BK,
-                              k_lane, K);
+                              lane * 8, K);
         cp_async_commit();
     }
 
-    // acc: the current segment's a0 (warp 0) or a1 (warp 1); tot: their folds over the
-    // segments done (whole-K blocks only). Both start at +0.
-    float acc[NI][4], tot[NI][4];
-    mm_zero<NI * 4>(&acc[0][0]), mm_zero<NI * 4>(&tot[0][0]);
+    float acc[NI][4];
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++) acc[ni][0] = acc[ni][1] = acc[ni][2] = acc[ni][3] = 0.0f;
     // ldmatrix lane roles as in the tile kernel (WM = WT = 1).
     const int mat = lane >> 3, r8 = lane & 7;
     const int a_row = r8 + (mat & 1) * 8, a_kc = mat >> 1;
     const int b_row = TS_BN + r8 + (mat >> 1) * 8, b_kc = mat & 1;
 
     for (int kt = 0; kt < KT; kt++) {
-        if (SPLIT) {
-            cp_async_wait_n(STAGES - 1 - kt); // k-tile kt's group has landed (STAGES committed)
-            __syncthreads();                  // everyone's have; no stage is reused
-        } else {
-            cp_async_wait<STAGES - 2>(); // this thread's copies of k-tile kt have landed
-            __syncthreads();             // everyone's have, and k-tile kt − 1 is no longer read
-            const int nk = kt + STAGES - 1;
-            if (nk < KT)
-                ts_load_stage<NI>(ring + (nk % STAGES) * STAGE_BYTES, w_off, x_off, w0, w1, xr,
-                                  nx, nk * TS_BK, k_lane, K);
-            cp_async_commit(); // possibly empty: keeps the group count of the wait above exact
-        }
+        cp_async_wait<STAGES - 2>(); // this thread's copies of k-tile kt have landed
+        __syncthreads();             // everyone's have, and k-tile kt − 1 is no longer read
+        const int nk = kt + STAGES - 1;
+        if (nk < KT)
+            ts_load_stage<NI>(ring + (nk % STAGES) * STAGE_BYTES, w_off, x_off, w0, w1, xr, nx,
+                              nk * TS_BK, lane * 8, K);
+        cp_async_commit(); // possibly empty: keeps the group count of the wait above exact
         if (warp >= 2) continue;
-        // Warp 0: the even steps (a0), warp 1: the odd ones (a1); KSTEPS is even and the block
-        // starts on a segment boundary, so the parity of i is the parity of the global step.
+        // Warp 0: the even steps (a0), warp 1: the odd ones (a1); KSTEPS is even, so the parity
+        // of the step within the k-tile is the parity of the global step.
         const unsigned char *st = mm_smem + (kt % STAGES) * STAGE_BYTES;
 #pragma unroll
         for (int ii = 0; ii < KSTEPS / 2; ii++) {
             const int i = 2 * ii + warp;
-            if (s0 + kt * KSTEPS + i >= n_steps) break;
+            if (kt * KSTEPS + i >= n_steps) break;
             uint32_t af[4], bf[NI][2];
             ldmatrix_x4(af, st + mm_off<TS_BK>(a_row, i * 2 + a_kc));
             if (NI == 1) { // lanes 0-15 address the tile's two k halves
@@ -762,55 +682,16 @@ __global__ void __launch_bounds__(TS_THREADS)
 #pragma unroll
             for (int ni = 0; ni < NI; ni++) mma_bf16_16816(acc[ni], af, bf[ni][0], bf[ni][1]);
         }
-        // Whole-K blocks: at the end of each segment, fold its sums into the totals (in
-        // segment order) and start the next segment from +0.
-        if (!SPLIT && ((kt + 1) % SEG_TILES == 0 || kt + 1 == KT))
-            mm_fold<NI * 4>(&tot[0][0], &acc[0][0]);
     }
     cp_async_wait<0>();
-
-    if (SPLIT) {
-        // Store this segment's a0 / a1 (fragment order, every lane and register: the reader
-        // uses the same roles), then arrive; the record must be visible device-wide first.
-        __shared__ int last_block;
-        float *const rec = mm_partials + (size_t)blockIdx.x * MM_SPLIT_REC;
-        if (warp < 2)
-#pragma unroll
-            for (int ni = 0; ni < NI; ni++)
-#pragma unroll
-                for (int r = 0; r < 4; r++)
-                    rec[((warp * NI + ni) * 4 + r) * DS_WARP + lane] = acc[ni][r];
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            unsigned *ctr = &mm_arrivals[tile];
-            const unsigned before = atomicAdd(ctr, 1u);
-            last_block = before == (unsigned)(nseg - 1);
-            if (last_block) atomicExch(ctr, 0u); // every segment has arrived: ready for next call
-            __threadfence();
-        }
-        __syncthreads();
-        if (!last_block) return;
-        // The last block folds the tile's records in segment order (read from L2: other blocks
-        // wrote them), from +0: the same additions as the whole-K blocks' running totals.
-        if (warp < 2) {
-            const float *r0 = mm_partials + (size_t)tile * nseg * MM_SPLIT_REC;
-            for (int s = 0; s < nseg; s++, r0 += MM_SPLIT_REC)
-#pragma unroll
-                for (int ni = 0; ni < NI; ni++)
-#pragma unroll
-                    for (int r = 0; r < 4; r++)
-                        tot[ni][r] += __ldcg(r0 + ((warp * NI + ni) * 4 + r) * DS_WARP + lane);
-        }
-    }
-    __syncthreads(); // the ring is free: reuse it for the A1 hand-over
+    __syncthreads(); // the ring is free: reuse it for the a1 hand-over
 
     float *xch = (float *)mm_smem;
     if (warp == 1)
 #pragma unroll
         for (int ni = 0; ni < NI; ni++)
 #pragma unroll
-            for (int r = 0; r < 4; r++) xch[(ni * 4 + r) * DS_WARP + lane] = tot[ni][r];
+            for (int r = 0; r < 4; r++) xch[(ni * 4 + r) * DS_WARP + lane] = acc[ni][r];
     __syncthreads();
     if (warp != 0) return;
     const int g = lane >> 2, q = lane & 3;
@@ -820,24 +701,16 @@ __global__ void __launch_bounds__(TS_THREADS)
         for (int r = 0; r < 4; r++) {
             const int n = f0 + g + (r >> 1) * 8, t = ni * 8 + 2 * q + (r & 1);
             if (n >= N || t >= T) continue;
-            mm_finish_bf16(a, t, n, tot[ni][r] + xch[(ni * 4 + r) * DS_WARP + lane]);
+            mm_finish_bf16(a, t, n, acc[ni][r] + xch[(ni * 4 + r) * DS_WARP + lane]);
         }
 }
 
-// Segments of a split call (0: run whole-K blocks): a function of N and K only, like the tile.
-static int ts_split_segments(int N, int K) {
-    const long nseg = (K + MM_SEG - 1) / MM_SEG, tiles = (N + TS_BN - 1) / TS_BN;
-    return nseg >= 2 && tiles <= MM_SPLIT_TILES && tiles * nseg <= MM_SPLIT_BLOCKS ? (int)nseg : 0;
-}
-
-template <int BT, int STAGES, bool SPLIT>
+template <int BT, int STAGES>
 static enum ds_status ts_launch(const struct ds_matmul_args *a, cudaStream_t s) {
-    void (*k)(const struct ds_matmul_args) = bf16_bf16w_matmul_tc_stream<BT, STAGES, SPLIT>;
+    void (*k)(const struct ds_matmul_args) = bf16_bf16w_matmul_tc_stream<BT, STAGES>;
     const int smem = STAGES * (TS_BN + BT) * TS_ROW_BYTES;
-    const unsigned blocks = cu_blocks(a->out_dim, TS_BN) *
-                            (SPLIT ? (unsigned)ts_split_segments(a->out_dim, a->in_dim) : 1u);
     DS_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    ds_launch(k, blocks, TS_THREADS, smem, s, *a);
+    ds_launch(k, cu_blocks(a->out_dim, TS_BN), TS_THREADS, smem, s, *a);
     return DS_OK;
 }
 
@@ -935,16 +808,11 @@ extern "C" enum ds_status ds_matmul_cuda(const struct ds_matmul_args *a, void *s
         const int vec = a->in_dim % 8 == 0 && aligned16(a->x) && aligned16(a->w);
         // The tile follows T (see THE REDUCTION ORDER: every shape gives the same bits).
         // T <= 16 with 16-byte copies (decode, small verify): the weight-streaming tile, 16
-        // features per block; K split into 1024-wide segments over blocks when the call has
-        // few feature tiles (ts_split_segments: the projections), whole-K blocks with a 6-stage
-        // ring otherwise (the lm_heads). Otherwise T <= 8: the 16 × 8 tile (element loads);
-        // T <= 64 (verify): 32 × 64 tiles; larger T (prefill): 64 × 128 tiles.
+        // features per block, 5 × 8 KB of W in flight each. Otherwise T <= 8: the 16 × 8 tile
+        // (element loads); T <= 64 (verify): 32 × 64 tiles; larger T (prefill): 64 × 128 tiles.
         const int T = a->n_rows;
-        const bool split = ts_split_segments(a->out_dim, a->in_dim) > 0;
-        if (vec && T <= 8 && split) CU_TRY((ts_launch<8, TS_SEG_STAGES, true>(a, s)));
-        else if (vec && T <= 16 && split) CU_TRY((ts_launch<16, TS_SEG_STAGES, true>(a, s)));
-        else if (vec && T <= 8) CU_TRY((ts_launch<8, 6, false>(a, s)));
-        else if (vec && T <= 16) CU_TRY((ts_launch<16, 6, false>(a, s)));
+        if (vec && T <= 8) CU_TRY((ts_launch<8, 6>(a, s)));
+        else if (vec && T <= 16) CU_TRY((ts_launch<16, 6>(a, s)));
         else if (T <= 8) CU_TRY((mm_launch<16, 8, 256, 1, 1, 2, 4>(a, vec, s)));
         else if (T <= 64) CU_TRY((mm_launch<32, 64, 128, 2, 2, 2, 4>(a, vec, s)));
         else CU_TRY((mm_launch<64, 128, 64, 2, 4, 1, 4>(a, vec, s)));
