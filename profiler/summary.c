@@ -1067,7 +1067,8 @@ enum ds_status ds_summary_print_text(const struct ds_summary *s, FILE *f) {
             "(request unfinished): %" PRIu64 " steps, %" PRIu64 " drafts\n",
             s->rows_steps, s->rows_drafts, s->rows_requests, s->dropped_steps, s->dropped_drafts);
     if (!isnan(s->trace_overhead))
-        fprintf(f, "  trace overhead: %.2f%% (tokens/s lost to tracing, measured in the run)\n",
+        fprintf(f, "  trace overhead: %.2f%% (tokens/s lost to tracing, measured in the run against "
+                   "tracing paused)\n",
                 100.0 * s->trace_overhead);
     if (!isnan(s->trace_overhead) || s->trace_dropped)
         fprintf(f, "  trace records dropped by CUPTI: %" PRIu64 "\n", s->trace_dropped);
