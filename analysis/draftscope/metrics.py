@@ -331,6 +331,14 @@ def summary(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
             row[f"joint_{i}"] = p["joint"]
             row[f"conditional_{i}"] = p["conditional"]
             row[f"expected_{i}"] = p["expected"]
+        # Step times (ms) and the predicted speedup, as `draftscope summary` prints them; NaN
+        # where the run was not traced or had no baseline.
+        ms = lambda ns: float("nan") if ns is None else ns / 1e6
+        row["draft_ms"] = ms(g.get("mean_draft_ns"))
+        row["verify_ms"] = ms(g.get("mean_verify_ns"))
+        row["base_step_ms"] = ms(g.get("base_step_ns"))
+        sp = g.get("predicted_speedup")
+        row["predicted_speedup"] = float("nan") if sp is None else sp
         rows.append(row)
     return pd.DataFrame(rows).set_index(by).astype(
         {c: float for c in rows[0] if c not in (by, "requests", "steps", "drafts")})

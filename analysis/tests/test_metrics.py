@@ -63,6 +63,26 @@ def test_python_module_summary_equals_c(programs, samples):
     _same(c, py)
 
 
+@pytest.mark.parametrize("which", ["sample", "untraced"])
+def test_summary_table_step_times_equal_c(programs, samples, which):
+    """The text table's step-time columns carry the C summary's figures (ns -> ms), NaN where
+    the C summary has null (an untraced run)."""
+    c = _c_summary(programs, samples[which], "batch")
+    with draftscope.open(samples[which]) as run:
+        table = metrics.summary(run, "batch")
+    for g, (_, row) in zip(c["groups"] + [c["all"]], table.iterrows()):
+        for col, key, scale in [("draft_ms", "mean_draft_ns", 1e6),
+                                ("verify_ms", "mean_verify_ns", 1e6),
+                                ("base_step_ms", "base_step_ns", 1e6),
+                                ("predicted_speedup", "predicted_speedup", 1.0)]:
+            if g[key] is None:
+                assert math.isnan(row[col]), f"{which} {col}"
+            else:
+                assert row[col] == pytest.approx(g[key] / scale, rel=1e-12), f"{which} {col}"
+    if which == "sample":
+        assert not math.isnan(table["draft_ms"].iloc[-1])
+
+
 def test_metric_identities(samples):
     """Every step of the sample drafts K, so joint(i) = Π conditional(1..i) and
     τ = 1 + Σ joint(i) (docs/metrics.md), per batch size."""
