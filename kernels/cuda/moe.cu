@@ -54,8 +54,8 @@
 // 4i..4i+3 (low nibble = even element); two shift-and-masks turn it into byte offsets into the
 // table (4·code per byte) and a byte permute picks each, so a code costs about one permute and one
 // shared load. The lane sums x·e2m1 over 8 elements, then adds that sum times the block scale with
-// one fma (exact: 2^(s−127) is a power of two; s = 255, i.e. 2^128, is applied as 2^64 on the
-// codes and 2^64 on the sum). ds_mxfp4_dequant_cuda decodes with the very same table walk and
+// one fma (exact: 2^(s−127) is a power of two; s = 255, i.e. 2^128, is applied as the group sum
+// times 2^64, then the fma with 2^64). ds_mxfp4_dequant_cuda decodes with the same table walk and
 // mxfp4_apply_scale (= ds_mxfp4_scale), and the GPU test compares it with ds_mxfp4_dequant_ref
 // bit for bit.
 //
