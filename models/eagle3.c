@@ -152,19 +152,14 @@ static enum ds_status bind_all(ds_eagle3_t *d, struct ds_weight_loader *wl) {
     return DS_OK;
 }
 
-// True when b starts right where a (n elements) ends and both have one dtype: the two matrices
-// are then one (rows_a + rows_b, K) matrix, which a split-output matmul streams in one launch.
-// Bind order is arena order on an uploading backend; a mapped file keeps the checkpoint's order.
-static bool adjacent(const struct ds_wt *a, uint64_t n, const struct ds_wt *b) {
-    const size_t es = a->e == DS_ELEM_BF16 ? 2 : 4;
-    return a->p && b->p && a->e == b->e && (const char *)b->p == (const char *)a->p + n * es;
-}
-
+// Which projections run as one split-output matmul: q/k/v and gate/up when their matrices lie
+// back to back (the same bits as separate calls).
 static void find_fusions(ds_eagle3_t *d) {
     const uint64_t H = (uint64_t)d->H, I = (uint64_t)d->I, QD = (uint64_t)d->NH * d->D,
                    KD = (uint64_t)d->NKV * d->D;
-    d->qkv_fused = adjacent(&d->q_w, QD * 2 * H, &d->k_w) && adjacent(&d->k_w, KD * 2 * H, &d->v_w);
-    d->gate_up_fused = adjacent(&d->gate_w, I * H, &d->up_w);
+    d->qkv_fused =
+        ds_wt_follows(&d->q_w, QD * 2 * H, &d->k_w) && ds_wt_follows(&d->k_w, KD * 2 * H, &d->v_w);
+    d->gate_up_fused = ds_wt_follows(&d->gate_w, I * H, &d->up_w);
 }
 
 static enum ds_status check_config(ds_eagle3_t *d) {

@@ -155,12 +155,10 @@ static enum ds_status bind_all(ds_gptoss_t *m, struct ds_weight_loader *wl) {
 // anywhere, in one dtype): then one matmul with split outputs computes all three (the same bits
 // as three calls). Checked once, after the load pass.
 static bool qkv_contiguous(const ds_gptoss_t *m, const struct layer_weights *w) {
-    if (w->k_w.e != w->q_w.e || w->v_w.e != w->q_w.e || w->k_b.e != w->q_b.e ||
-        w->v_b.e != w->q_b.e)
-        return false;
-    const size_t es = w->q_w.e == DS_ELEM_BF16 ? 2 : 4, H = (size_t)m->H;
-    const char *q = w->q_w.p, *k = w->k_w.p, *v = w->v_w.p;
-    return q && k == q + (size_t)m->NH * m->D * H * es && v == k + (size_t)m->NKV * m->D * H * es;
+    if (w->k_b.e != w->q_b.e || w->v_b.e != w->q_b.e) return false; // one bias_dtype
+    const uint64_t H = (uint64_t)m->H;
+    return ds_wt_follows(&w->q_w, (uint64_t)m->NH * m->D * H, &w->k_w) &&
+           ds_wt_follows(&w->k_w, (uint64_t)m->NKV * m->D * H, &w->v_w);
 }
 
 static enum ds_status check_plan(const ds_gptoss_t *m, const struct ds_gptoss_plan *p) {

@@ -233,6 +233,11 @@ enum ds_status ds_rope_upload(struct ds_backend *be, const struct ds_rope_spec *
     return s;
 }
 
+bool ds_wt_follows(const struct ds_wt *a, uint64_t n_a, const struct ds_wt *b) {
+    const size_t es = a->e == DS_ELEM_BF16 ? 2 : 4;
+    return a->p && b->p && a->e == b->e && (const char *)b->p == (const char *)a->p + n_a * es;
+}
+
 enum ds_status ds_wl_bind(struct ds_weight_loader *wl, struct ds_wt *w, const char *name,
                           uint64_t numel, bool optional) {
     return ds_wl_get(wl, name, DS_WL_FLOAT, numel, optional, &w->p, &w->e);

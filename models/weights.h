@@ -94,6 +94,12 @@ struct ds_wt {
     enum ds_elem e;
 };
 
+// True when b starts right where a (n_a elements) ends and both share one dtype: the two
+// matrices are then one matrix with their rows stacked, which a split-output matmul
+// (ds_matmul_args.part_dim) streams in one launch. An uploading loader places tensors in bind
+// order; a mapped file keeps the checkpoint's order.
+bool ds_wt_follows(const struct ds_wt *a, uint64_t n_a, const struct ds_wt *b);
+
 // Binds a float tensor (BF16 or F32) into *w (ds_wl_get with DS_WL_FLOAT).
 enum ds_status ds_wl_bind(struct ds_weight_loader *wl, struct ds_wt *w, const char *name,
                           uint64_t numel, bool optional);
