@@ -1,4 +1,6 @@
-// tests/gpu_ops_common.h: helpers of the GPU op tests (tests/gpu_ops_*.c, tests/gpu_backend.c).
+// tests/gpu_ops_common.h: helpers of the GPU op tests (tests/gpu_ops_*.c, tests/gpu_backend.c),
+// also used by the model-level GPU tests, and the small-shape switch (DS_GPU_TEST_SMALL) of every
+// GPU test that has large cases.
 //
 // Device buffers come from cudaMalloc and are filled from host arrays that the CPU reference also
 // reads, so both sides see identical inputs. Comparisons print enough to locate a failure from one
@@ -13,6 +15,7 @@
 
 #include "ds/bf16.h"
 #include "ds/device.h"
+#include "ds/kernel_args.h" // enum ds_elem, for a test that includes no op header
 #include "test_ops_common.h"
 
 // Fatal on any CUDA error: a test cannot continue after one.
@@ -163,6 +166,29 @@ static inline size_t g_compare_bf16(const char *what, const float *got, const fl
     }
     return bad;
 }
+
+// DS_GPU_TEST_SMALL set to anything but "" or "0": only the small-shape cases run. The sanitizer
+// pass of scripts/gpu-tests.sh sets it (racecheck never finishes the real gpt-oss shapes); the
+// normal run covers those.
+static inline int g_small_only(void) {
+    const char *v = getenv("DS_GPU_TEST_SMALL");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+// 1 when the large case `name` is to be skipped, after one log line saying so (the log then shows
+// what did not run).
+static inline int g_small_skip(const char *name) {
+    if (!g_small_only()) return 0;
+    printf("skipped under DS_GPU_TEST_SMALL: %s\n", name);
+    fflush(stdout);
+    return 1;
+}
+
+// DS_RUN for a case of real (or otherwise large) shapes: not run, and not counted, in small mode.
+#define G_RUN_LARGE(fn)                                                                            \
+    do {                                                                                           \
+        if (!g_small_skip(#fn)) DS_RUN(fn);                                                        \
+    } while (0)
 
 #define G_REQUIRE_GPU()                                                                            \
     do {                                                                                           \
