@@ -39,6 +39,10 @@
 //                                  x owns 8 features, warp w the w-th expert in use (variant 0's
 //                                  warp work), y stays in shared memory, then the combine's exact
 //                                  per-feature operations.
+//   bf16_mxfp4w_moe_gate_up_mma, bf16_mxfp4w_moe_down_mma, bf16_mxfp4w_moe_down_combine_1tok_mma
+//                                  bf16 activations (every T): the same products on tensor cores
+//                                  (mma.sync m16n8k16), see "bf16 activations" below; the
+//                                  kernels above then serve f32 activations only.
 // Every kernel starts with DS_GRID_DEPENDENCY() and is launched with programmatic dependent
 // launch (ds_launch; the router's cluster launch sets the same attribute).
 //   mxfp4_dequant_f32              test/inspection decode (ds_mxfp4_dequant_cuda).
@@ -897,6 +901,20 @@ __global__ void act_moe_combine(const struct ds_moe_args a, const float *y) {
     st_elem(a.out, a.act, (size_t)t * C + c, acc);
 }
 
+// Feature c of the one token: residual + Σ_s w_s·y_s in the router's order (act_moe_combine's
+// operations); y_s = ys[s·stride] (shared memory), invalid slots skipped.
+static __device__ __forceinline__ void combine_1tok(const struct ds_moe_args &a, int c,
+                                                    const float *ys, int stride) {
+    float acc = 0.0f;
+    for (int s = 0; s < a.top_k; s++) {
+        const int ee = a.expert_ids[s];
+        if (ee < 0 || ee >= a.n_experts) continue;
+        acc = __fmaf_rn(a.expert_weights[s], ys[s * stride], acc);
+    }
+    if (a.residual) acc = __fadd_rn(acc, ld_elem(a.residual, a.act, (size_t)c));
+    st_elem(a.out, a.act, (size_t)c, acc);
+}
+
 // One token (T = 1, KE <= 4: decode), down and combine in one kernel: block x owns features
 // [8x, 8x + 8), its warp w the w-th expert in use (small_group) for those 8 rows, i.e. the down
 // variant 0's warp work (down_tile<1>) with the y values kept in shared memory; then the block
@@ -919,17 +937,8 @@ act_mxfp4w_moe_down_combine_1tok(const struct ds_moe_args a, const float *h) {
             down_tile<1, true>(a, e, r0, s_list[warp] + i, lut, h, &ys[0][0], MOE_ROWS_PER_WARP,
                                r0);
     __syncthreads();
-    if (threadIdx.x < MOE_ROWS_PER_WARP) {
-        const int c = r0 + threadIdx.x;
-        float acc = 0.0f;
-        for (int s = 0; s < KE; s++) {
-            const int ee = a.expert_ids[s];
-            if (ee < 0 || ee >= a.n_experts) continue;
-            acc = __fmaf_rn(a.expert_weights[s], ys[s][threadIdx.x], acc);
-        }
-        if (a.residual) acc = __fadd_rn(acc, ld_elem(a.residual, a.act, (size_t)c));
-        st_elem(a.out, a.act, (size_t)c, acc);
-    }
+    if (threadIdx.x < MOE_ROWS_PER_WARP)
+        combine_1tok(a, r0 + (int)threadIdx.x, &ys[0][0] + threadIdx.x, MOE_ROWS_PER_WARP);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -996,6 +1005,503 @@ static unsigned moe_v0_grid_x(unsigned tiles, unsigned n_used) {
     const unsigned long long total = (unsigned long long)tiles * n_used;
     const unsigned waves = (unsigned)((total + slots - 1) / slots);
     return (tiles + waves - 1) / waves;
+}
+
+// ---------------------------------------------------------------------------------------------
+// bf16 activations: the MXFP4 expert GEMMs on tensor cores
+//
+// With bf16 activations every expert product (gate_up and down, every T) runs on mma.sync
+// m16n8k16 (bf16 in, fp32 accumulate) instead of the CUDA-core GEMV above: the 1-token GEMV
+// spends ~5 instructions per decoded code and reaches ~30% of the copy bandwidth; here a code
+// costs about one ALU instruction and half a shared-memory load.
+//
+// Warp tile: 16 weight rows (mma rows g and g + 8 of lane (g, t) = weight rows 2g and 2g + 1,
+// adjacent, so a gate row and its linear row land in the same lane) × 8 tokens per n-tile
+// (column g = the g-th pair of the tile), NT n-tiles. K step ("chunk"): 4 MXFP4 blocks; lane t
+// loads block 4c + t of both its rows (16 bytes each, so a row's 64 bytes come in one request)
+// and the same block of its token's activations (64 bytes). Byte j of a block holds elements 2j
+// (low nibble) and 2j + 1; mma m of the chunk takes, from lane t, bytes 2m and 2m + 1 of its
+// block as k-slots (2t, 2t+1) and (2t+8, 2t+9), and activation words 2m and 2m + 1 for the same
+// slots: the k order is permuted, the same way for every row and token.
+//
+// Decode: a 256-entry table (byte -> the two codes as a bf16x2 pair, exact) in shared memory,
+// one copy per lane (entry e at byte 128e, lane l at +4l: conflict-free, 32 KB), addressed by a
+// shift and a mask of the weight word; then one bf16x2 multiply by the block scale
+// 2^(s−127). The product is exact for s <= 252 (e2m1 has at most two significant bits, bf16 the
+// fp32 exponent range); s >= 253 overflows to ±Inf where the fp32 path stays finite for small
+// codes (no real checkpoint has such scales; the f32 path handles them exactly). Since the scale
+// is applied per element, one mma may mix the 4 blocks of a chunk.
+//
+// The down projection's input h (SwiGLU output, fp32) is written by gate_up as two bf16 terms,
+// hi = bf16(h) and lo = bf16(h − hi) (|h − hi − lo| <= 2^-17 |h|), and down runs both through
+// the mma (hi then lo), so h keeps ~16 significant bits.
+//
+// Determinism and batch invariance: a token's column of D = A·B depends only on that column of
+// B and on A; every call, every NT and every position of the token in its tile issues the same
+// mma sequence (chunks in increasing k, m = 0..7, hi before lo), so the bits of a row's result do
+// not depend on its neighbours. The order differs from the CPU reference's (tensor-core sums of
+// 16 products), within the op test's tolerance.
+
+#define MM_THREADS 128
+#define MM_WARPS (MM_THREADS / DS_WARP)
+#define MM_ROWS 16                           // weight rows per warp (the mma M)
+#define MM_BLOCK_ROWS (MM_WARPS * MM_ROWS)   // 64
+#define MM_LUT_BYTES (256 * 128)             // 256 entries × 32 lane slots × 4 bytes
+#define MM_STAGE_BYTES 1024                  // one chunk of a warp: 32 lanes × 2 rows × 16 bytes
+// Dynamic shared memory of a kernel: the table, then each warp's ring of DEPTH chunk stages.
+#define MM_SMEM(WARPS, DEPTH) (MM_LUT_BYTES + (WARPS) * (DEPTH) * MM_STAGE_BYTES)
+#define MM_GU_DEPTH(NT) ((NT) == 1 ? 8 : 4) // gate_up: 1 token (decode) keeps 8 KB per warp in flight
+#define MM_DN_DEPTH 4
+
+// bf16 bits of the E2M1 code c (exact: at most two significant bits).
+static __device__ __forceinline__ uint32_t e2m1_bf16_bits(unsigned c) {
+    return __float_as_uint(ds_e2m1_to_f32(c)) >> 16;
+}
+
+// The decode table: entry e (a packed byte) = bf16x2(e2m1(e & 15), e2m1(e >> 4)) in the first 32
+// words of each 256-byte row. Needs no input, so it is filled before the grid dependency.
+static __device__ __forceinline__ void mm_lut_fill(uint4 *lut) {
+    for (int i = threadIdx.x; i < 256 * 8; i += blockDim.x) {
+        const unsigned e = (unsigned)i / 8;
+        const uint32_t v = e2m1_bf16_bits(e & 15u) | e2m1_bf16_bits(e >> 4) << 16;
+        lut[e * 8 + (i % 8)] = make_uint4(v, v, v, v);
+    }
+}
+
+// bf16x2 of the scale 2^(s−127) in both halves (s = 0: the subnormal 2^-127; 255: +Inf).
+static __device__ __forceinline__ uint32_t mm_scale2(uint32_t s) {
+    const uint32_t b = s ? s << 7 : 0x40u;
+    return b | b << 16;
+}
+
+static __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+// Byte j (0..3) of word w decoded and scaled: table row byte·128, this lane's slot (shift and
+// one three-input logic op).
+static __device__ __forceinline__ uint32_t mm_pair(const char *lut, uint32_t w, int j,
+                                                   uint32_t lane4, uint32_t sc) {
+    const uint32_t sh = j == 0 ? w << 7 : w >> (8 * j - 7);
+    const uint32_t off = (sh & 0x7f80u) | lane4;
+    return bf16x2_mul(*(const uint32_t *)(lut + off), sc);
+}
+
+static __device__ __forceinline__ void mma_bf16(float d[4], const uint32_t a[4], uint32_t b0,
+                                                uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The weights stream through shared memory with cp.async (16 bytes per lane and row, L2 only):
+// the copies of DEPTH chunks stay in flight without holding registers, and without the L1's
+// bound on outstanding misses (streaming them through registers reached only ~1.4 TB/s). Each
+// lane reads back only what it copied itself, so a wait_group is the whole synchronisation.
+// Stage layout: row 2g's 16 bytes at lane·16, row 2g + 1's at 512 + lane·16 (conflict-free).
+static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "r"(ok ? 16 : 0)
+                 : "memory"); // src size 0: the 16 bytes are zero-filled (code 0 = +0)
+}
+static __device__ __forceinline__ void cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N> static __device__ __forceinline__ void cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Chunk c of the lane's weights into stage `st` (shared address), its two scale bytes into *sc
+// (s0 | s1 << 8; 127 past the end). p = row 2g's bytes at block t, q = its scale byte (row
+// 2g + 1 at + row_b / + row_s); chunk c adds 64 / 4 bytes. Always one commit group per chunk.
+static __device__ __forceinline__ void mm_issue_w(uint32_t st, const uint8_t *p, const uint8_t *q,
+                                                  size_t row_b, size_t row_s, int c, bool ok,
+                                                  uint32_t *sc) {
+    const uint8_t *src = ok ? p + (size_t)c * 64 : p;
+    cp_async16(st, src, ok);
+    cp_async16(st + 512, ok ? src + row_b : p, ok);
+    cp_async_commit();
+    *sc = ok ? (uint32_t)__ldg(q + 4 * c) | (uint32_t)__ldg(q + row_s + 4 * c) << 8 : 127u | 127u << 8;
+}
+
+static __device__ __forceinline__ uint32_t u4_word(const uint4 *v, int k) {
+    const uint4 q = v[k / 4];
+    return (k & 3) == 0 ? q.x : (k & 3) == 1 ? q.y : (k & 3) == 2 ? q.z : q.w;
+}
+
+// The A fragment of mma m of a chunk: bytes 2m and 2m + 1 of the lane's block, both rows.
+static __device__ __forceinline__ void mm_decode_a(const char *lut, const uint32_t w0[4],
+                                                   const uint32_t w1[4], int m, uint32_t lane4,
+                                                   uint32_t sc0, uint32_t sc1, uint32_t A[4]) {
+    const int wi = m / 2, j = 2 * (m & 1);
+    A[0] = mm_pair(lut, w0[wi], j, lane4, sc0);
+    A[1] = mm_pair(lut, w1[wi], j, lane4, sc1);
+    A[2] = mm_pair(lut, w0[wi], j + 1, lane4, sc0);
+    A[3] = mm_pair(lut, w1[wi], j + 1, lane4, sc1);
+}
+
+// 64 bytes of activations of chunk c at bp (the lane's token row, block t), or zeros.
+static __device__ __forceinline__ void mm_load_act(const uint16_t *bp, int c, bool ok, uint4 o[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        o[i] = ok && bp ? __ldg((const uint4 *)(bp + (size_t)c * 128) + i) : make_uint4(0, 0, 0, 0);
+}
+
+// Chunks [c_lo, c_hi) of the warp's 16 rows (rows 2g and 2g + 1 of lane (g, t) start at wb /
+// ws) times NT tiles of 8 tokens. NB activation matrices (bf16, row stride K) are summed (gate_up:
+// x; down: h hi and lo); brow[nt] is the row of this lane's token (column g of tile nt) in them,
+// or -1. Two accumulators per tile, for even and odd m (so 2, not 8 or 16, mma's depend on each
+// other per chunk); out[nt] = acc_even + acc_odd. DEPTH chunks of weights stay in flight.
+template <int NT, int NB, int DEPTH>
+static __device__ __forceinline__ void mm_rows(const char *lut, uint32_t ring_sm, const uint8_t *wb,
+                                               const uint8_t *ws, int K, int c_lo, int c_hi,
+                                               const uint16_t *const bm[NB], const int brow[NT],
+                                               float out[NT][4]) {
+    const int lane = threadIdx.x % DS_WARP, t = lane & 3, nb = K / DS_MXFP4_BLOCK;
+    const size_t row_b = (size_t)K / 2, row_s = (size_t)nb;
+    const uint32_t lane4 = (uint32_t)lane * 4u;
+    const uint8_t *p = wb + 16 * t, *q = ws + t;
+    const uint16_t *bp[NB][NT];
+#pragma unroll
+    for (int s = 0; s < NB; s++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+            bp[s][nt] = brow[nt] >= 0 ? bm[s] + (size_t)brow[nt] * K + 32 * t : NULL;
+    int nt_used = 0; // tiles with at least one token (warp-uniform)
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+        if (__any_sync(DS_FULL_MASK, brow[nt] >= 0)) nt_used = nt + 1;
+    float acc[2][NT][4];
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[h][nt][i] = 0.0f;
+    // ring_sm: this warp's DEPTH stages (shared address); lane slot at + lane·16.
+    const uint32_t my = ring_sm + (uint32_t)lane * 16u;
+    uint32_t sring[DEPTH];
+#pragma unroll
+    for (int d = 0; d < DEPTH; d++)
+        mm_issue_w(my + d * MM_STAGE_BYTES, p, q, row_b, row_s, c_lo + d,
+                   c_lo + d < c_hi && 4 * (c_lo + d) + t < nb, &sring[d]);
+    uint4 bnext[NT == 1 ? NB : 1][4]; // NT = 1: the next chunk's activations
+    if (NT == 1)
+#pragma unroll
+        for (int s = 0; s < NB; s++)
+            mm_load_act(bp[s][0], c_lo, c_lo < c_hi && 4 * c_lo + t < nb, bnext[NT == 1 ? s : 0]);
+#pragma unroll 1
+    for (int c0 = c_lo; c0 < c_hi; c0 += DEPTH) {
+#pragma unroll
+        for (int d = 0; d < DEPTH; d++) {
+            const int c = c0 + d;
+            if (c >= c_hi) break;
+            const bool bok = 4 * c + t < nb;
+            cp_async_wait<DEPTH - 1>(); // chunk c (the oldest group) has landed
+            uint4 v0, v1;
+            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(v0.x), "=r"(v0.y), "=r"(v0.z), "=r"(v0.w)
+                         : "r"(my + d * MM_STAGE_BYTES));
+            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(v1.x), "=r"(v1.y), "=r"(v1.z), "=r"(v1.w)
+                         : "r"(my + d * MM_STAGE_BYTES + 512));
+            const uint32_t sc0 = mm_scale2(sring[d] & 0xffu), sc1 = mm_scale2(sring[d] >> 8);
+            const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w};
+            const uint32_t w1[4] = {v1.x, v1.y, v1.z, v1.w};
+            if constexpr (NT == 1) {
+                // Decode: this chunk's activations were loaded one chunk ahead (L2 latency off
+                // the critical path); the next chunk's go out now, then the 8 A fragments
+                // (their shared loads issued together), then the mma's.
+                uint4 bv[NB][4];
+#pragma unroll
+                for (int s = 0; s < NB; s++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) bv[s][i] = bnext[s][i];
+#pragma unroll
+                for (int s = 0; s < NB; s++)
+                    mm_load_act(bp[s][0], c + 1, c + 1 < c_hi && 4 * (c + 1) + t < nb, bnext[s]);
+                uint32_t A[8][4];
+#pragma unroll
+                for (int m = 0; m < 8; m++) mm_decode_a(lut, w0, w1, m, lane4, sc0, sc1, A[m]);
+#pragma unroll
+                for (int m = 0; m < 8; m++)
+#pragma unroll
+                    for (int s = 0; s < NB; s++)
+                        mma_bf16(acc[m & 1][0], A[m], u4_word(bv[s], 2 * m),
+                                 u4_word(bv[s], 2 * m + 1));
+            } else {
+                // Several tiles: the 8 A fragments once, then tile by tile (per column the same
+                // mma sequence as above: m = 0..7, each B set in order).
+                uint32_t A[8][4];
+#pragma unroll
+                for (int m = 0; m < 8; m++) mm_decode_a(lut, w0, w1, m, lane4, sc0, sc1, A[m]);
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    if (nt >= nt_used) break;
+                    uint4 bv[NB][4];
+#pragma unroll
+                    for (int s = 0; s < NB; s++) mm_load_act(bp[s][nt], c, bok, bv[s]);
+#pragma unroll
+                    for (int m = 0; m < 8; m++)
+#pragma unroll
+                        for (int s = 0; s < NB; s++)
+                            mma_bf16(acc[m & 1][nt], A[m], u4_word(bv[s], 2 * m),
+                                     u4_word(bv[s], 2 * m + 1));
+                }
+            }
+            // Refill this stage with chunk c + DEPTH only now: its words were decoded above
+            // (the registers hold them), so the copy cannot overwrite unread data.
+            const int cn = c + DEPTH;
+            mm_issue_w(my + d * MM_STAGE_BYTES, p, q, row_b, row_s, cn, cn < c_hi && 4 * cn + t < nb,
+                       &sring[d]);
+        }
+    }
+    cp_async_wait<0>(); // nothing of this warp stays in flight into the stages
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) out[nt][i] = __fadd_rn(acc[0][nt][i], acc[1][nt][i]);
+}
+
+// Block set-up of the mma kernels: the expert in use number blockIdx.y and its pairs
+// list[beg, end) (chunk blockIdx.z of MM_TOKEN_CHUNK pairs), as block_begin finds them. False:
+// nothing to do (block-uniform).
+#define MM_TOKEN_CHUNK 32 // pairs of one expert per block: NT <= 4 tiles of 8
+static __device__ __forceinline__ bool mm_block_pairs(const struct ds_moe_args &a,
+                                                      const int32_t *groups, const int32_t *pairs,
+                                                      int32_t *s_list, int *s_info, int *e,
+                                                      int *beg, int *end, const int32_t **list) {
+    if (groups) {
+        const struct moe_groups gr = groups_of(groups, a.n_experts);
+        if ((int)blockIdx.y >= *gr.n_used) return false;
+        *e = gr.used[blockIdx.y];
+        const int lo = gr.offsets[*e], hi = gr.offsets[*e + 1];
+        *beg = lo + (int)blockIdx.z * MM_TOKEN_CHUNK;
+        *end = min(hi, *beg + MM_TOKEN_CHUNK);
+        *list = pairs;
+        return *beg < *end;
+    }
+    if (threadIdx.x < DS_WARP) {
+        int n = 0;
+        const int ee = small_group(a.expert_ids, a.n_rows * a.top_k, a.n_experts, (int)blockIdx.y,
+                                   s_list, &n);
+        if (threadIdx.x == 0) s_info[0] = ee, s_info[1] = n;
+    }
+    __syncthreads(); // reached by every thread: the exit below is block-uniform
+    *e = s_info[0], *beg = 0, *end = s_info[1], *list = s_list;
+    return *e >= 0;
+}
+
+// Rows of this lane's tokens: brow[nt] = pair / div for column g of tile nt, or -1.
+template <int NT>
+static __device__ __forceinline__ void mm_token_rows(const int32_t *list, int beg, int end,
+                                                     int div, int brow[NT], int pr[NT]) {
+    const int g = (threadIdx.x % DS_WARP) >> 2;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        const int i = beg + 8 * nt + g;
+        pr[nt] = i < end ? list[i] : -1;
+        brow[nt] = pr[nt] >= 0 ? pr[nt] / div : -1;
+    }
+}
+
+// The down projection splits K in two halves of chunks, [0, h) and [h, nch), run by two warps
+// and added in that order (every down kernel: same bits), so a one-token step has twice the warps
+// streaming (4 experts × 180 row tiles is only ~5 warps per SM).
+static __device__ __forceinline__ int mm_half(int K) {
+    const int nch = (K / DS_MXFP4_BLOCK + 3) / 4;
+    return (nch + 1) / 2;
+}
+
+// gate_up + clamped SwiGLU: grid (2I / 64, experts in use, chunks of 32 pairs). Writes h of unit
+// r0/2 + g for the lane's columns 2t, 2t+1 as hi / lo bf16 (hh[pair·I + unit], hh + np·I).
+template <int NT>
+__global__ void __launch_bounds__(MM_THREADS, 3)
+bf16_mxfp4w_moe_gate_up_mma(const struct ds_moe_args a, const int32_t *groups,
+                            const int32_t *pairs, uint16_t *hh) {
+    extern __shared__ uint4 mm_lut[];
+    __shared__ int32_t s_list[DS_WARP];
+    __shared__ int s_info[2];
+    mm_lut_fill(mm_lut);
+    DS_GRID_DEPENDENCY();
+    int e, beg, end;
+    const int32_t *list;
+    const bool any = mm_block_pairs(a, groups, pairs, s_list, s_info, &e, &beg, &end, &list);
+    __syncthreads(); // the table
+    const int C = a.dim, I = a.inter, KE = a.top_k, lane = threadIdx.x % DS_WARP;
+    const int r0 = blockIdx.x * MM_BLOCK_ROWS + (threadIdx.x / DS_WARP) * MM_ROWS;
+    if (!any || r0 >= 2 * I) return;
+    const int g = lane >> 2, t = lane & 3;
+    int brow[NT], pr[NT];
+    mm_token_rows<NT>(list, beg, end, KE, brow, pr);
+    const size_t ex_rows = (size_t)e * 2 * I, row_b = (size_t)C / 2, row_s = (size_t)C / 32;
+    const size_t wr = ex_rows + r0 + 2 * g; // this lane's gate row; wr + 1 its linear row
+    const uint16_t *bm[1] = {(const uint16_t *)a.x};
+    float acc[NT][4];
+    const uint32_t ring = (uint32_t)__cvta_generic_to_shared(mm_lut) + MM_LUT_BYTES +
+                          (threadIdx.x / DS_WARP) * MM_GU_DEPTH(NT) * MM_STAGE_BYTES;
+    mm_rows<NT, 1, MM_GU_DEPTH(NT)>((const char *)mm_lut, ring, a.gate_up_blocks + wr * row_b,
+                                      a.gate_up_scales + wr * row_s, C, 0,
+                                      (C / DS_MXFP4_BLOCK + 3) / 4, bm, brow, acc);
+    const float bg = ld_elem(a.gate_up_bias, a.bias_dtype, wr);
+    const float bl = ld_elem(a.gate_up_bias, a.bias_dtype, wr + 1);
+    const size_t np = (size_t)a.n_rows * KE;
+    const int unit = r0 / 2 + g;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+            // Column 2t + q of tile nt: its pair is held by lane (2t + q) * 4 (row g' = 2t + q).
+            const int p = __shfl_sync(DS_FULL_MASK, pr[nt], (2 * t + q) * 4);
+            if (p < 0) continue;
+            const float gg = __fadd_rn(acc[nt][q], bg), ll = __fadd_rn(acc[nt][2 + q], bl);
+            const float h = swiglu_clamped(gg, ll, a.swiglu_alpha, a.swiglu_limit);
+            const ds_bf16 hi = ds_f32_to_bf16(h);
+            const ds_bf16 lo = ds_f32_to_bf16(__fsub_rn(h, ds_bf16_to_f32(hi)));
+            hh[(size_t)p * I + unit] = hi;
+            hh[np * I + (size_t)p * I + unit] = lo;
+        }
+}
+
+// down: grid (C / 32, experts in use, chunks). Warp w: row tile w & 1 of the block's 32 rows, K
+// half w >> 1; the second half's sums go through shared memory to the first half's warp, which
+// writes y[pair][row] = (first + second) + b2 (f32) for rows r0 + 2g, r0 + 2g + 1.
+template <int NT>
+__global__ void __launch_bounds__(MM_THREADS, 3)
+bf16_mxfp4w_moe_down_mma(const struct ds_moe_args a, const int32_t *groups, const int32_t *pairs,
+                         const uint16_t *hh, float *y) {
+    extern __shared__ uint4 mm_lut[];
+    __shared__ int32_t s_list[DS_WARP];
+    __shared__ int s_info[2];
+    __shared__ float part[2][NT * 4][DS_WARP];
+    mm_lut_fill(mm_lut);
+    DS_GRID_DEPENDENCY();
+    int e, beg, end;
+    const int32_t *list;
+    const bool any = mm_block_pairs(a, groups, pairs, s_list, s_info, &e, &beg, &end, &list);
+    __syncthreads(); // the table
+    if (!any) return; // block-uniform
+    const int C = a.dim, I = a.inter, lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
+    const int tile = warp & 1, half = warp >> 1;
+    const int r0 = blockIdx.x * 2 * MM_ROWS + tile * MM_ROWS;
+    const int g = lane >> 2, t = lane & 3;
+    int brow[NT], pr[NT];
+    mm_token_rows<NT>(list, beg, end, 1, brow, pr);
+    const size_t ex_rows = (size_t)e * C, row_b = (size_t)I / 2, row_s = (size_t)I / 32;
+    const size_t wr = ex_rows + r0 + 2 * g;
+    const size_t np = (size_t)a.n_rows * a.top_k;
+    const uint16_t *bm[2] = {hh, hh + np * I};
+    const int hc = mm_half(I), nch = (I / DS_MXFP4_BLOCK + 3) / 4;
+    float acc[NT][4];
+    if (r0 < C)
+        mm_rows<NT, 2, MM_DN_DEPTH>((const char *)mm_lut,
+                                    (uint32_t)__cvta_generic_to_shared(mm_lut) + MM_LUT_BYTES +
+                                        warp * MM_DN_DEPTH * MM_STAGE_BYTES,
+                                    a.down_blocks + wr * row_b,
+                          a.down_scales + wr * row_s, I, half ? hc : 0, half ? nch : hc, bm,
+                          brow, acc);
+    if (half && r0 < C)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) part[tile][nt * 4 + i][lane] = acc[nt][i];
+    __syncthreads();
+    if (half || r0 >= C) return;
+    const float b0 = ld_elem(a.down_bias, a.bias_dtype, wr);
+    const float b1 = ld_elem(a.down_bias, a.bias_dtype, wr + 1);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+            const int p = __shfl_sync(DS_FULL_MASK, pr[nt], (2 * t + q) * 4);
+            if (p < 0) continue;
+            const float v0 = __fadd_rn(acc[nt][q], part[tile][nt * 4 + q][lane]);
+            const float v1 = __fadd_rn(acc[nt][2 + q], part[tile][nt * 4 + 2 + q][lane]);
+            y[(size_t)p * C + r0 + 2 * g] = __fadd_rn(v0, b0);
+            y[(size_t)p * C + r0 + 2 * g + 1] = __fadd_rn(v1, b1);
+        }
+}
+
+// One token (T = 1, KE <= 4): down and combine in one kernel, 8 warps. Block x owns features
+// [16x, 16x + 16); warp w runs the (w & 3)-th expert in use (small_group) over K half w >> 2, as
+// bf16_mxfp4w_moe_down_mma<1> does (same bits); the y values stay in shared memory, then 16
+// threads combine them exactly as act_moe_combine does.
+#define MM_FUSED_THREADS 256
+__global__ void __launch_bounds__(MM_FUSED_THREADS, 2)
+bf16_mxfp4w_moe_down_combine_1tok_mma(const struct ds_moe_args a, const uint16_t *hh) {
+    extern __shared__ uint4 mm_lut[];
+    __shared__ int32_t s_list[8][DS_WARP];
+    __shared__ float part[4][4][DS_WARP];
+    __shared__ float ys[4][MM_ROWS]; // [pair][row]; pairs < KE <= 4
+    mm_lut_fill(mm_lut);
+    DS_GRID_DEPENDENCY();
+    const int warp = threadIdx.x / DS_WARP, KE = a.top_k, C = a.dim, I = a.inter;
+    const int slot = warp & 3, half = warp >> 2;
+    const int lane = threadIdx.x % DS_WARP, g = lane >> 2, t = lane & 3;
+    const int r0 = blockIdx.x * MM_ROWS;
+    int n = 0;
+    const int e = slot < KE ? small_group(a.expert_ids, KE, a.n_experts, slot, s_list[warp], &n)
+                            : -1;
+    __syncthreads(); // the table and every warp's list
+    int brow[1], pr[1];
+    float acc[1][4];
+    const size_t wr = (size_t)(e >= 0 ? e : 0) * C + r0 + 2 * g;
+    if (e >= 0) {
+        mm_token_rows<1>(s_list[warp], 0, n, 1, brow, pr);
+        const size_t row_b = (size_t)I / 2, row_s = (size_t)I / 32;
+        const uint16_t *bm[2] = {hh, hh + (size_t)KE * I};
+        const int hc = mm_half(I), nch = (I / DS_MXFP4_BLOCK + 3) / 4;
+        mm_rows<1, 2, MM_DN_DEPTH>((const char *)mm_lut,
+                                   (uint32_t)__cvta_generic_to_shared(mm_lut) + MM_LUT_BYTES +
+                                       warp * MM_DN_DEPTH * MM_STAGE_BYTES,
+                                   a.down_blocks + wr * row_b,
+                         a.down_scales + wr * row_s, I, half ? hc : 0, half ? nch : hc, bm, brow,
+                         acc);
+        if (half)
+#pragma unroll
+            for (int i = 0; i < 4; i++) part[slot][i][lane] = acc[0][i];
+    }
+    __syncthreads();
+    if (e >= 0 && !half) {
+        const float b0 = ld_elem(a.down_bias, a.bias_dtype, wr);
+        const float b1 = ld_elem(a.down_bias, a.bias_dtype, wr + 1);
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+            const int p = __shfl_sync(DS_FULL_MASK, pr[0], (2 * t + q) * 4);
+            if (p < 0) continue;
+            const float v0 = __fadd_rn(acc[0][q], part[slot][q][lane]);
+            const float v1 = __fadd_rn(acc[0][2 + q], part[slot][2 + q][lane]);
+            ys[p][2 * g] = __fadd_rn(v0, b0);
+            ys[p][2 * g + 1] = __fadd_rn(v1, b1);
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < MM_ROWS) combine_1tok(a, r0 + (int)threadIdx.x, &ys[0][0] + threadIdx.x, MM_ROWS);
+}
+
+// Opt-in to the dynamic shared memory (table and stages) once per kernel.
+template <typename K> static void mm_smem_attr(K k, int bytes) {
+    DS_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+template <int NT>
+static void mm_launch(const struct ds_moe_args *a, dim3 g1, dim3 g2, cudaStream_t st,
+                      const int32_t *groups, const struct moe_ws &w) {
+    static bool init = false;
+    if (!init) {
+        mm_smem_attr(bf16_mxfp4w_moe_gate_up_mma<NT>, MM_SMEM(MM_WARPS, MM_GU_DEPTH(NT)));
+        mm_smem_attr(bf16_mxfp4w_moe_down_mma<NT>, MM_SMEM(MM_WARPS, MM_DN_DEPTH));
+        init = true;
+    }
+    ds_launch(bf16_mxfp4w_moe_gate_up_mma<NT>, g1, dim3(MM_THREADS),
+              MM_SMEM(MM_WARPS, MM_GU_DEPTH(NT)), st, *a, groups,
+              (const int32_t *)w.pairs, (uint16_t *)w.h);
+    ds_launch(bf16_mxfp4w_moe_down_mma<NT>, g2, dim3(MM_THREADS), MM_SMEM(MM_WARPS, MM_DN_DEPTH),
+              st, *a, groups,
+              (const int32_t *)w.pairs, (const uint16_t *)w.h, w.y);
 }
 
 // gate_up then down of one variant.
@@ -1074,6 +1580,38 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
     if (variant == 0) g1.x = moe_v0_grid_x(g1.x, n_used_max);
     const dim3 g2(cu_blocks((size_t)C, MOE_ROWS_PER_BLOCK), n_used_max, chunks);
     const int32_t *groups = small ? NULL : w.groups;
+    if (a->act == DS_ELEM_BF16) {
+        // Tensor cores (every T; see "bf16 activations" above). Tiles of 8 pairs per expert: up
+        // to T on the small path (an expert holds at most one pair per row), 32 per chunk on the
+        // grouped one.
+
+
+        const unsigned mch = cu_blocks((size_t)T, MM_TOKEN_CHUNK);
+        const dim3 m1(cu_blocks((size_t)2 * I, MM_BLOCK_ROWS), n_used_max, mch);
+        const dim3 m2(cu_blocks((size_t)C, 2 * MM_ROWS), n_used_max, mch);
+        if (T == 1 && KE <= 4) {
+            static bool init = false;
+            if (!init) {
+                mm_smem_attr(bf16_mxfp4w_moe_gate_up_mma<1>, MM_SMEM(MM_WARPS, MM_GU_DEPTH(1)));
+                mm_smem_attr(bf16_mxfp4w_moe_down_combine_1tok_mma, MM_SMEM(8, MM_DN_DEPTH));
+                init = true;
+            }
+            ds_launch(bf16_mxfp4w_moe_gate_up_mma<1>, m1, dim3(MM_THREADS),
+                      MM_SMEM(MM_WARPS, MM_GU_DEPTH(1)), st, *a,
+                      (const int32_t *)NULL, (const int32_t *)w.pairs, (uint16_t *)w.h);
+            ds_launch(bf16_mxfp4w_moe_down_combine_1tok_mma, dim3((unsigned)(C / MM_ROWS)),
+                      dim3(MM_FUSED_THREADS), MM_SMEM(8, MM_DN_DEPTH), st, *a,
+                      (const uint16_t *)w.h);
+            return DS_OK;
+        }
+        const int nt = small && T <= 8 ? 1 : small && T <= 16 ? 2 : 4;
+        if (nt == 1) mm_launch<1>(a, m1, m2, st, groups, w);
+        else if (nt == 2) mm_launch<2>(a, m1, m2, st, groups, w);
+        else mm_launch<4>(a, m1, m2, st, groups, w);
+        ds_launch(act_moe_combine, dim3((unsigned)T, cu_blocks((size_t)C, 256)), dim3(256), 0, st,
+                  *a, (const float *)w.y);
+        return DS_OK;
+    }
     if (T == 1 && KE <= MOE_WARPS) { // variant 0 (T == 1)
         // Decode: gate_up, then down and combine fused (KE warps per 8 output features).
         ds_launch(act_mxfp4w_moe_gate_up_swiglu<0>, g1, dim3(MOE_THREADS), 0, st, *a,
