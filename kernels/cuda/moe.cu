@@ -1114,17 +1114,20 @@ template <int N> static __device__ __forceinline__ void cp_async_wait(void) {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// Chunk c of the lane's weights into stage `st` (shared address), its two scale bytes into *sc
-// (s0 | s1 << 8; 127 past the end). p = row 2g's bytes at block t, q = its scale byte (row
-// 2g + 1 at + row_b / + row_s); chunk c adds 64 / 4 bytes. Always one commit group per chunk.
+// Chunk c of the lane's weights into stage `st` (shared address), its two scale bytes into *s0
+// and *s1 (127 past the end). p = row 2g's bytes at block t, q = its scale byte (row 2g + 1 at
+// + row_b / + row_s); chunk c adds 64 / 4 bytes. Always one commit group per chunk. The scale
+// bytes land in their own registers, untouched until the chunk is decoded DEPTH chunks later: any
+// operation on them here (packing both into one word, say) would wait out the load's latency.
 static __device__ __forceinline__ void mm_issue_w(uint32_t st, const uint8_t *p, const uint8_t *q,
                                                   size_t row_b, size_t row_s, int c, bool ok,
-                                                  uint32_t *sc) {
+                                                  uint32_t *s0, uint32_t *s1) {
     const uint8_t *src = ok ? p + (size_t)c * 64 : p;
     cp_async16(st, src, ok);
     cp_async16(st + 512, ok ? src + row_b : p, ok);
     cp_async_commit();
-    *sc = ok ? (uint32_t)__ldg(q + 4 * c) | (uint32_t)__ldg(q + row_s + 4 * c) << 8 : 127u | 127u << 8;
+    *s0 = 127u, *s1 = 127u;
+    if (ok) *s0 = __ldg(q + 4 * c), *s1 = __ldg(q + row_s + 4 * c);
 }
 
 static __device__ __forceinline__ uint32_t u4_word(const uint4 *v, int k) {
@@ -1183,11 +1186,11 @@ static __device__ __forceinline__ void mm_rows(const char *lut, uint32_t ring_sm
             for (int i = 0; i < 4; i++) acc[h][nt][i] = 0.0f;
     // ring_sm: this warp's DEPTH stages (shared address); lane slot at + lane·16.
     const uint32_t my = ring_sm + (uint32_t)lane * 16u;
-    uint32_t sring[DEPTH];
+    uint32_t sring0[DEPTH], sring1[DEPTH];
 #pragma unroll
     for (int d = 0; d < DEPTH; d++)
         mm_issue_w(my + d * MM_STAGE_BYTES, p, q, row_b, row_s, c_lo + d,
-                   c_lo + d < c_hi && 4 * (c_lo + d) + t < nb, &sring[d]);
+                   c_lo + d < c_hi && 4 * (c_lo + d) + t < nb, &sring0[d], &sring1[d]);
     uint4 bnext[NT == 1 ? NB : 1][4]; // NT = 1: the next chunk's activations
     if (NT == 1)
 #pragma unroll
@@ -1208,7 +1211,7 @@ static __device__ __forceinline__ void mm_rows(const char *lut, uint32_t ring_sm
             asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
                          : "=r"(v1.x), "=r"(v1.y), "=r"(v1.z), "=r"(v1.w)
                          : "r"(my + d * MM_STAGE_BYTES + 512));
-            const uint32_t sc0 = mm_scale2(sring[d] & 0xffu), sc1 = mm_scale2(sring[d] >> 8);
+            const uint32_t sc0 = mm_scale2(sring0[d]), sc1 = mm_scale2(sring1[d]);
             const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w};
             const uint32_t w1[4] = {v1.x, v1.y, v1.z, v1.w};
             if constexpr (NT == 1) {
@@ -1256,7 +1259,7 @@ static __device__ __forceinline__ void mm_rows(const char *lut, uint32_t ring_sm
             // (the registers hold them), so the copy cannot overwrite unread data.
             const int cn = c + DEPTH;
             mm_issue_w(my + d * MM_STAGE_BYTES, p, q, row_b, row_s, cn, cn < c_hi && 4 * cn + t < nb,
-                       &sring[d]);
+                       &sring0[d], &sring1[d]);
         }
     }
     cp_async_wait<0>(); // nothing of this warp stays in flight into the stages
