@@ -1226,15 +1226,23 @@ static __device__ __forceinline__ void mm_rows(const char *lut, uint32_t ring_sm
 #pragma unroll
                 for (int s = 0; s < NB; s++)
                     mm_load_act(bp[s][0], c + 1, c + 1 < c_hi && 4 * (c + 1) + t < nb, bnext[s]);
-                uint32_t A[8][4];
+                // One B set (gate_up): the 8 A fragments first, their table loads issued
+                // together. Two (down: hi, lo) hold 64 activation registers, so each fragment is
+                // decoded just before its mma's (the 32 registers of all 8 made the fused
+                // one-token kernel spill a just-loaded scale byte, a stall per chunk). Same mma
+                // sequence either way.
+                uint32_t A[NB == 1 ? 8 : 1][4];
+                if constexpr (NB == 1)
 #pragma unroll
-                for (int m = 0; m < 8; m++) mm_decode_a(lut, w0, w1, m, lane4, sc0, sc1, A[m]);
+                    for (int m = 0; m < 8; m++) mm_decode_a(lut, w0, w1, m, lane4, sc0, sc1, A[m]);
 #pragma unroll
-                for (int m = 0; m < 8; m++)
+                for (int m = 0; m < 8; m++) {
+                    if constexpr (NB != 1) mm_decode_a(lut, w0, w1, m, lane4, sc0, sc1, A[0]);
 #pragma unroll
                     for (int s = 0; s < NB; s++)
-                        mma_bf16(acc[m & 1][0], A[m], u4_word(bv[s], 2 * m),
+                        mma_bf16(acc[m & 1][0], A[NB == 1 ? m : 0], u4_word(bv[s], 2 * m),
                                  u4_word(bv[s], 2 * m + 1));
+                }
             } else {
                 // Several tiles: the 8 A fragments once, then tile by tile (per column the same
                 // mma sequence as above: m = 0..7, each B set in order).
