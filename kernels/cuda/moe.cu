@@ -1011,15 +1011,16 @@ static unsigned moe_v0_grid_x(unsigned tiles, unsigned n_used) {
 // bf16 activations: the MXFP4 expert GEMMs on tensor cores
 //
 // With bf16 activations every expert product (gate_up and down, every T) runs on mma.sync
-// m16n8k16 (bf16 in, fp32 accumulate) instead of the CUDA-core GEMV above: the 1-token GEMV
-// spends ~5 instructions per decoded code and reaches ~30% of the copy bandwidth; here a code
-// costs about one ALU instruction and half a shared-memory load.
+// m16n8k16 (bf16 in, fp32 accumulate) instead of the CUDA-core GEMV above: the GEMV spends ~5
+// instructions per decoded code and its verify-sized tiles are FMA-bound; here a code costs
+// about one ALU instruction and half a shared-memory load, and wide tiles run on tensor cores.
 //
 // Warp tile: 16 weight rows (mma rows g and g + 8 of lane (g, t) = weight rows 2g and 2g + 1,
 // adjacent, so a gate row and its linear row land in the same lane) × 8 tokens per n-tile
 // (column g = the g-th pair of the tile), NT n-tiles. K step ("chunk"): 4 MXFP4 blocks; lane t
-// loads block 4c + t of both its rows (16 bytes each, so a row's 64 bytes come in one request)
-// and the same block of its token's activations (64 bytes). Byte j of a block holds elements 2j
+// copies block 4c + t of both its rows (16 bytes each, cp.async into its warp's stage ring, see
+// mm_issue_w) and loads the same block of its token's activations (64 bytes, one chunk ahead at
+// NT = 1). Two accumulators per tile (even and odd m) are added at the end. Byte j of a block holds elements 2j
 // (low nibble) and 2j + 1; mma m of the chunk takes, from lane t, bytes 2m and 2m + 1 of its
 // block as k-slots (2t, 2t+1) and (2t+8, 2t+9), and activation words 2m and 2m + 1 for the same
 // slots: the k order is permuted, the same way for every row and token.
@@ -1038,7 +1039,8 @@ static unsigned moe_v0_grid_x(unsigned tiles, unsigned n_used) {
 //
 // Determinism and batch invariance: a token's column of D = A·B depends only on that column of
 // B and on A; every call, every NT and every position of the token in its tile issues the same
-// mma sequence (chunks in increasing k, m = 0..7, hi before lo), so the bits of a row's result do
+// mma sequence (chunks in increasing k, m = 0..7 into the even / odd accumulator, hi before lo;
+// down: the two K halves added first half first), so the bits of a row's result do
 // not depend on its neighbours. The order differs from the CPU reference's (tensor-core sums of
 // 16 products), within the op test's tolerance.
 
