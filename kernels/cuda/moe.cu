@@ -1020,10 +1020,10 @@ static unsigned moe_v0_grid_x(unsigned tiles, unsigned n_used) {
 // (column g = the g-th pair of the tile), NT n-tiles. K step ("chunk"): 4 MXFP4 blocks; lane t
 // copies block 4c + t of both its rows (16 bytes each, cp.async into its warp's stage ring, see
 // mm_issue_w) and loads the same block of its token's activations (64 bytes, one chunk ahead at
-// NT = 1). Two accumulators per tile (even and odd m) are added at the end. Byte j of a block holds elements 2j
-// (low nibble) and 2j + 1; mma m of the chunk takes, from lane t, bytes 2m and 2m + 1 of its
-// block as k-slots (2t, 2t+1) and (2t+8, 2t+9), and activation words 2m and 2m + 1 for the same
-// slots: the k order is permuted, the same way for every row and token.
+// NT = 1). Two accumulators per tile (even and odd m) are added at the end. Byte j of a block holds
+// elements 2j (low nibble) and 2j + 1; mma m of the chunk takes, from lane t, bytes 2m and 2m + 1
+// of its block as k-slots (2t, 2t+1) and (2t+8, 2t+9), and activation words 2m and 2m + 1 for the
+// same slots: the k order is permuted, the same way for every row and token.
 //
 // Decode: a 256-entry table (byte -> the two codes as a bf16x2 pair, exact) in shared memory,
 // one copy per lane (entry e at byte 128e, lane l at +4l: conflict-free, 32 KB), addressed by a
@@ -1046,13 +1046,14 @@ static unsigned moe_v0_grid_x(unsigned tiles, unsigned n_used) {
 
 #define MM_THREADS 128
 #define MM_WARPS (MM_THREADS / DS_WARP)
-#define MM_ROWS 16                           // weight rows per warp (the mma M)
-#define MM_BLOCK_ROWS (MM_WARPS * MM_ROWS)   // 64
-#define MM_LUT_BYTES (256 * 128)             // 256 entries × 32 lane slots × 4 bytes
-#define MM_STAGE_BYTES 1024                  // one chunk of a warp: 32 lanes × 2 rows × 16 bytes
+#define MM_ROWS 16                         // weight rows per warp (the mma M)
+#define MM_BLOCK_ROWS (MM_WARPS * MM_ROWS) // 64
+#define MM_LUT_BYTES (256 * 128)           // 256 entries × 32 lane slots × 4 bytes
+#define MM_STAGE_BYTES 1024                // one chunk of a warp: 32 lanes × 2 rows × 16 bytes
 // Dynamic shared memory of a kernel: the table, then each warp's ring of DEPTH chunk stages.
-#define MM_SMEM(WARPS, DEPTH) (MM_LUT_BYTES + (WARPS) * (DEPTH) * MM_STAGE_BYTES)
-#define MM_GU_DEPTH(NT) ((NT) == 1 ? 8 : 4) // gate_up: 1 token (decode) keeps 8 KB per warp in flight
+#define MM_SMEM(WARPS, DEPTH) (MM_LUT_BYTES + (WARPS) * (DEPTH)*MM_STAGE_BYTES)
+#define MM_GU_DEPTH(NT)                                                                            \
+    ((NT) == 1 ? 8 : 4) // gate_up: 1 token (decode) keeps 8 KB per warp in flight
 #define MM_DN_DEPTH 4
 
 // bf16 bits of the E2M1 code c (exact: at most two significant bits).
@@ -1161,10 +1162,9 @@ static __device__ __forceinline__ void mm_load_act(const uint16_t *bp, int c, bo
 // or -1. Two accumulators per tile, for even and odd m (so 2, not 8 or 16, mma's depend on each
 // other per chunk); out[nt] = acc_even + acc_odd. DEPTH chunks of weights stay in flight.
 template <int NT, int NB, int DEPTH>
-static __device__ __forceinline__ void mm_rows(const char *lut, uint32_t ring_sm, const uint8_t *wb,
-                                               const uint8_t *ws, int K, int c_lo, int c_hi,
-                                               const uint16_t *const bm[NB], const int brow[NT],
-                                               float out[NT][4]) {
+static __device__ __forceinline__ void
+mm_rows(const char *lut, uint32_t ring_sm, const uint8_t *wb, const uint8_t *ws, int K, int c_lo,
+        int c_hi, const uint16_t *const bm[NB], const int brow[NT], float out[NT][4]) {
     const int lane = threadIdx.x % DS_WARP, t = lane & 3, nb = K / DS_MXFP4_BLOCK;
     const size_t row_b = (size_t)K / 2, row_s = (size_t)nb;
     const uint32_t lane4 = (uint32_t)lane * 4u;
@@ -1185,7 +1185,8 @@ static __device__ __forceinline__ void mm_rows(const char *lut, uint32_t ring_sm
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) acc[h][nt][i] = 0.0f;
+            for (int i = 0; i < 4; i++)
+                acc[h][nt][i] = 0.0f;
     // ring_sm: this warp's DEPTH stages (shared address); lane slot at + lane·16.
     const uint32_t my = ring_sm + (uint32_t)lane * 16u;
     uint32_t sring0[DEPTH], sring1[DEPTH];
@@ -1224,7 +1225,8 @@ static __device__ __forceinline__ void mm_rows(const char *lut, uint32_t ring_sm
 #pragma unroll
                 for (int s = 0; s < NB; s++)
 #pragma unroll
-                    for (int i = 0; i < 4; i++) bv[s][i] = bnext[s][i];
+                    for (int i = 0; i < 4; i++)
+                        bv[s][i] = bnext[s][i];
 #pragma unroll
                 for (int s = 0; s < NB; s++)
                     mm_load_act(bp[s][0], c + 1, c + 1 < c_hi && 4 * (c + 1) + t < nb, bnext[s]);
@@ -1236,7 +1238,8 @@ static __device__ __forceinline__ void mm_rows(const char *lut, uint32_t ring_sm
                 uint32_t A[NB == 1 ? 8 : 1][4];
                 if constexpr (NB == 1)
 #pragma unroll
-                    for (int m = 0; m < 8; m++) mm_decode_a(lut, w0, w1, m, lane4, sc0, sc1, A[m]);
+                    for (int m = 0; m < 8; m++)
+                        mm_decode_a(lut, w0, w1, m, lane4, sc0, sc1, A[m]);
 #pragma unroll
                 for (int m = 0; m < 8; m++) {
                     if constexpr (NB != 1) mm_decode_a(lut, w0, w1, m, lane4, sc0, sc1, A[0]);
@@ -1250,13 +1253,15 @@ static __device__ __forceinline__ void mm_rows(const char *lut, uint32_t ring_sm
                 // mma sequence as above: m = 0..7, each B set in order).
                 uint32_t A[8][4];
 #pragma unroll
-                for (int m = 0; m < 8; m++) mm_decode_a(lut, w0, w1, m, lane4, sc0, sc1, A[m]);
+                for (int m = 0; m < 8; m++)
+                    mm_decode_a(lut, w0, w1, m, lane4, sc0, sc1, A[m]);
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) {
                     if (nt >= nt_used) break;
                     uint4 bv[NB][4];
 #pragma unroll
-                    for (int s = 0; s < NB; s++) mm_load_act(bp[s][nt], c, bok, bv[s]);
+                    for (int s = 0; s < NB; s++)
+                        mm_load_act(bp[s][nt], c, bok, bv[s]);
 #pragma unroll
                     for (int m = 0; m < 8; m++)
 #pragma unroll
@@ -1268,15 +1273,16 @@ static __device__ __forceinline__ void mm_rows(const char *lut, uint32_t ring_sm
             // Refill this stage with chunk c + DEPTH only now: its words were decoded above
             // (the registers hold them), so the copy cannot overwrite unread data.
             const int cn = c + DEPTH;
-            mm_issue_w(my + d * MM_STAGE_BYTES, p, q, row_b, row_s, cn, cn < c_hi && 4 * cn + t < nb,
-                       &sring0[d], &sring1[d]);
+            mm_issue_w(my + d * MM_STAGE_BYTES, p, q, row_b, row_s, cn,
+                       cn < c_hi && 4 * cn + t < nb, &sring0[d], &sring1[d]);
         }
     }
     cp_async_wait<0>(); // nothing of this warp stays in flight into the stages
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) out[nt][i] = __fadd_rn(acc[0][nt][i], acc[1][nt][i]);
+        for (int i = 0; i < 4; i++)
+            out[nt][i] = __fadd_rn(acc[0][nt][i], acc[1][nt][i]);
 }
 
 // Block set-up of the mma kernels: the expert in use number blockIdx.y and its pairs
@@ -1299,8 +1305,8 @@ static __device__ __forceinline__ bool mm_block_pairs(const struct ds_moe_args &
     }
     if (threadIdx.x < DS_WARP) {
         int n = 0;
-        const int ee = small_group(a.expert_ids, a.n_rows * a.top_k, a.n_experts, (int)blockIdx.y,
-                                   s_list, &n);
+        const int ee =
+            small_group(a.expert_ids, a.n_rows * a.top_k, a.n_experts, (int)blockIdx.y, s_list, &n);
         if (threadIdx.x == 0) s_info[0] = ee, s_info[1] = n;
     }
     __syncthreads(); // reached by every thread: the exit below is block-uniform
@@ -1310,8 +1316,8 @@ static __device__ __forceinline__ bool mm_block_pairs(const struct ds_moe_args &
 
 // Rows of this lane's tokens: brow[nt] = pair / div for column g of tile nt, or -1.
 template <int NT>
-static __device__ __forceinline__ void mm_token_rows(const int32_t *list, int beg, int end,
-                                                     int div, int brow[NT], int pr[NT]) {
+static __device__ __forceinline__ void mm_token_rows(const int32_t *list, int beg, int end, int div,
+                                                     int brow[NT], int pr[NT]) {
     const int g = (threadIdx.x % DS_WARP) >> 2;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
@@ -1333,8 +1339,8 @@ static __device__ __forceinline__ int mm_half(int K) {
 // r0/2 + g for the lane's columns 2t, 2t+1 as hi / lo bf16 (hh[pair·I + unit], hh + np·I).
 template <int NT>
 __global__ void __launch_bounds__(MM_THREADS, 3)
-bf16_mxfp4w_moe_gate_up_mma(const struct ds_moe_args a, const int32_t *groups,
-                            const int32_t *pairs, uint16_t *hh) {
+    bf16_mxfp4w_moe_gate_up_mma(const struct ds_moe_args a, const int32_t *groups,
+                                const int32_t *pairs, uint16_t *hh) {
     extern __shared__ uint4 mm_lut[];
     __shared__ int32_t s_list[DS_WARP];
     __shared__ int s_info[2];
@@ -1357,8 +1363,8 @@ bf16_mxfp4w_moe_gate_up_mma(const struct ds_moe_args a, const int32_t *groups,
     const uint32_t ring = (uint32_t)__cvta_generic_to_shared(mm_lut) + MM_LUT_BYTES +
                           (threadIdx.x / DS_WARP) * MM_GU_DEPTH(NT) * MM_STAGE_BYTES;
     mm_rows<NT, 1, MM_GU_DEPTH(NT)>((const char *)mm_lut, ring, a.gate_up_blocks + wr * row_b,
-                                      a.gate_up_scales + wr * row_s, C, 0,
-                                      (C / DS_MXFP4_BLOCK + 3) / 4, bm, brow, acc);
+                                    a.gate_up_scales + wr * row_s, C, 0,
+                                    (C / DS_MXFP4_BLOCK + 3) / 4, bm, brow, acc);
     const float bg = ld_elem(a.gate_up_bias, a.bias_dtype, wr);
     const float bl = ld_elem(a.gate_up_bias, a.bias_dtype, wr + 1);
     const size_t np = (size_t)a.n_rows * KE;
@@ -1384,8 +1390,8 @@ bf16_mxfp4w_moe_gate_up_mma(const struct ds_moe_args a, const int32_t *groups,
 // writes y[pair][row] = (first + second) + b2 (f32) for rows r0 + 2g, r0 + 2g + 1.
 template <int NT>
 __global__ void __launch_bounds__(MM_THREADS, 3)
-bf16_mxfp4w_moe_down_mma(const struct ds_moe_args a, const int32_t *groups, const int32_t *pairs,
-                         const uint16_t *hh, float *y) {
+    bf16_mxfp4w_moe_down_mma(const struct ds_moe_args a, const int32_t *groups,
+                             const int32_t *pairs, const uint16_t *hh, float *y) {
     extern __shared__ uint4 mm_lut[];
     __shared__ int32_t s_list[DS_WARP];
     __shared__ int s_info[2];
@@ -1395,7 +1401,7 @@ bf16_mxfp4w_moe_down_mma(const struct ds_moe_args a, const int32_t *groups, cons
     int e, beg, end;
     const int32_t *list;
     const bool any = mm_block_pairs(a, groups, pairs, s_list, s_info, &e, &beg, &end, &list);
-    __syncthreads(); // the table
+    __syncthreads();  // the table
     if (!any) return; // block-uniform
     const int C = a.dim, I = a.inter, lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
     const int tile = warp & 1, half = warp >> 1;
@@ -1413,14 +1419,14 @@ bf16_mxfp4w_moe_down_mma(const struct ds_moe_args a, const int32_t *groups, cons
         mm_rows<NT, 2, MM_DN_DEPTH>((const char *)mm_lut,
                                     (uint32_t)__cvta_generic_to_shared(mm_lut) + MM_LUT_BYTES +
                                         warp * MM_DN_DEPTH * MM_STAGE_BYTES,
-                                    a.down_blocks + wr * row_b,
-                          a.down_scales + wr * row_s, I, half ? hc : 0, half ? nch : hc, bm,
-                          brow, acc);
+                                    a.down_blocks + wr * row_b, a.down_scales + wr * row_s, I,
+                                    half ? hc : 0, half ? nch : hc, bm, brow, acc);
     if (half && r0 < C)
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) part[tile][nt * 4 + i][lane] = acc[nt][i];
+            for (int i = 0; i < 4; i++)
+                part[tile][nt * 4 + i][lane] = acc[nt][i];
     __syncthreads();
     if (half || r0 >= C) return;
     const float b0 = ld_elem(a.down_bias, a.bias_dtype, wr);
@@ -1444,7 +1450,7 @@ bf16_mxfp4w_moe_down_mma(const struct ds_moe_args a, const int32_t *groups, cons
 // threads combine them exactly as act_moe_combine does.
 #define MM_FUSED_THREADS 256
 __global__ void __launch_bounds__(MM_FUSED_THREADS, 2)
-bf16_mxfp4w_moe_down_combine_1tok_mma(const struct ds_moe_args a, const uint16_t *hh) {
+    bf16_mxfp4w_moe_down_combine_1tok_mma(const struct ds_moe_args a, const uint16_t *hh) {
     extern __shared__ uint4 mm_lut[];
     __shared__ int32_t s_list[8][DS_WARP];
     __shared__ float part[4][4][DS_WARP];
@@ -1456,8 +1462,8 @@ bf16_mxfp4w_moe_down_combine_1tok_mma(const struct ds_moe_args a, const uint16_t
     const int lane = threadIdx.x % DS_WARP, g = lane >> 2, t = lane & 3;
     const int r0 = blockIdx.x * MM_ROWS;
     int n = 0;
-    const int e = slot < KE ? small_group(a.expert_ids, KE, a.n_experts, slot, s_list[warp], &n)
-                            : -1;
+    const int e =
+        slot < KE ? small_group(a.expert_ids, KE, a.n_experts, slot, s_list[warp], &n) : -1;
     __syncthreads(); // the table and every warp's list
     int brow[1], pr[1];
     float acc[1][4];
@@ -1470,12 +1476,12 @@ bf16_mxfp4w_moe_down_combine_1tok_mma(const struct ds_moe_args a, const uint16_t
         mm_rows<1, 2, MM_DN_DEPTH>((const char *)mm_lut,
                                    (uint32_t)__cvta_generic_to_shared(mm_lut) + MM_LUT_BYTES +
                                        warp * MM_DN_DEPTH * MM_STAGE_BYTES,
-                                   a.down_blocks + wr * row_b,
-                         a.down_scales + wr * row_s, I, half ? hc : 0, half ? nch : hc, bm, brow,
-                         acc);
+                                   a.down_blocks + wr * row_b, a.down_scales + wr * row_s, I,
+                                   half ? hc : 0, half ? nch : hc, bm, brow, acc);
         if (half)
 #pragma unroll
-            for (int i = 0; i < 4; i++) part[slot][i][lane] = acc[0][i];
+            for (int i = 0; i < 4; i++)
+                part[slot][i][lane] = acc[0][i];
     }
     __syncthreads();
     if (e >= 0 && !half) {
@@ -1492,7 +1498,8 @@ bf16_mxfp4w_moe_down_combine_1tok_mma(const struct ds_moe_args a, const uint16_t
         }
     }
     __syncthreads();
-    if (threadIdx.x < MM_ROWS) combine_1tok(a, r0 + (int)threadIdx.x, &ys[0][0] + threadIdx.x, MM_ROWS);
+    if (threadIdx.x < MM_ROWS)
+        combine_1tok(a, r0 + (int)threadIdx.x, &ys[0][0] + threadIdx.x, MM_ROWS);
 }
 
 // Opt-in to the dynamic shared memory (table and stages) once per kernel.
@@ -1510,11 +1517,10 @@ static void mm_launch(const struct ds_moe_args *a, dim3 g1, dim3 g2, cudaStream_
         init = true;
     }
     ds_launch(bf16_mxfp4w_moe_gate_up_mma<NT>, g1, dim3(MM_THREADS),
-              MM_SMEM(MM_WARPS, MM_GU_DEPTH(NT)), st, *a, groups,
-              (const int32_t *)w.pairs, (uint16_t *)w.h);
+              MM_SMEM(MM_WARPS, MM_GU_DEPTH(NT)), st, *a, groups, (const int32_t *)w.pairs,
+              (uint16_t *)w.h);
     ds_launch(bf16_mxfp4w_moe_down_mma<NT>, g2, dim3(MM_THREADS), MM_SMEM(MM_WARPS, MM_DN_DEPTH),
-              st, *a, groups,
-              (const int32_t *)w.pairs, (const uint16_t *)w.h, w.y);
+              st, *a, groups, (const int32_t *)w.pairs, (const uint16_t *)w.h, w.y);
 }
 
 // gate_up then down of one variant.
@@ -1598,7 +1604,6 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
         // to T on the small path (an expert holds at most one pair per row), 32 per chunk on the
         // grouped one.
 
-
         const unsigned mch = cu_blocks((size_t)T, MM_TOKEN_CHUNK);
         const dim3 m1(cu_blocks((size_t)2 * I, MM_BLOCK_ROWS), n_used_max, mch);
         const dim3 m2(cu_blocks((size_t)C, 2 * MM_ROWS), n_used_max, mch);
@@ -1610,17 +1615,20 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
                 init = true;
             }
             ds_launch(bf16_mxfp4w_moe_gate_up_mma<1>, m1, dim3(MM_THREADS),
-                      MM_SMEM(MM_WARPS, MM_GU_DEPTH(1)), st, *a,
-                      (const int32_t *)NULL, (const int32_t *)w.pairs, (uint16_t *)w.h);
+                      MM_SMEM(MM_WARPS, MM_GU_DEPTH(1)), st, *a, (const int32_t *)NULL,
+                      (const int32_t *)w.pairs, (uint16_t *)w.h);
             ds_launch(bf16_mxfp4w_moe_down_combine_1tok_mma, dim3((unsigned)(C / MM_ROWS)),
                       dim3(MM_FUSED_THREADS), MM_SMEM(8, MM_DN_DEPTH), st, *a,
                       (const uint16_t *)w.h);
             return DS_OK;
         }
         const int nt = small && T <= 8 ? 1 : small && T <= 16 ? 2 : 4;
-        if (nt == 1) mm_launch<1>(a, m1, m2, st, groups, w);
-        else if (nt == 2) mm_launch<2>(a, m1, m2, st, groups, w);
-        else mm_launch<4>(a, m1, m2, st, groups, w);
+        if (nt == 1)
+            mm_launch<1>(a, m1, m2, st, groups, w);
+        else if (nt == 2)
+            mm_launch<2>(a, m1, m2, st, groups, w);
+        else
+            mm_launch<4>(a, m1, m2, st, groups, w);
         ds_launch(act_moe_combine, dim3((unsigned)T, cu_blocks((size_t)C, 256)), dim3(256), 0, st,
                   *a, (const float *)w.y);
         return DS_OK;
