@@ -785,43 +785,50 @@ static __device__ __forceinline__ int small_group(const int32_t *ids, int n_pair
     return e;
 }
 
-// Block set-up of both GEMV kernels: the expert in use number blockIdx.y, its pairs list[beg, end)
-// in token chunk blockIdx.z, the E2M1 table, and the warp's first weight row r0 of n_w_rows.
-// groups == NULL: the small path (T·KE <= 32, one chunk), the pairs found by small_group into
-// the block's shared s_list. False when the block or the warp has nothing to do.
+// A block's expert, its pairs list[beg, end) and (GEMV kernels) the warp's first weight row r0.
 struct moe_block {
     int e, beg, end, r0;
     const int32_t *list;
 };
 
+// The expert in use number blockIdx.y and its pairs list[beg, end) in token chunk blockIdx.z of
+// `chunk` pairs: from the grouping kernel's lists, or (groups == NULL: the small path, T·KE <= 32,
+// one chunk) found by warp 0 with small_group into the block's shared s_list, followed by a
+// barrier that every thread reaches. False when the block has nothing to do (block-uniform).
+static __device__ __forceinline__ bool moe_block_pairs(const struct ds_moe_args &a,
+                                                       const int32_t *groups, const int32_t *pairs,
+                                                       int chunk, int32_t *s_list, int *s_info,
+                                                       struct moe_block *k) {
+    if (groups) {
+        const struct moe_groups gr = groups_of(groups, a.n_experts);
+        if ((int)blockIdx.y >= *gr.n_used) return false;
+        k->e = gr.used[blockIdx.y];
+        const int lo = gr.offsets[k->e], hi = gr.offsets[k->e + 1];
+        k->beg = lo + (int)blockIdx.z * chunk;
+        k->end = min(hi, k->beg + chunk);
+        k->list = pairs;
+        return k->beg < k->end;
+    }
+    if (threadIdx.x < DS_WARP) {
+        int n = 0;
+        const int e =
+            small_group(a.expert_ids, a.n_rows * a.top_k, a.n_experts, (int)blockIdx.y, s_list, &n);
+        if (threadIdx.x == 0) s_info[0] = e, s_info[1] = n;
+    }
+    __syncthreads(); // every thread reaches it: the exit below is block-uniform
+    k->e = s_info[0], k->beg = 0, k->end = s_info[1], k->list = s_list;
+    return k->e >= 0;
+}
+
+// Block set-up of both GEMV kernels: the block's pairs (moe_block_pairs), the E2M1 table, and
+// the warp's first weight row r0 of n_w_rows. False when the block or the warp has nothing to do.
 static __device__ __forceinline__ bool block_begin(const struct ds_moe_args &a,
                                                    const int32_t *groups, const int32_t *pairs,
                                                    int n_w_rows, float *lut, int32_t *s_list,
                                                    int *s_info, struct moe_block *k) {
-    const int E = a.n_experts;
-    if (groups) {
-        const struct moe_groups gr = groups_of(groups, E);
-        if ((int)blockIdx.y >= *gr.n_used) return false;
-        k->e = gr.used[blockIdx.y];
-        const int lo = gr.offsets[k->e], hi = gr.offsets[k->e + 1];
-        k->beg = lo + (int)blockIdx.z * MOE_TOKEN_CHUNK;
-        k->end = min(hi, k->beg + MOE_TOKEN_CHUNK);
-        k->list = pairs;
-        if (k->beg >= k->end) return false;
-        lut_init(lut);
-        __syncthreads();
-    } else {
-        if (threadIdx.x < DS_WARP) {
-            int n = 0;
-            const int e = small_group(a.expert_ids, a.n_rows * a.top_k, E, (int)blockIdx.y, s_list,
-                                      &n);
-            if (threadIdx.x == 0) s_info[0] = e, s_info[1] = n;
-        }
-        lut_init(lut);
-        __syncthreads(); // every thread reaches it: the exit below is block-uniform
-        k->e = s_info[0], k->beg = 0, k->end = s_info[1], k->list = s_list;
-        if (k->e < 0) return false;
-    }
+    lut_init(lut); // before moe_block_pairs' barrier (small path) or the one below
+    if (!moe_block_pairs(a, groups, pairs, MOE_TOKEN_CHUNK, s_list, s_info, k)) return false;
+    if (groups) __syncthreads(); // the table
     k->r0 = blockIdx.x * MOE_ROWS_PER_BLOCK + (threadIdx.x / DS_WARP) * MOE_ROWS_PER_WARP;
     return k->r0 < n_w_rows;
 }
@@ -1285,33 +1292,14 @@ mm_rows(const char *lut, uint32_t ring_sm, const uint8_t *wb, const uint8_t *ws,
             out[nt][i] = __fadd_rn(acc[0][nt][i], acc[1][nt][i]);
 }
 
-// Block set-up of the mma kernels: the expert in use number blockIdx.y and its pairs
-// list[beg, end) (chunk blockIdx.z of MM_TOKEN_CHUNK pairs), as block_begin finds them. False:
-// nothing to do (block-uniform).
 #define MM_TOKEN_CHUNK 32 // pairs of one expert per block: NT <= 4 tiles of 8
-static __device__ __forceinline__ bool mm_block_pairs(const struct ds_moe_args &a,
-                                                      const int32_t *groups, const int32_t *pairs,
-                                                      int32_t *s_list, int *s_info, int *e,
-                                                      int *beg, int *end, const int32_t **list) {
-    if (groups) {
-        const struct moe_groups gr = groups_of(groups, a.n_experts);
-        if ((int)blockIdx.y >= *gr.n_used) return false;
-        *e = gr.used[blockIdx.y];
-        const int lo = gr.offsets[*e], hi = gr.offsets[*e + 1];
-        *beg = lo + (int)blockIdx.z * MM_TOKEN_CHUNK;
-        *end = min(hi, *beg + MM_TOKEN_CHUNK);
-        *list = pairs;
-        return *beg < *end;
-    }
-    if (threadIdx.x < DS_WARP) {
-        int n = 0;
-        const int ee =
-            small_group(a.expert_ids, a.n_rows * a.top_k, a.n_experts, (int)blockIdx.y, s_list, &n);
-        if (threadIdx.x == 0) s_info[0] = ee, s_info[1] = n;
-    }
-    __syncthreads(); // reached by every thread: the exit below is block-uniform
-    *e = s_info[0], *beg = 0, *end = s_info[1], *list = s_list;
-    return *e >= 0;
+
+// K steps of 4 MXFP4 blocks over K inputs.
+static __device__ __forceinline__ int mm_chunks(int K) { return (K / DS_MXFP4_BLOCK + 3) / 4; }
+
+// Shared address of warp w's ring of `depth` stages (after the table).
+static __device__ __forceinline__ uint32_t mm_ring(const uint4 *lut, int w, int depth) {
+    return (uint32_t)__cvta_generic_to_shared(lut) + MM_LUT_BYTES + w * depth * MM_STAGE_BYTES;
 }
 
 // Rows of this lane's tokens: brow[nt] = pair / div for column g of tile nt, or -1.
@@ -1331,8 +1319,7 @@ static __device__ __forceinline__ void mm_token_rows(const int32_t *list, int be
 // and added in that order (every down kernel: same bits), so a one-token step has twice the warps
 // streaming (4 experts × 180 row tiles is only ~5 warps per SM).
 static __device__ __forceinline__ int mm_half(int K) {
-    const int nch = (K / DS_MXFP4_BLOCK + 3) / 4;
-    return (nch + 1) / 2;
+    return (mm_chunks(K) + 1) / 2;
 }
 
 // gate_up + clamped SwiGLU: grid (2I / 64, experts in use, chunks of 32 pairs). Writes h of unit
@@ -1346,9 +1333,10 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     __shared__ int s_info[2];
     mm_lut_fill(mm_lut);
     DS_GRID_DEPENDENCY();
-    int e, beg, end;
-    const int32_t *list;
-    const bool any = mm_block_pairs(a, groups, pairs, s_list, s_info, &e, &beg, &end, &list);
+    struct moe_block k;
+    const bool any = moe_block_pairs(a, groups, pairs, MM_TOKEN_CHUNK, s_list, s_info, &k);
+    const int e = k.e, beg = k.beg, end = k.end;
+    const int32_t *list = k.list;
     __syncthreads(); // the table
     const int C = a.dim, I = a.inter, KE = a.top_k, lane = threadIdx.x % DS_WARP;
     const int r0 = blockIdx.x * MM_BLOCK_ROWS + (threadIdx.x / DS_WARP) * MM_ROWS;
@@ -1360,11 +1348,10 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     const size_t wr = ex_rows + r0 + 2 * g; // this lane's gate row; wr + 1 its linear row
     const uint16_t *bm[1] = {(const uint16_t *)a.x};
     float acc[NT][4];
-    const uint32_t ring = (uint32_t)__cvta_generic_to_shared(mm_lut) + MM_LUT_BYTES +
-                          (threadIdx.x / DS_WARP) * MM_GU_DEPTH(NT) * MM_STAGE_BYTES;
-    mm_rows<NT, 1, MM_GU_DEPTH(NT)>((const char *)mm_lut, ring, a.gate_up_blocks + wr * row_b,
-                                    a.gate_up_scales + wr * row_s, C, 0,
-                                    (C / DS_MXFP4_BLOCK + 3) / 4, bm, brow, acc);
+    mm_rows<NT, 1, MM_GU_DEPTH(NT)>((const char *)mm_lut,
+                                    mm_ring(mm_lut, threadIdx.x / DS_WARP, MM_GU_DEPTH(NT)),
+                                    a.gate_up_blocks + wr * row_b, a.gate_up_scales + wr * row_s,
+                                    C, 0, mm_chunks(C), bm, brow, acc);
     const float bg = ld_elem(a.gate_up_bias, a.bias_dtype, wr);
     const float bl = ld_elem(a.gate_up_bias, a.bias_dtype, wr + 1);
     const size_t np = (size_t)a.n_rows * KE;
@@ -1398,9 +1385,10 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     __shared__ float part[2][NT * 4][DS_WARP];
     mm_lut_fill(mm_lut);
     DS_GRID_DEPENDENCY();
-    int e, beg, end;
-    const int32_t *list;
-    const bool any = mm_block_pairs(a, groups, pairs, s_list, s_info, &e, &beg, &end, &list);
+    struct moe_block k;
+    const bool any = moe_block_pairs(a, groups, pairs, MM_TOKEN_CHUNK, s_list, s_info, &k);
+    const int e = k.e, beg = k.beg, end = k.end;
+    const int32_t *list = k.list;
     __syncthreads();  // the table
     if (!any) return; // block-uniform
     const int C = a.dim, I = a.inter, lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
@@ -1413,12 +1401,10 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     const size_t wr = ex_rows + r0 + 2 * g;
     const size_t np = (size_t)a.n_rows * a.top_k;
     const uint16_t *bm[2] = {hh, hh + np * I};
-    const int hc = mm_half(I), nch = (I / DS_MXFP4_BLOCK + 3) / 4;
+    const int hc = mm_half(I), nch = mm_chunks(I);
     float acc[NT][4];
     if (r0 < C)
-        mm_rows<NT, 2, MM_DN_DEPTH>((const char *)mm_lut,
-                                    (uint32_t)__cvta_generic_to_shared(mm_lut) + MM_LUT_BYTES +
-                                        warp * MM_DN_DEPTH * MM_STAGE_BYTES,
+        mm_rows<NT, 2, MM_DN_DEPTH>((const char *)mm_lut, mm_ring(mm_lut, warp, MM_DN_DEPTH),
                                     a.down_blocks + wr * row_b, a.down_scales + wr * row_s, I,
                                     half ? hc : 0, half ? nch : hc, bm, brow, acc);
     if (half && r0 < C)
@@ -1472,10 +1458,8 @@ __global__ void __launch_bounds__(MM_FUSED_THREADS, 2)
         mm_token_rows<1>(s_list[warp], 0, n, 1, brow, pr);
         const size_t row_b = (size_t)I / 2, row_s = (size_t)I / 32;
         const uint16_t *bm[2] = {hh, hh + (size_t)KE * I};
-        const int hc = mm_half(I), nch = (I / DS_MXFP4_BLOCK + 3) / 4;
-        mm_rows<1, 2, MM_DN_DEPTH>((const char *)mm_lut,
-                                   (uint32_t)__cvta_generic_to_shared(mm_lut) + MM_LUT_BYTES +
-                                       warp * MM_DN_DEPTH * MM_STAGE_BYTES,
+        const int hc = mm_half(I), nch = mm_chunks(I);
+        mm_rows<1, 2, MM_DN_DEPTH>((const char *)mm_lut, mm_ring(mm_lut, warp, MM_DN_DEPTH),
                                    a.down_blocks + wr * row_b, a.down_scales + wr * row_s, I,
                                    half ? hc : 0, half ? nch : hc, bm, brow, acc);
         if (half)
