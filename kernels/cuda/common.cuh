@@ -268,4 +268,29 @@ static inline void ds_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem
     DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, args...));
 }
 
+// Loads shared by the router and the MoE GEMV (both read x as f32 or bf16).
+// 8 consecutive elements starting at element i (i a multiple of 8, the buffer 16-byte aligned).
+static __device__ __forceinline__ void ld8(const void *base, enum ds_elem dt, size_t i, float *o) {
+    if (dt == DS_ELEM_BF16) {
+        uint4 u = __ldg((const uint4 *)((const ds_bf16 *)base + i));
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            o[2 * j] = __uint_as_float(w[j] << 16);
+            o[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+        }
+    } else {
+        const float4 *p = (const float4 *)((const float *)base + i);
+        float4 a = __ldg(p), b = __ldg(p + 1);
+        o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w;
+        o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+    }
+}
+
+// 8 consecutive elements of a buffer whose dtype is a template argument (see ld8).
+template <bool BF16>
+static __device__ __forceinline__ void ld8t(const void *base, size_t i, float *o) {
+    ld8(base, BF16 ? DS_ELEM_BF16 : DS_ELEM_F32, i, o);
+}
+
 #endif // DS_CUDA_COMMON_CUH
