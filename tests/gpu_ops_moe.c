@@ -142,6 +142,13 @@ static void router_matches_reference(void) {
          DS_ELEM_BF16, DS_ELEM_BF16, 1, 0},
         {"exact ties everywhere, k=4", 11, 64, 16, 4, DS_ELEM_F32, DS_ELEM_F32, DS_ELEM_F32, 1, 1},
         {"exact ties, k = E", 3, 32, 6, 6, DS_ELEM_BF16, DS_ELEM_BF16, DS_ELEM_BF16, 1, 1},
+        // Odd E: the last workspace block holds one expert and one idle half.
+        {"odd E=45 k=5, 1 row", 1, 96, 45, 5, DS_ELEM_BF16, DS_ELEM_BF16, DS_ELEM_F32, 1, 0},
+        {"odd E=45 k=5, 6 rows (two row tiles)", 6, 96, 45, 5, DS_ELEM_F32, DS_ELEM_BF16,
+         DS_ELEM_BF16, 1, 0},
+        // C > 4096: two rounds of loads in both paths (5 groups for some virtual lanes).
+        {"C=4608 (two load rounds)", 2, 4608, 16, 4, DS_ELEM_BF16, DS_ELEM_BF16, DS_ELEM_BF16, 1,
+         0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) router_case(&cases[i], 100 + i);
 }
