@@ -698,9 +698,10 @@ static unsigned moe_v0_grid_x(unsigned tiles, unsigned n_used) {
 // same slots: the k order is permuted, the same way for every row and token.
 //
 // Decode: a 256-entry table (byte -> the two codes as a bf16x2 pair, exact) in shared memory,
-// one copy per lane (entry e at byte 128e, lane l at +4l: conflict-free, 32 KB), addressed by a
-// shift and a mask of the weight word; then one bf16x2 multiply by the block scale
-// 2^(s−127). The product is exact for s <= 252 (e2m1 has at most two significant bits, bf16 the
+// one copy per lane (entry e at byte 256e, lane l at +4l: conflict-free), addressed by a single
+// byte permute of the weight word (byte j to bits 8..15, the lane's 4l below it); then one bf16x2
+// multiply by the block scale 2^(s−127). Bytes 128..255 of each 256-byte table row hold the
+// weight stages (see mm_slot), so every kernel takes the same 64 KB. The product is exact for s <= 252 (e2m1 has at most two significant bits, bf16 the
 // fp32 exponent range); s >= 253 overflows to ±Inf where the fp32 path stays finite for small
 // codes (no real checkpoint has such scales; the f32 path handles them exactly). Since the scale
 // is applied per element, one mma may mix the 4 blocks of a chunk.
@@ -720,13 +721,17 @@ static unsigned moe_v0_grid_x(unsigned tiles, unsigned n_used) {
 #define MM_WARPS (MM_THREADS / DS_WARP)
 #define MM_ROWS 16                         // weight rows per warp (the mma M)
 #define MM_BLOCK_ROWS (MM_WARPS * MM_ROWS) // 64
-#define MM_LUT_BYTES (256 * 128)           // 256 entries × 32 lane slots × 4 bytes
-#define MM_STAGE_BYTES 1024                // one chunk of a warp: 32 lanes × 2 rows × 16 bytes
-// Dynamic shared memory of a kernel: the table, then each warp's ring of DEPTH chunk stages.
-#define MM_SMEM(WARPS, DEPTH) (MM_LUT_BYTES + (WARPS) * (DEPTH)*MM_STAGE_BYTES)
+#define MM_LUT_BYTES (256 * 256)           // 256 rows of 256 bytes: entry slots, then stage holes
+#define MM_STAGES 32                       // the 256 holes of 128 bytes hold 32 stages of 1 KB
+#define MM_STAGE_STRIDE 2048               // a stage (32 lanes × 2 rows × 16 bytes) = 8 holes
+// Dynamic shared memory of every kernel: the table, every warp's ring of stages in its holes.
+#define MM_SMEM MM_LUT_BYTES
 #define MM_GU_DEPTH(NT)                                                                            \
     ((NT) == 1 ? 8 : 4) // gate_up: 1 token (decode) keeps 8 KB per warp in flight
 #define MM_DN_DEPTH 4
+static_assert(MM_WARPS * MM_GU_DEPTH(1) <= MM_STAGES && MM_WARPS * MM_GU_DEPTH(2) <= MM_STAGES &&
+                  8 * MM_DN_DEPTH <= MM_STAGES,
+              "the rings of a block's warps must fit the table's holes");
 
 // bf16 bits of the E2M1 code c (exact: at most two significant bits).
 static __device__ __forceinline__ uint32_t e2m1_bf16_bits(unsigned c) {
@@ -734,19 +739,19 @@ static __device__ __forceinline__ uint32_t e2m1_bf16_bits(unsigned c) {
 }
 
 // The decode table: entry e (a packed byte) = bf16x2(e2m1(e & 15), e2m1(e >> 4)) in the first 32
-// words of each 256-byte row. Needs no input, so it is filled before the grid dependency.
+// words of 256-byte row e. Needs no input, so it is filled before the grid dependency.
 static __device__ __forceinline__ void mm_lut_fill(uint4 *lut) {
     for (int i = threadIdx.x; i < 256 * 8; i += blockDim.x) {
         const unsigned e = (unsigned)i / 8;
         const uint32_t v = e2m1_bf16_bits(e & 15u) | e2m1_bf16_bits(e >> 4) << 16;
-        lut[e * 8 + (i % 8)] = make_uint4(v, v, v, v);
+        lut[e * 16 + (i % 8)] = make_uint4(v, v, v, v);
     }
 }
 
-// bf16x2 of the scale 2^(s−127) in both halves (s = 0: the subnormal 2^-127; 255: +Inf).
+// bf16x2 of the scale 2^(s−127) in both halves: s << 7 in each (one multiply), and for s = 0
+// the subnormal 2^-127 (0x0040), the only value below 0x0080; 255 gives +Inf.
 static __device__ __forceinline__ uint32_t mm_scale2(uint32_t s) {
-    const uint32_t b = s ? s << 7 : 0x40u;
-    return b | b << 16;
+    return max(s * 0x00800080u, 0x00400040u);
 }
 
 static __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
@@ -755,12 +760,11 @@ static __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
     return d;
 }
 
-// Byte j (0..3) of word w decoded and scaled: table row byte·128, this lane's slot (shift and
-// one three-input logic op).
+// Byte j (0..3) of word w decoded and scaled: table row byte·256 plus this lane's slot 4·lane,
+// in one byte permute (result bytes: lane4, byte j of w, 0, 0).
 static __device__ __forceinline__ uint32_t mm_pair(const char *lut, uint32_t w, int j,
                                                    uint32_t lane4, uint32_t sc) {
-    const uint32_t sh = j == 0 ? w << 7 : w >> (8 * j - 7);
-    const uint32_t off = (sh & 0x7f80u) | lane4;
+    const uint32_t off = __byte_perm(w, lane4, 0x5504u | (uint32_t)j << 4);
     return bf16x2_mul(*(const uint32_t *)(lut + off), sc);
 }
 
@@ -776,7 +780,9 @@ static __device__ __forceinline__ void mma_bf16(float d[4], const uint32_t a[4],
 // the copies of DEPTH chunks stay in flight without holding registers, and without the L1's
 // bound on outstanding misses (streaming them through registers reached only ~1.4 TB/s). Each
 // lane reads back only what it copied itself, so a wait_group is the whole synchronisation.
-// Stage layout: row 2g's 16 bytes at lane·16, row 2g + 1's at 512 + lane·16 (conflict-free).
+// Stage layout (mm_slot): 8 table holes of 128 bytes; row 2g's 16 bytes of lane l in hole l / 8
+// at (l % 8)·16, row 2g + 1's four holes later (+1024): each quarter warp reads 128 contiguous
+// bytes, conflict-free.
 static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool ok) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
                  "r"(ok ? 16 : 0)
@@ -799,7 +805,7 @@ static __device__ __forceinline__ void mm_issue_w(uint32_t st, const uint8_t *p,
                                                   uint32_t *s0, uint32_t *s1) {
     const uint8_t *src = ok ? p + (size_t)c * 64 : p;
     cp_async16(st, src, ok);
-    cp_async16(st + 512, ok ? src + row_b : p, ok);
+    cp_async16(st + 1024, ok ? src + row_b : p, ok);
     cp_async_commit();
     *s0 = 127u, *s1 = 127u;
     if (ok) *s0 = __ldg(q + 4 * c), *s1 = __ldg(q + row_s + 4 * c);
@@ -859,12 +865,12 @@ mm_rows(const char *lut, uint32_t ring_sm, const uint8_t *wb, const uint8_t *ws,
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 acc[h][nt][i] = 0.0f;
-    // ring_sm: this warp's DEPTH stages (shared address); lane slot at + lane·16.
-    const uint32_t my = ring_sm + (uint32_t)lane * 16u;
+    // ring_sm: this lane's slot in stage 0 of its warp's ring (mm_slot).
+    const uint32_t my = ring_sm;
     uint32_t sring0[DEPTH], sring1[DEPTH];
 #pragma unroll
     for (int d = 0; d < DEPTH; d++)
-        mm_issue_w(my + d * MM_STAGE_BYTES, p, q, row_b, row_s, c_lo + d,
+        mm_issue_w(my + d * MM_STAGE_STRIDE, p, q, row_b, row_s, c_lo + d,
                    c_lo + d < c_hi && 4 * (c_lo + d) + t < nb, &sring0[d], &sring1[d]);
     uint4 bnext[NT == 1 ? NB : 1][4]; // NT = 1: the next chunk's activations
     if (NT == 1)
@@ -882,10 +888,10 @@ mm_rows(const char *lut, uint32_t ring_sm, const uint8_t *wb, const uint8_t *ws,
             uint4 v0, v1;
             asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
                          : "=r"(v0.x), "=r"(v0.y), "=r"(v0.z), "=r"(v0.w)
-                         : "r"(my + d * MM_STAGE_BYTES));
+                         : "r"(my + d * MM_STAGE_STRIDE));
             asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
                          : "=r"(v1.x), "=r"(v1.y), "=r"(v1.z), "=r"(v1.w)
-                         : "r"(my + d * MM_STAGE_BYTES + 512));
+                         : "r"(my + d * MM_STAGE_STRIDE + 1024));
             const uint32_t sc0 = mm_scale2(sring0[d]), sc1 = mm_scale2(sring1[d]);
             const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w};
             const uint32_t w1[4] = {v1.x, v1.y, v1.z, v1.w};
@@ -945,7 +951,7 @@ mm_rows(const char *lut, uint32_t ring_sm, const uint8_t *wb, const uint8_t *ws,
             // Refill this stage with chunk c + DEPTH only now: its words were decoded above
             // (the registers hold them), so the copy cannot overwrite unread data.
             const int cn = c + DEPTH;
-            mm_issue_w(my + d * MM_STAGE_BYTES, p, q, row_b, row_s, cn,
+            mm_issue_w(my + d * MM_STAGE_STRIDE, p, q, row_b, row_s, cn,
                        cn < c_hi && 4 * cn + t < nb, &sring0[d], &sring1[d]);
         }
     }
@@ -962,9 +968,13 @@ mm_rows(const char *lut, uint32_t ring_sm, const uint8_t *wb, const uint8_t *ws,
 // K steps of 4 MXFP4 blocks over K inputs.
 static __device__ __forceinline__ int mm_chunks(int K) { return (K / DS_MXFP4_BLOCK + 3) / 4; }
 
-// Shared address of warp w's ring of `depth` stages (after the table).
-static __device__ __forceinline__ uint32_t mm_ring(const uint4 *lut, int w, int depth) {
-    return (uint32_t)__cvta_generic_to_shared(lut) + MM_LUT_BYTES + w * depth * MM_STAGE_BYTES;
+// Shared address of this lane's slot in stage 0 of warp w's ring of `depth` stages (row 2g;
+// row 2g + 1 at + 1024, stage d at + d·MM_STAGE_STRIDE): stage s = w·depth + d is the holes
+// 8s .. 8s + 7 of the table (bytes 128..255 of rows 8s ..), lane l in hole l / 8 at (l % 8)·16.
+static __device__ __forceinline__ uint32_t mm_slot(const uint4 *lut, int w, int depth) {
+    const uint32_t lane = threadIdx.x % DS_WARP;
+    return (uint32_t)__cvta_generic_to_shared(lut) + 128u + (lane & 7u) * 16u +
+           (lane >> 3) * 256u + (uint32_t)(w * depth) * MM_STAGE_STRIDE;
 }
 
 // Rows of this lane's tokens: brow[nt] = pair / div for column g of tile nt, or -1.
@@ -1014,7 +1024,7 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     const uint16_t *bm[1] = {(const uint16_t *)a.x};
     float acc[NT][4];
     mm_rows<NT, 1, MM_GU_DEPTH(NT)>((const char *)mm_lut,
-                                    mm_ring(mm_lut, threadIdx.x / DS_WARP, MM_GU_DEPTH(NT)),
+                                    mm_slot(mm_lut, threadIdx.x / DS_WARP, MM_GU_DEPTH(NT)),
                                     a.gate_up_blocks + wr * row_b, a.gate_up_scales + wr * row_s,
                                     C, 0, mm_chunks(C), bm, brow, acc);
     const float bg = ld_elem(a.gate_up_bias, a.bias_dtype, wr);
@@ -1069,7 +1079,7 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     const int hc = mm_half(I), nch = mm_chunks(I);
     float acc[NT][4];
     if (r0 < C)
-        mm_rows<NT, 2, MM_DN_DEPTH>((const char *)mm_lut, mm_ring(mm_lut, warp, MM_DN_DEPTH),
+        mm_rows<NT, 2, MM_DN_DEPTH>((const char *)mm_lut, mm_slot(mm_lut, warp, MM_DN_DEPTH),
                                     a.down_blocks + wr * row_b, a.down_scales + wr * row_s, I,
                                     half ? hc : 0, half ? nch : hc, bm, brow, acc);
     if (half && r0 < C)
@@ -1124,7 +1134,7 @@ __global__ void __launch_bounds__(MM_FUSED_THREADS, 2)
         const size_t row_b = (size_t)I / 2, row_s = (size_t)I / 32;
         const uint16_t *bm[2] = {hh, hh + (size_t)KE * I};
         const int hc = mm_half(I), nch = mm_chunks(I);
-        mm_rows<1, 2, MM_DN_DEPTH>((const char *)mm_lut, mm_ring(mm_lut, warp, MM_DN_DEPTH),
+        mm_rows<1, 2, MM_DN_DEPTH>((const char *)mm_lut, mm_slot(mm_lut, warp, MM_DN_DEPTH),
                                    a.down_blocks + wr * row_b, a.down_scales + wr * row_s, I,
                                    half ? hc : 0, half ? nch : hc, bm, brow, acc);
         if (half)
@@ -1161,14 +1171,14 @@ static void mm_launch(const struct ds_moe_args *a, dim3 g1, dim3 g2, cudaStream_
                       const int32_t *groups, const struct moe_ws &w) {
     static bool init = false;
     if (!init) {
-        mm_smem_attr(bf16_mxfp4w_moe_gate_up_mma<NT>, MM_SMEM(MM_WARPS, MM_GU_DEPTH(NT)));
-        mm_smem_attr(bf16_mxfp4w_moe_down_mma<NT>, MM_SMEM(MM_WARPS, MM_DN_DEPTH));
+        mm_smem_attr(bf16_mxfp4w_moe_gate_up_mma<NT>, MM_SMEM);
+        mm_smem_attr(bf16_mxfp4w_moe_down_mma<NT>, MM_SMEM);
         init = true;
     }
     ds_launch(bf16_mxfp4w_moe_gate_up_mma<NT>, g1, dim3(MM_THREADS),
-              MM_SMEM(MM_WARPS, MM_GU_DEPTH(NT)), st, *a, groups, (const int32_t *)w.pairs,
+              MM_SMEM, st, *a, groups, (const int32_t *)w.pairs,
               (uint16_t *)w.h);
-    ds_launch(bf16_mxfp4w_moe_down_mma<NT>, g2, dim3(MM_THREADS), MM_SMEM(MM_WARPS, MM_DN_DEPTH),
+    ds_launch(bf16_mxfp4w_moe_down_mma<NT>, g2, dim3(MM_THREADS), MM_SMEM,
               st, *a, groups, (const int32_t *)w.pairs, (const uint16_t *)w.h, w.y);
 }
 
@@ -1259,15 +1269,15 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
         if (T == 1 && KE <= 4) {
             static bool init = false;
             if (!init) {
-                mm_smem_attr(bf16_mxfp4w_moe_gate_up_mma<1>, MM_SMEM(MM_WARPS, MM_GU_DEPTH(1)));
-                mm_smem_attr(bf16_mxfp4w_moe_down_combine_1tok_mma, MM_SMEM(8, MM_DN_DEPTH));
+                mm_smem_attr(bf16_mxfp4w_moe_gate_up_mma<1>, MM_SMEM);
+                mm_smem_attr(bf16_mxfp4w_moe_down_combine_1tok_mma, MM_SMEM);
                 init = true;
             }
             ds_launch(bf16_mxfp4w_moe_gate_up_mma<1>, m1, dim3(MM_THREADS),
-                      MM_SMEM(MM_WARPS, MM_GU_DEPTH(1)), st, *a, (const int32_t *)NULL,
+                      MM_SMEM, st, *a, (const int32_t *)NULL,
                       (const int32_t *)w.pairs, (uint16_t *)w.h);
             ds_launch(bf16_mxfp4w_moe_down_combine_1tok_mma, dim3((unsigned)(C / MM_ROWS)),
-                      dim3(MM_FUSED_THREADS), MM_SMEM(8, MM_DN_DEPTH), st, *a,
+                      dim3(MM_FUSED_THREADS), MM_SMEM, st, *a,
                       (const uint16_t *)w.h);
             return DS_OK;
         }
