@@ -7,8 +7,10 @@
 // Every case runs twice on the GPU: with a workspace (the split-key path: one block per split of
 // a row's keys, the last block of a row to finish merges the splits) and without (one block walks
 // a row's splits); the outputs must be bitwise equal, since both perform the same operations in
-// the same order. Small calls run 4 query heads per block, calls of many rows 8 (and the separate
-// append kernel): the batch-invariance batches cover both, compared bitwise.
+// the same order. bf16 activations and caches with D = 64 or 128 run the tensor-core kernel (8
+// query heads per block); the other pairs run the FFMA kernel, with 1, 2 or 4 query heads per
+// block in small calls and 8 (after the separate append kernel) in calls of many rows: the
+// batch-invariance batches cover both, compared bitwise.
 // Batch invariance: 64 sequences each alone and inside batches of 8, 32 and 64 (other neighbours,
 // padding rows between them), output rows bitwise equal; alone and in batches of 8 the split path
 // runs, in batches of 32 and 64 (enough rows to fill the GPU) the whole-row path, so this also
@@ -169,7 +171,9 @@ static void check_case(struct aprob *p) {
             // is the scaling (1 ulp), expf (2 ulp), fp32 sums over <= 9000 keys grouped in
             // 32-key chunks and <= 33 fp32 merges of split states (each a few ulp), all of order
             // 1e-6 on outputs of magnitude <= 1: 2e-5 absolute.
-            // bf16: the output is rounded once to bf16 (2^-9 relative): rtol 2^-8 on top.
+            // bf16: the output is rounded once to bf16 (2^-9 relative): rtol 2^-8 on top. The
+            // tensor-core kernel adds weights kept to 2^-16 (p as two bf16 terms) and __expf
+            // (a few ulp): far below that.
             if (act == DS_ELEM_F32) g_compare(what, got + t * row, want + t * row, row, p->D, 2e-5, 1e-5);
             else g_compare(what, got + t * row, want + t * row, row, p->D, 2e-5, 0x1p-8);
         }
@@ -269,23 +273,26 @@ static void attention_matches_reference_gptoss_shapes(void) {
     }
 }
 
-// Decode at batch 1 deep in a 4096-key context (the real 120b decode: split mode with 4 query
-// heads per block, the split states merged by the last block of each (row, head group) to arrive,
-// whose arrival counter must be back at zero for the next call), and shorter contexts whose
-// split blocks hold 2 or 1 query heads (the whole-row runs they are compared with hold 1). Checked against the reference
-// in both modes, then the split path runs twice more (same inputs, NaN-filled output and
-// workspace each time): bitwise the same output every time, or a counter was left behind.
+// Decode at batch 1 deep in a 4096-key context (the real 120b decode: split mode, the split
+// states merged by the last block of each (row, head group) to arrive, whose arrival counter must
+// be back at zero for the next call), and shorter contexts whose f32 split blocks hold 2 or 1
+// query heads (the whole-row runs they are compared with hold 1; bf16 runs the tensor-core kernel,
+// 8 heads per block); at 8000 of 8192 keys the bf16 split blocks keep all 4 chunks of each warp in
+// flight at once. Checked against the reference in both modes, then the split path runs twice
+// more (same inputs, NaN-filled output and workspace each time): bitwise the same output every
+// time, or a counter was left behind.
 static void attention_decode_split_repeats(void) {
-    // Heads per block at the default thresholds (the bits must not depend on them): split mode
-    // 4 at 4096 keys (528 blocks), 2 at 1024 (288), 1 at 700 (448); whole-row mode 1.
+    // f32 heads per block at the default thresholds (the bits must not depend on them): split
+    // mode 2 at 4096 keys (544 blocks), 2 at 1024 (288), 1 at 700 (448); whole-row mode 1.
     static const struct {
         const char *name;
         int P, pos, window;
     } cases[] = {
-        {"decode T=1 at 4095, full (split: 4 heads per block)", 4096, 4095, 0},
+        {"decode T=1 at 4095, full (split: 2 heads per f32 block)", 4096, 4095, 0},
         {"decode T=1 at 4095, window 128 (whole-row: 1 head per block)", 4096, 4095, 128},
         {"decode T=1 at 1000 of 1024, full (split: 2 heads per block)", 1024, 1000, 0},
         {"decode T=1 at 650 of 700, full (split: 1 head per block)", 700, 650, 0},
+        {"decode T=1 at 8000 of 8192, full (split: 4 chunks per warp)", 8192, 8000, 0},
     };
     for (int w = 0; w < (int)(sizeof cases / sizeof cases[0]); w++) {
         if (cases[w].P > 1024 && g_small_skip(cases[w].name)) continue; // long KV
@@ -618,10 +625,10 @@ static void attention_rejects_bad_arguments(void) {
     EXPECT_OK(ds_attention_cuda(&a, NULL));
 }
 
-// The workspace formula, by hand: P = 4096 keys are 128 chunks of 32; splits hold >= 4 chunks, so
-// a row spans at most 32 splits, 33 when its range starts mid-split; each split state is NH·(D+2)
-// floats. P = 80: 3 chunks, at most ceil(3/4) + 1 = 2 splits. P = 100000: 3125 chunks > 128, the
-// cap of 33.
+// The workspace formula, by hand: P = 4096 keys are 128 chunks of 32; the formula allows 32 splits
+// of >= 4 chunks, 33 when a range starts mid-split (the CUDA op uses at most 17 of these records);
+// each split state is NH·(D+2) floats. P = 80: 3 chunks, at most ceil(3/4) + 1 = 2 splits.
+// P = 100000: 3125 chunks > 128, the cap of 33.
 static void attention_workspace_formula(void) {
     EXPECT(ds_attention_workspace_bytes(1, 64, 64, 4096) == (size_t)33 * 64 * 66 * 4);
     EXPECT(ds_attention_workspace_bytes(256, 64, 64, 4096) == (size_t)256 * 33 * 64 * 66 * 4);

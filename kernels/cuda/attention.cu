@@ -1,75 +1,88 @@
 // kernels/cuda/attention.cu: attention over the per-slot KV cache on CUDA (ds_attention_args):
-// per-head sinks, GQA, optional sliding window, any mix of prefill chunks, one-token decode rows and
-// K+1-row verify sequences in one call.
+// per-head sinks, GQA, optional sliding window, any mix of prefill chunks, one-token decode rows
+// and K+1-row verify sequences in one call.
 //
 // Layouts (ds/kernel_args.h): q (T, NH, D), k/v (T, NKV, D) in `act` (f32 or bf16); caches
 // (S, P, NKV, D) in `cache_dtype` (f32 or bf16); sinks (NH) f32 or bf16; out (T, NH, D) act.
-// All math in fp32. Kernel names: `act_` = f32 or bf16 activations picked at run time.
+// All math in fp32 (products of bf16 operands are exact in fp32). Kernel names: `act_` = f32 or
+// bf16 activations picked at run time, `bf16_` = bf16 only.
 //
 // The split of a row's keys (a function of the row's own position and the window only):
 //   chunk c   = keys 32c .. 32c+31 (absolute positions); the row's chunks are c_first .. c_last;
-//   split s   = chunks s·cps .. s·cps+cps−1, cps = 4·ceil(n/128) for a row of n chunks, so a row
-//               has at most 32 splits (33 when its range starts mid-split) of >= 128 keys;
+//   split s   = chunks s·cps .. s·cps+cps−1, cps = 4·ceil(n/64) for a row of n chunks, so a row
+//               has at most 16 splits (17 when its range starts mid-split) of >= 128 keys
+//               (4096 keys: 16 splits of 256);
 //   in a split, chunk c belongs to warp c mod 4, which folds its chunks in increasing order into
-//   an online softmax (m, l, acc per head; lane j scores key 32c+j; lanes own D/32 output dims);
+//   an online softmax (m, l, acc per head);
 //   the split's state = the 4 warp states merged in warp order;
 //   the row's state  = the sink (m = S_h, l = 1) merged with the split states in split order
 //                      (att_merge); out = acc / l.
+// How a chunk is scored and folded differs between the two attention kernels below (FFMA per
+// lane, or tensor-core MMA); a call uses exactly one of them, chosen by the dtypes and D alone.
 //
 // Kernels:
 //   (append)                   every row's new k and v go to (slot, pos) of its sequence,
-//                              converted to the cache dtype. In calls of few rows with 16-byte
-//                              aligned k and v this happens inside act_sdpa_sink_gqa_d (block
-//                              z = 0 of each (row, KV head) stores its row), and the attention
-//                              blocks read keys at positions >= the sequence's pos0 from k/v
-//                              rounded to the cache dtype instead of from the cache, so no block
-//                              reads what another writes and a prefill row still sees the rows
-//                              before it (FUSED variants). Otherwise
+//                              converted to the cache dtype. In calls of few rows (any call, for
+//                              the tensor-core kernel) with 16-byte aligned k and v this happens
+//                              inside the attention kernel (block z = 0 of each (row, KV head)
+//                              stores its row), and the attention blocks read keys at positions
+//                              >= the sequence's pos0 from k/v rounded to the cache dtype
+//                              instead of from the cache, so no block reads what another writes
+//                              and a prefill row still sees the rows before it (fused). Otherwise
 //   act_kv_cache_append        runs first as its own kernel (one block per row). Same bits.
 //                              (Sequences must own distinct slots, as the reference checks.)
+//   bf16_sdpa_sink_gqa_tc<D, SPLIT>
+//                              bf16 activations and bf16 cache with D = 64 or 128 (gpt-oss):
+//                              one block (4 warps) per (row, KV head, group of up to 8 query
+//                              heads [, split]). Each warp copies its chunks' key and value rows
+//                              to shared memory with cp.async (all of them at once in split mode
+//                              up to 4 per warp, else the next one while this one is computed;
+//                              keys outside the row's range zero-filled, never read) and scores
+//                              and sums them with bf16 mma.m16n8k16 (fp32 accumulators): a few
+//                              hundred instructions per warp and chunk. Details at the kernel.
 //   act_sdpa_sink_gqa_d<D, HB, FUSED, SPLIT>
-//                              one block (4 warps) per (row, KV head, group of up to HB query
-//                              heads [, split]), D in {16, 32, 64, 128}. HB = 8 for calls of many
-//                              rows; HB = 4 (twice the blocks, half the serial work per warp)
-//                              while the grid stays about one wave (decode and small verify);
-//                              HB = 2 or 1 while it stays about one block per SM sub-partition
-//                              (the 128-key window decode: 64 one-head blocks). Every per-head
-//                              operation is the same whatever HB. Two modes:
-//                              - SPLIT (flash-decoding): grid z = split; the block computes one
-//                                split state and stores it to the workspace, then counts itself
-//                                in att_arrivals[(row, y)]; the last block to arrive merges the
-//                                row's states, sink first, in split order, writes out and resets
-//                                the counter (no combine launch). Its merge is spread over the
-//                                block: the factors of each (split, head) are formed once, in
-//                                parallel, then every output element folds its accumulators
-//                                with them: the att_merge arithmetic, the same bits;
-//                              - whole row (workspace NULL or too small, enough rows to fill
-//                                the GPU, or no row longer than 5 chunks, e.g. a 128-key window):
-//                                the block walks the splits itself and merges them as it goes,
-//                                with the very same att_merge calls in the same order.
-//                              Calls of many rows (>= 1024 row blocks) run <D, 8, false, false>
-//                              after the append kernel: the fused key path costs registers that
-//                              this FMA-bound case needs for occupancy.
+//                              every other dtype pair and D in {16, 32, 64, 128}: one block (4
+//                              warps) per (row, KV head, group of up to HB query heads [, split]),
+//                              lane j scores key 32c+j with FFMA, lanes own D/32 output dims. HB
+//                              = 8 for calls of many rows; HB = 4 (twice the blocks, half the
+//                              serial work per warp) while the grid stays about one wave; HB = 2
+//                              or 1 while it stays about one block per SM sub-partition. Every
+//                              per-head operation is the same whatever HB. Calls of many rows
+//                              (>= 1024 row blocks) run <D, 8, false, false> after the append
+//                              kernel: the fused key path costs registers that this FMA-bound
+//                              case needs for occupancy.
+//   Both attention kernels have the same two modes:
+//   - SPLIT (flash-decoding): grid z = split; the block computes one split state and stores it to
+//     the workspace, then counts itself in att_arrivals[(row, y)]; the last block to arrive
+//     merges the row's states, sink first, in split order, writes out and resets the counter (no
+//     combine launch). Its merge is spread over the block: the factors of each (split, head) are
+//     formed once, in parallel, then every output element folds its accumulators with them: the
+//     att_merge arithmetic, the same bits;
+//   - whole row (workspace NULL or too small, enough rows to fill the GPU, or no row longer than
+//     5 chunks, e.g. a 128-key window): the block walks the splits itself and merges them as it
+//     goes, with the same att_merge arithmetic in the same order.
 //
 // All kernels are launched with ds_launch and begin with DS_GRID_DEPENDENCY().
 //
 // Batch invariance. The split boundaries, the owner warp of every chunk and every summation order
 // depend only on the row's own key range [max(0, p − W + 1), p] and compile-time constants, never
 // on T, n_seq, the other rows or the mode; each block reads only its own row's q, its slot of the
-// cache and its position. Both modes perform the same operations in the same order (explicit
-// _rn intrinsics, no contraction), so a row's output is bitwise the same alone, in a verify batch,
-// inside a prefill chunk, with or without a workspace.
+// cache and its position. Both modes of a kernel perform the same operations in the same order
+// (explicit _rn intrinsics, no contraction; an MMA's result for one element depends only on that
+// element's operands), and the kernel is chosen by the dtypes and D, never by T, so a row's output
+// is bitwise the same alone, in a verify batch, inside a prefill chunk, with or without a
+// workspace.
 //
-// Memory. Every key and value load serves the 8 query heads of a GQA group. For D <= 64 the
-// values of a chunk are copied to shared memory with cp.async (16 B per lane, coalesced) while the
-// keys are scored, so the value sum never waits on global memory key by key. Keys of a chunk
-// outside the row's range are masked and their values are neither copied nor read, so stale
-// NaN/Inf entries of the cache are harmless.
+// Memory. Every key and value load serves the query heads of a GQA group. Keys of a chunk outside
+// the row's range are masked and their values are neither copied nor read, so stale NaN/Inf
+// entries of the cache are harmless. In act_sdpa_sink_gqa_d (D <= 64) the values of a chunk are
+// copied to shared memory with cp.async (16 B per lane, coalesced) while the keys are scored.
 //
 // Workspace (split mode): per row, ds_attention_workspace_bytes(1, NH, D, P) / (NH·(D+2)·4)
-// records of NH·D f32 accumulators followed by NH (m, l) pairs. The arrival counters live in
-// static device memory (zero at module load, left at zero by every call): two split-mode calls
-// on one device must not run at the same time (all ops of a backend share one stream).
+// records (that formula allows 33; at most 17 are used) of NH·D f32 accumulators followed by NH
+// (m, l) pairs. The arrival counters live in static device memory (zero at module load, left at
+// zero by every call): two split-mode calls on one device must not run at the same time (all ops
+// of a backend share one stream).
 #include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 #include <limits.h>
@@ -90,7 +103,7 @@
 #define ATT_TINY_MAX_BLOCKS 544                 // 1 or 2 heads per block up to ~1 per SMSP
 #define ATT_COUNTERS 8192                       // split mode: arrival counters, (row, y) pairs
 #define ATT_BASE_CHUNKS ATT_WARPS               // chunks of the shortest split (128 keys)
-#define ATT_MAX_SPLITS 32                       // splits of a range that starts on a split
+#define ATT_MAX_SPLITS 16                       // splits of a range that starts on a split
 #define ATT_SLOTS (ATT_MAX_SPLITS + 1)          // ... and of one that starts mid-split
 #define ATT_SPLIT_MAX_BLOCKS 1024               // whole-row blocks that already fill the GPU
 #define ATT_SPLIT_MIN_CHUNKS 6                  // shorter ranges always run whole-row
@@ -165,16 +178,22 @@ static __device__ __forceinline__ void lds_n(const unsigned char *p, enum ds_ele
     }
 }
 
-// The sequence owning packed row t (sequences sorted by row0), or -1 for a padding row.
-static __device__ int seq_of_row(const struct ds_attn_seq *seqs, int n_seq, int t) {
+// The sequence owning packed row t (sequences sorted by row0) to *s, or false for a padding row.
+static __device__ bool seq_of_row(const struct ds_attn_seq *seqs, int n_seq, int t,
+                                  struct ds_attn_seq *s) {
     int lo = 0, hi = n_seq - 1;
     while (lo < hi) {
         const int mid = lo + (hi - lo + 1) / 2;
         if (seqs[mid].row0 <= t) lo = mid;
         else hi = mid - 1;
     }
-    const struct ds_attn_seq s = seqs[lo];
-    return t >= s.row0 && t < s.row0 + s.n_rows ? lo : -1;
+    if ((uintptr_t)seqs % 16 == 0) { // one 16-byte load: the four fields in one round trip
+        const int4 v = __ldg((const int4 *)(seqs + lo));
+        s->row0 = v.x, s->n_rows = v.y, s->pos0 = v.z, s->slot = v.w;
+    } else {
+        *s = seqs[lo];
+    }
+    return t >= s->row0 && t < s->row0 + s->n_rows;
 }
 
 // Row t's sequence (its first row and position) and absolute position, or false when the row is
@@ -182,9 +201,8 @@ static __device__ int seq_of_row(const struct ds_attn_seq *seqs, int n_seq, int 
 // followed out of bounds).
 static __device__ bool row_place(const struct ds_attention_args &a, int t, int *slot, int *pos,
                                  int *pos0, int *row0) {
-    const int si = seq_of_row(a.seqs, a.n_seq, t);
-    if (si < 0) return false;
-    const struct ds_attn_seq s = a.seqs[si];
+    struct ds_attn_seq s;
+    if (!seq_of_row(a.seqs, a.n_seq, t, &s)) return false;
     *slot = s.slot, *pos = s.pos0 + (t - s.row0), *pos0 = s.pos0, *row0 = s.row0;
     return s.slot >= 0 && s.slot < a.n_slots && *pos >= 0 && *pos < a.max_pos;
 }
@@ -636,6 +654,468 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Tensor-core path: bf16 activations and bf16 cache, D = 64 or 128 (gpt-oss: D = 64).
+//
+// One block (4 warps) per (row, KV head, group of up to 8 query heads [, split]). A warp owns the
+// chunks c ≡ warp (mod 4) of the block's range, as in the kernel above, and copies each chunk's
+// 32 key rows and 32 value rows (bf16, as cached) to its own shared-memory stage with cp.async
+// (16 B per lane; ns stages per warp, chunk i in stage i % ns: the first ns chunks are issued
+// right after the sequence lookup and q's loads, before anything waits on memory, each later one
+// as soon as its stage is free; keys outside the row's range are zero-filled, never read).
+// Per chunk:
+//   scores   S[h][j] = q[h]·k[j] with mma.m16n8k16 (bf16 in, fp32 accumulate): rows 0..7 of the
+//            A tile are the block's query heads (rows 8..15 zero), the 32 keys are 4 n-tiles of
+//            8, the D dims D/16 k-steps chained through the accumulator in increasing order;
+//   softmax  x = S·scale (masked keys −∞); the chunk max per head (fmaxf over the 8 values a lane
+//            holds, then over the head's 4 lanes); mn = max(m, chunk max), corr = e^(m − mn),
+//            p = e^(x − mn) (__expf: ex2.approx, a few ulp); l = l·corr + Σp (the 8 values of a
+//            lane in a fixed tree, then the head's 4 lanes by xor 1, xor 2); acc ·= corr;
+//   values   acc[h][d] += Σ_j p[h][j]·v[j][d] with the same MMA, p split into two bf16 terms
+//            p = hi + lo (hi = bf16(p), lo = bf16(p − hi), |p − hi − lo| <= 2^-16·p) so the
+//            weights keep 16 bits: per 16 keys, hi then lo, k-steps in increasing key order.
+// Per warp and chunk (D = 64, SASS): about 430 instructions (16 + 32 MMA, 8 + 8 ldmatrix, 9
+// exponentials; the rest masking, the softmax and operand moves) plus about 80 that issue the
+// next chunk's 16 copies. Nsight Compute counted 0.86 M warp instructions for a 4096-key decode at
+// the 120b shapes (the FFMA kernel: 4.26 M).
+// The split's state is the 4 warp states merged in warp order (factors e^(m_w − m), __expf), the
+// row's state the sink merged with the split states in split order (att_merge's arithmetic), as
+// in the kernel above, and both modes (SPLIT: one split per block, the last block to arrive
+// merges the records; whole row: the block walks the splits) run this same code, so their bits
+// agree. The MMA is a pure function of the operands of each output element (no dependence on the
+// other rows or columns of the tile), so a row's bits do not depend on its neighbours either.
+
+#define ATT_TC_HEADS 8        // query heads per block: the used rows of the MMA's 16-row A tile
+#define ATT_TC_SMALL_GRID 264 // grids up to ~2 blocks per SM get up to 4 stages per warp
+
+// 16 bytes global -> shared, asynchronous; nothing is read and zeros land when !valid.
+static __device__ __forceinline__ void att_cp16(uint32_t dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void att_cp_commit(void) {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most `pending` (0 .. 3) of this thread's copy groups are in flight.
+static __device__ __forceinline__ void att_cp_wait(int pending) {
+    switch (pending) {
+    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+    }
+}
+
+// Four 8x8 b16 matrices from shared memory (lane l gives a row address of matrix l / 8).
+static __device__ __forceinline__ void att_ldsm4(uint32_t addr, uint32_t r[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+static __device__ __forceinline__ void att_ldsm4_t(uint32_t addr, uint32_t r[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+
+// d += A·B, m16n8k16, bf16 operands, fp32 accumulators. A rows 8..15 are zero here, so only
+// a0 (row lane/4, k 2(lane%4) + 0, 1) and a2 (the same row, k + 8) are passed.
+static __device__ __forceinline__ void att_mma(float d[4], uint32_t a0, uint32_t a2, uint32_t b0,
+                                               uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
+
+// Two floats rounded to bf16 (to nearest even), x in the low half.
+static __device__ __forceinline__ uint32_t att_bf16x2(float x, float y) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(y), "f"(x));
+    return r;
+}
+
+// Where a warp's chunk of keys and values comes from: the cache, or k/v for this call's rows.
+struct att_tc_src {
+    const ds_bf16 *kc, *vc, *k, *v; // caches and this call's k, v
+    size_t base, pos_stride;        // cache element of (slot, position 0, KV head g); positions
+    int first, p, call0, row0, g, nkv;
+};
+
+// Copies chunk c's 32 key rows and 32 value rows to a stage (keys at kdst, values CB bytes on).
+// Row r's 16-byte piece pc lands at r·RB + (pc ^ (r & 7))·16: the 8 rows an ldmatrix reads hit
+// 8 different bank groups.
+template <int D>
+static __device__ __forceinline__ void att_tc_issue(const struct att_tc_src &s, int c,
+                                                    uint32_t kdst, int lane) {
+    constexpr int PR = D / 8, RB = D * 2, CB = ATT_CHUNK * RB, RS = DS_WARP / PR;
+    const int j0 = c * ATT_CHUNK, r0 = lane / PR, pc = lane % PR; // rows r0 + RS·i
+    if (j0 >= s.first && j0 + ATT_CHUNK - 1 <= s.p && j0 + ATT_CHUNK - 1 < s.call0) {
+        // The common case: every key of the chunk in range and in the cache.
+        const size_t e = s.base + (size_t)(j0 + r0) * s.pos_stride + pc * 8;
+#pragma unroll
+        for (int i = 0; i < PR; i++) {
+            const int r = r0 + RS * i;
+            const uint32_t at = kdst + r * RB + ((pc ^ (r & 7)) << 4);
+            att_cp16(at, s.kc + e + (size_t)(RS * i) * s.pos_stride, true);
+            att_cp16(at + CB, s.vc + e + (size_t)(RS * i) * s.pos_stride, true);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < PR; i++) {
+            const int r = r0 + RS * i, j = j0 + r;
+            const bool valid = j >= s.first && j <= s.p, call = j >= s.call0;
+            size_t e = call ? ((size_t)(s.row0 + j - s.call0) * s.nkv + s.g) * D
+                            : s.base + (size_t)j * s.pos_stride;
+            e = valid ? e + pc * 8 : 0; // an address inside the buffer; nothing is read
+            const uint32_t at = kdst + r * RB + ((pc ^ (r & 7)) << 4);
+            att_cp16(at, (valid && call ? s.k : s.kc) + e, valid);
+            att_cp16(at + CB, (valid && call ? s.v : s.vc) + e, valid);
+        }
+    }
+    att_cp_commit();
+}
+
+template <int D, bool SPLIT>
+__global__ void __launch_bounds__(ATT_THREADS)
+bf16_sdpa_sink_gqa_tc(const struct ds_attention_args a, float *ws, int nspl, int fused,
+                      int ns) {
+    DS_GRID_DEPENDENCY();
+    constexpr int HB = ATT_TC_HEADS, RB = D * 2, CB = ATT_CHUNK * RB, KS = D / 16, NT = D / 8;
+    constexpr int TPH = ATT_THREADS / HB; // merge threads per head
+    constexpr int EPT = D / TPH;          // ... each owning EPT consecutive dims
+    constexpr int DP = D + 8;             // pacc row stride in floats (conflict-free float2 stores)
+    static_assert(EPT % 4 == 0, "merge threads own whole float4s");
+    extern __shared__ __align__(128) unsigned char att_smem[];
+    __shared__ float pm[ATT_WARPS][HB], pl[ATT_WARPS][HB];
+    __shared__ int last_block;
+    float *pacc = (float *)(att_smem + (size_t)ATT_WARPS * ns * 2 * CB); // [warp][head][DP]
+
+    const int t = blockIdx.x, lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
+    const int NH = a.n_heads, NKV = a.n_kv_heads, G = NH / NKV;
+    const int n_sub = (G + HB - 1) / HB, g = blockIdx.y / n_sub, sub = blockIdx.y % n_sub;
+    const int h0 = g * G + sub * HB, nh = min(HB, G - sub * HB);
+    const int hq = lane / 4, kq = 2 * (lane % 4); // MMA fragment row (head) and column pair
+    // Merge threads: head th, dims td .. td + EPT − 1.
+    const int th = threadIdx.x / TPH, td = (threadIdx.x % TPH) * EPT;
+    // The critical path: the sequence lookup, then the chunk copies. q's loads and the append go
+    // out just before the copies (measured: issued after the copies, they cost more than they
+    // delay the copies); the sinks and the exit of blocks past the row's splits come after.
+    struct att_geom geo;
+    if (!att_geom_of(a, t, fused != 0, &geo)) return; // the whole block leaves: padding row
+    struct att_tc_src src;
+    src.kc = (const ds_bf16 *)a.k_cache, src.vc = (const ds_bf16 *)a.v_cache;
+    src.k = (const ds_bf16 *)a.k, src.v = (const ds_bf16 *)a.v;
+    src.pos_stride = (size_t)NKV * D;
+    src.base = (size_t)geo.slot * a.max_pos * src.pos_stride + (size_t)g * D;
+    src.first = geo.first, src.p = geo.p, src.call0 = geo.call0, src.row0 = geo.row0;
+    src.g = g, src.nkv = NKV;
+    int s_beg = geo.s_first, s_end = geo.s_last;
+    if constexpr (SPLIT) s_beg += blockIdx.z, s_end = s_beg; // past the row's splits: no chunks
+    const int c_beg = max(s_beg * geo.cps, geo.c_first);
+    const int c_end = min(s_end * geo.cps + geo.cps - 1, geo.c_last);
+    // q as the A operand (rows 8..15 zero): k-step kk holds dims 16kk + kq + 0, 1 (qa[kk][0]) and
+    // + 8 (qa[kk][1]).
+    uint32_t qa[KS][2];
+    {
+        const ds_bf16 *qp = (const ds_bf16 *)a.q + ((size_t)t * NH + h0 + min(hq, nh - 1)) * D + kq;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const ds_bf16 *e = qp + 16 * kk + 8 * u;
+                qa[kk][u] = hq < nh ? (uint32_t)e[0] | (uint32_t)e[1] << 16 : 0u;
+            }
+    }
+    if (fused && blockIdx.z == 0 && sub == 0 && threadIdx.x < D / 4) {
+        // The append: this row's k and v of KV head g go to the cache, 16 B per thread. No block
+        // of this call reads these entries from the cache (keys >= call0 come from k/v).
+        const int pc = threadIdx.x % (D / 8);
+        const bool isv = threadIdx.x >= D / 8;
+        const size_t from = ((size_t)t * NKV + g) * D + pc * 8;
+        const size_t to = src.base + (size_t)geo.p * src.pos_stride + pc * 8;
+        *(uint4 *)((ds_bf16 *)(isv ? a.v_cache : a.k_cache) + to) =
+                *(const uint4 *)((isv ? src.v : src.k) + from);
+    }
+    // This warp's chunks: c ≡ warp (mod 4) in c_beg .. c_end, increasing; the warp's chunk
+    // number i lives in stage st = i mod ns. Every issue commits a group (an empty one past the
+    // end), so before chunk i at most ns − 1 newer groups are pending.
+    const uint32_t stage0 = (uint32_t)__cvta_generic_to_shared(att_smem) + warp * ns * 2 * CB;
+    int c = c_beg + (warp - c_beg % ATT_WARPS + ATT_WARPS) % ATT_WARPS, next = c, st = 0;
+    for (int k = 0; k < ns; k++, next += ATT_WARPS) {
+        if (next <= c_end) att_tc_issue<D>(src, next, stage0 + k * 2 * CB, lane);
+        else att_cp_commit();
+    }
+    if (SPLIT && s_beg > geo.s_last) return; // the row has fewer splits (block z = 0 never)
+    float rm, rl, racc[EPT]; // whole-row mode: the running state of those outputs
+    if constexpr (!SPLIT) {
+        att_init(a, h0 + min(th, nh - 1), &rm, &rl, &racc[0]);
+#pragma unroll
+        for (int e = 1; e < EPT; e++) racc[e] = racc[0];
+    }
+
+    for (int s = s_beg; s <= s_end; s++) {
+        float m = -INFINITY, l = 0.0f, o[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+        const int c_hi = min(s * geo.cps + geo.cps - 1, c_end);
+        for (; c <= c_hi; c += ATT_WARPS, st = st + 1 == ns ? 0 : st + 1) {
+            const uint32_t kb = stage0 + st * 2 * CB, vb = kb + CB;
+            att_cp_wait(ns - 1);
+            __syncwarp(); // every lane's copies of this chunk have landed
+            // Scores: n-tile t4 = keys 8·t4 .. +7; ldmatrix gives the B operand of two k-steps.
+            float sc[4][4];
+#pragma unroll
+            for (int t4 = 0; t4 < 4; t4++) {
+                sc[t4][0] = sc[t4][1] = sc[t4][2] = sc[t4][3] = 0.0f;
+#pragma unroll
+                for (int kp = 0; kp < KS / 2; kp++) {
+                    uint32_t kf[4];
+                    const int r = 8 * t4 + (lane & 7), pc = 4 * kp + (lane >> 3);
+                    att_ldsm4(kb + r * RB + ((pc ^ (lane & 7)) << 4), kf);
+                    att_mma(sc[t4], qa[2 * kp][0], qa[2 * kp][1], kf[0], kf[1]);
+                    att_mma(sc[t4], qa[2 * kp + 1][0], qa[2 * kp + 1][1], kf[2], kf[3]);
+                }
+            }
+            // Online softmax of head hq over the chunk: this lane holds keys 8·t4 + kq + e.
+            float x[4][2], mc = -INFINITY;
+            bool ok[4][2];
+#pragma unroll
+            for (int t4 = 0; t4 < 4; t4++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int j = c * ATT_CHUNK + 8 * t4 + kq + e;
+                    ok[t4][e] = j >= geo.first && j <= geo.p;
+                    x[t4][e] = ok[t4][e] ? __fmul_rn(sc[t4][e], a.scale) : -INFINITY;
+                    mc = fmaxf(mc, x[t4][e]);
+                }
+            mc = fmaxf(mc, __shfl_xor_sync(DS_FULL_MASK, mc, 1));
+            mc = fmaxf(mc, __shfl_xor_sync(DS_FULL_MASK, mc, 2));
+            const float mn = fmaxf(m, mc);
+            const float corr = mn == -INFINITY ? 1.0f : __expf(m - mn);
+            float p[4][2];
+#pragma unroll
+            for (int t4 = 0; t4 < 4; t4++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) p[t4][e] = ok[t4][e] ? __expf(x[t4][e] - mn) : 0.0f;
+            float ls = __fadd_rn(
+                    __fadd_rn(__fadd_rn(p[0][0], p[0][1]), __fadd_rn(p[1][0], p[1][1])),
+                    __fadd_rn(__fadd_rn(p[2][0], p[2][1]), __fadd_rn(p[3][0], p[3][1])));
+            ls = __fadd_rn(ls, __shfl_xor_sync(DS_FULL_MASK, ls, 1));
+            ls = __fadd_rn(ls, __shfl_xor_sync(DS_FULL_MASK, ls, 2));
+            l = __fmaf_rn(l, corr, ls);
+            m = mn;
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+                o[n][0] = __fmul_rn(o[n][0], corr), o[n][1] = __fmul_rn(o[n][1], corr);
+            // Values: k-step u = keys 16u .. 16u + 15 (n-tiles 2u, 2u + 1 of the scores); the
+            // transposing ldmatrix gives the B operand of two 8-dim n-tiles.
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const uint32_t h_a = att_bf16x2(p[2 * u][0], p[2 * u][1]);
+                const uint32_t h_b = att_bf16x2(p[2 * u + 1][0], p[2 * u + 1][1]);
+                const uint32_t l_a =
+                        att_bf16x2(__fsub_rn(p[2 * u][0], __uint_as_float(h_a << 16)),
+                                   __fsub_rn(p[2 * u][1], __uint_as_float(h_a & 0xffff0000u)));
+                const uint32_t l_b =
+                        att_bf16x2(__fsub_rn(p[2 * u + 1][0], __uint_as_float(h_b << 16)),
+                                   __fsub_rn(p[2 * u + 1][1], __uint_as_float(h_b & 0xffff0000u)));
+#pragma unroll
+                for (int np = 0; np < NT / 2; np++) {
+                    uint32_t vf[4];
+                    const int r = 16 * u + (lane & 8) + (lane & 7), pc = 2 * np + (lane >> 4);
+                    att_ldsm4_t(vb + r * RB + ((pc ^ (lane & 7)) << 4), vf);
+                    att_mma(o[2 * np], h_a, h_b, vf[0], vf[1]);
+                    att_mma(o[2 * np], l_a, l_b, vf[0], vf[1]);
+                    att_mma(o[2 * np + 1], h_a, h_b, vf[2], vf[3]);
+                    att_mma(o[2 * np + 1], l_a, l_b, vf[2], vf[3]);
+                }
+            }
+            __syncwarp(); // every lane has read the stage: it may be refilled
+            if (next <= c_end) att_tc_issue<D>(src, next, kb, lane);
+            else att_cp_commit();
+            next += ATT_WARPS;
+        }
+
+        // The split state: the warp states merged in warp order (a warp without a chunk in this
+        // split has l = 0 and is skipped).
+        if (lane % 4 == 0) pm[warp][hq] = m, pl[warp][hq] = l;
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+            *(float2 *)&pacc[(warp * HB + hq) * DP + 8 * n + kq] = make_float2(o[n][0], o[n][1]);
+        __syncthreads();
+        float ms = -INFINITY, ls = 0.0f, as[EPT];
+#pragma unroll
+        for (int e = 0; e < EPT; e++) as[e] = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++)
+            if (pl[w][th] > 0.0f) ms = fmaxf(ms, pm[w][th]);
+        for (int w = 0; w < ATT_WARPS; w++) {
+            if (!(pl[w][th] > 0.0f)) continue;
+            const float f = __expf(pm[w][th] - ms);
+            ls = __fmaf_rn(pl[w][th], f, ls);
+#pragma unroll
+            for (int e = 0; e < EPT; e += 4) {
+                const float4 v4 = *(const float4 *)&pacc[(w * HB + th) * DP + td + e];
+                as[e] = __fmaf_rn(v4.x, f, as[e]);
+                as[e + 1] = __fmaf_rn(v4.y, f, as[e + 1]);
+                as[e + 2] = __fmaf_rn(v4.z, f, as[e + 2]);
+                as[e + 3] = __fmaf_rn(v4.w, f, as[e + 3]);
+            }
+        }
+        if constexpr (SPLIT) {
+            if (th < nh) {
+                float *rec = ws + ((size_t)t * nspl + blockIdx.z) * NH * (D + 2);
+#pragma unroll
+                for (int e = 0; e < EPT; e += 4)
+                    *(float4 *)&rec[(size_t)(h0 + th) * D + td + e] =
+                            make_float4(as[e], as[e + 1], as[e + 2], as[e + 3]);
+                if (td == 0) *(float2 *)&rec[(size_t)NH * D + 2 * (h0 + th)] = make_float2(ms, ls);
+            }
+        } else {
+            // att_merge per output element; the factors are those of the head, formed once.
+            const float mn = fmaxf(rm, ms);
+            const float cr = rm == mn ? 1.0f : expf(rm - mn), cs = ms == mn ? 1.0f : expf(ms - mn);
+            rl = __fmaf_rn(ls, cs, __fmul_rn(rl, cr));
+#pragma unroll
+            for (int e = 0; e < EPT; e++) racc[e] = __fmaf_rn(as[e], cs, __fmul_rn(racc[e], cr));
+            rm = mn;
+            __syncthreads(); // pm, pl, pacc are rewritten by the next split
+        }
+    }
+    if constexpr (!SPLIT) {
+        if (th < nh)
+#pragma unroll
+            for (int e = 0; e < EPT; e++)
+                st_elem(a.out, DS_ELEM_BF16, ((size_t)t * NH + h0 + th) * D + td + e,
+                        __fdiv_rn(racc[e], rl));
+        return;
+    }
+    // Arrival: the barrier orders every thread's record stores before thread 0's count, whose
+    // release makes them (cumulatively) visible to the block that sees the final count, and whose
+    // acquire makes every other block's records visible to this one (then to all its threads
+    // through the next barrier).
+    const int n = geo.s_last - geo.s_first + 1;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned *ctr = &att_arrivals[(size_t)t * gridDim.y + blockIdx.y], before;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n"
+                     : "=r"(before)
+                     : "l"(ctr)
+                     : "memory");
+        last_block = before == (unsigned)(n - 1);
+        if (last_block) *ctr = 0u; // every split has arrived: ready for the next call
+    }
+    __syncthreads();
+    if (!last_block) return;
+    // The last block merges the row's records, sink first, in split order, with att_merge's
+    // arithmetic: thread (s, h) of the first n·HB folds the running max over the sink and the
+    // earlier splits (the fmaxf sequence of att_merge) and forms the factors cr and cs of that
+    // merge; then every output element folds l and acc with them in split order.
+    const size_t rs = (size_t)NH * (D + 2);
+    const float *r0 = ws + (size_t)t * nspl * rs;
+    float *fm = pacc, *fl = fm + ATT_SLOTS * HB, *fcr = fl + ATT_SLOTS * HB;
+    float *fcs = fcr + ATT_SLOTS * HB; // (split, head) at [s·HB + h]; pacc is free now
+    static_assert(4 * ATT_SLOTS * HB <= ATT_WARPS * HB * DP, "merge factors fit in pacc");
+    constexpr int NF = (ATT_SLOTS * HB + ATT_THREADS - 1) / ATT_THREADS;
+    constexpr int MB = 64 / EPT; // splits per batch of accumulator loads (all, for D = 64)
+#pragma unroll
+    for (int u = 0; u < NF; u++) {
+        const int q = threadIdx.x + u * ATT_THREADS, s = q / HB, h = q % HB;
+        if (q < n * HB && h < nh) {
+            const float2 ml = __ldcg((const float2 *)(r0 + s * rs + (size_t)NH * D + 2 * (h0 + h)));
+            fm[q] = ml.x, fl[q] = ml.y;
+        }
+    }
+    const float *ra = r0 + (size_t)(h0 + min(th, nh - 1)) * D + td;
+    float4 av[MB][EPT / 4];
+#pragma unroll
+    for (int b = 0; b < MB; b++)
+#pragma unroll
+        for (int e = 0; e < EPT / 4; e++)
+            av[b][e] = b < n && th < nh ? __ldcg((const float4 *)(ra + b * rs) + e)
+                                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < NF; u++) {
+        const int q = threadIdx.x + u * ATT_THREADS, s = q / HB, h = q % HB;
+        if (q < n * HB && h < nh) {
+            float mr, l0, a0;
+            att_init(a, h0 + h, &mr, &l0, &a0);
+            for (int j = 0; j < s; j++) mr = fmaxf(mr, fm[j * HB + h]);
+            const float ms = fm[q], mn = fmaxf(mr, ms);
+            fcr[q] = mr == mn ? 1.0f : expf(mr - mn);
+            fcs[q] = ms == mn ? 1.0f : expf(ms - mn);
+        }
+    }
+    __syncthreads();
+    float ml, l, acc[EPT];
+    att_init(a, h0 + min(th, nh - 1), &ml, &l, &acc[0]);
+#pragma unroll
+    for (int e = 1; e < EPT; e++) acc[e] = acc[0];
+    for (int s0 = 0; s0 < n; s0 += MB) {
+#pragma unroll
+        for (int b = 0; b < MB; b++) {
+            if (s0 + b >= n) break;
+            const int q = (s0 + b) * HB + th;
+            const float cr = fcr[q], cs = fcs[q];
+            l = __fmaf_rn(fl[q], cs, __fmul_rn(l, cr));
+#pragma unroll
+            for (int e = 0; e < EPT / 4; e++) {
+                acc[4 * e] = __fmaf_rn(av[b][e].x, cs, __fmul_rn(acc[4 * e], cr));
+                acc[4 * e + 1] = __fmaf_rn(av[b][e].y, cs, __fmul_rn(acc[4 * e + 1], cr));
+                acc[4 * e + 2] = __fmaf_rn(av[b][e].z, cs, __fmul_rn(acc[4 * e + 2], cr));
+                acc[4 * e + 3] = __fmaf_rn(av[b][e].w, cs, __fmul_rn(acc[4 * e + 3], cr));
+            }
+        }
+        if (s0 + MB >= n) break;
+#pragma unroll
+        for (int b = 0; b < MB; b++) // the next batch
+#pragma unroll
+            for (int e = 0; e < EPT / 4; e++)
+                av[b][e] = s0 + MB + b < n && th < nh
+                                   ? __ldcg((const float4 *)(ra + (s0 + MB + b) * rs) + e)
+                                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    if (th < nh)
+#pragma unroll
+        for (int e = 0; e < EPT; e++)
+            st_elem(a.out, DS_ELEM_BF16, ((size_t)t * NH + h0 + th) * D + td + e,
+                    __fdiv_rn(acc[e], l));
+}
+
+typedef void (*att_tc_kernel)(const struct ds_attention_args, float *, int, int, int);
+
+// Dynamic shared memory of the tensor-core kernel: ns stages of a chunk's keys and values per
+// warp, then the warp states' accumulators.
+static size_t att_tc_smem(int D, int ns) {
+    return (size_t)ATT_WARPS * ns * 2 * ATT_CHUNK * D * 2 +
+           (size_t)ATT_WARPS * ATT_TC_HEADS * (D + 8) * sizeof(float);
+}
+
+// Stages that fit the shared memory of a block (227 KB): 4 for D = 64, 3 for D = 128.
+static int att_tc_max_stages(int D) { return D == 64 ? 4 : 3; }
+
+template <int D>
+static void att_tc_launch(const struct ds_attention_args *a, float *ws, int nspl, bool fused,
+                          int ns, dim3 grid, cudaStream_t st) {
+    static const bool attr_set = [] {
+        const int bytes = (int)att_tc_smem(D, att_tc_max_stages(D));
+        cudaFuncSetAttribute(bf16_sdpa_sink_gqa_tc<D, true>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        cudaFuncSetAttribute(bf16_sdpa_sink_gqa_tc<D, false>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        return true;
+    }();
+    (void)attr_set;
+    const att_tc_kernel k = ws ? bf16_sdpa_sink_gqa_tc<D, true> : bf16_sdpa_sink_gqa_tc<D, false>;
+    ds_launch(k, grid, dim3(ATT_THREADS), att_tc_smem(D, ns), st, *a, ws, nspl, fused ? 1 : 0, ns);
+}
+
 // Upper bound of the splits any row of a call can span (grid z of split mode).
 // Chunks of the longest key range a row of a call can have.
 static int att_max_chunks(int max_pos, int window) {
@@ -648,6 +1128,21 @@ static int att_slots_needed(int max_pos, int window) {
     const int n = att_max_chunks(max_pos, window);
     if (n > ATT_BASE_CHUNKS * ATT_MAX_SPLITS) return ATT_SLOTS;
     return min(ATT_SLOTS, (n + ATT_BASE_CHUNKS - 1) / ATT_BASE_CHUNKS + 1);
+}
+
+// Split mode is possible: the row blocks of 8 heads (row_blocks) would not fill the GPU, a row
+// can be long enough for the merge to pay off, and the workspace is 16-byte aligned and holds
+// *nspl >= slots records for every row. (The caller checks the arrival counters.)
+static bool att_split_ok(const struct ds_attention_args *a, int slots, long long row_blocks,
+                         int *nspl) {
+    if (!a->workspace || slots <= 1 || row_blocks >= ATT_SPLIT_MAX_BLOCKS ||
+        att_max_chunks(a->max_pos, a->window) < ATT_SPLIT_MIN_CHUNKS ||
+        (uintptr_t)a->workspace % 16)
+        return false;
+    const size_t rec = (size_t)a->n_heads * (a->head_dim + 2) * sizeof(float);
+    const size_t per_row = ds_attention_workspace_bytes(1, a->n_heads, a->head_dim, a->max_pos);
+    *nspl = (int)(per_row / rec);
+    return *nspl >= slots && a->workspace_bytes / per_row >= (size_t)a->n_rows;
 }
 
 // Blocks up to which calls run 1 or 2 query heads per block: ATT_TINY_MAX_BLOCKS, or
@@ -725,6 +1220,32 @@ extern "C" enum ds_status ds_attention_cuda(const struct ds_attention_args *a, v
                             a->n_heads, a->n_kv_heads);
     cudaStream_t st = DS_STREAM(stream);
 
+    // bf16 activations and cache with D = 64 or 128: the tensor-core kernel, 8 query heads per
+    // block, the append fused whenever k and v are 16-byte aligned (its key path costs nothing
+    // more), split mode on the same conditions as below.
+    if (a->act == DS_ELEM_BF16 && a->cache_dtype == DS_ELEM_BF16 && (D == 64 || D == 128)) {
+        const long long row_blocks = (long long)a->n_rows * a->n_kv_heads * n_sub8;
+        float *ws = NULL;
+        int nspl = 0;
+        const int slots = att_slots_needed(a->max_pos, a->window);
+        if (row_blocks <= ATT_COUNTERS && att_split_ok(a, slots, row_blocks, &nspl))
+            ws = (float *)a->workspace;
+        const bool fused = ((uintptr_t)a->k | (uintptr_t)a->v) % 16 == 0;
+        if (!fused)
+            ds_launch(act_kv_cache_append, dim3((unsigned)a->n_rows), dim3(128), 0, st, *a);
+        // Stages per warp (the bits do not depend on them): in split mode, every chunk a warp
+        // owns in its split at once (up to 4) while the grid is small, at most 2 otherwise (more
+        // blocks per SM); whole-row mode 2: the next chunk loads while this one is computed.
+        const dim3 grid((unsigned)a->n_rows, (unsigned)(a->n_kv_heads * n_sub8), ws ? slots : 1);
+        const int per = ATT_BASE_CHUNKS * ATT_MAX_SPLITS;
+        const int cpw = (att_max_chunks(a->max_pos, a->window) + per - 1) / per; // per warp
+        const long long blocks = (long long)grid.x * grid.y * grid.z;
+        const int ns = ws ? min(cpw, blocks <= ATT_TC_SMALL_GRID ? att_tc_max_stages(D) : 2) : 2;
+        if (D == 64) att_tc_launch<64>(a, ws, nspl, fused, ns, grid, st);
+        else att_tc_launch<128>(a, ws, nspl, fused, ns, grid, st);
+        return DS_OK;
+    }
+
     // Split mode when the row blocks alone would leave SMs idle, a row can be long enough for the
     // split merge to pay off (a 128-key window spans <= 5 chunks in <= 2 splits: whole-row
     // mode walks them in one pass) and the workspace holds every row's split states; both
@@ -733,16 +1254,9 @@ extern "C" enum ds_status ds_attention_cuda(const struct ds_attention_args *a, v
     const int slots = att_slots_needed(a->max_pos, a->window);
     float *ws = NULL;
     int nspl = 0;
-    if (a->workspace && slots > 1 && row_blocks < ATT_SPLIT_MAX_BLOCKS &&
-        att_max_chunks(a->max_pos, a->window) >= ATT_SPLIT_MIN_CHUNKS &&
-        (uintptr_t)a->workspace % 16 == 0 &&
-        (long long)a->n_rows * a->n_kv_heads * n_sub4 <= ATT_COUNTERS) {
-        const size_t rec = (size_t)a->n_heads * (D + 2) * sizeof(float);
-        const size_t per_row = ds_attention_workspace_bytes(1, a->n_heads, D, a->max_pos);
-        nspl = (int)(per_row / rec);
-        if (nspl >= slots && a->workspace_bytes / per_row >= (size_t)a->n_rows)
-            ws = (float *)a->workspace;
-    }
+    if ((long long)a->n_rows * a->n_kv_heads * n_sub4 <= ATT_COUNTERS &&
+        att_split_ok(a, slots, row_blocks, &nspl))
+        ws = (float *)a->workspace;
 
     // The append runs inside the attention kernel (its blocks read this call's keys from k/v)
     // when k and v allow the 16-byte loads of that path and the call is small; a call of many
