@@ -268,6 +268,22 @@ static inline void ds_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem
     DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, args...));
 }
 
+// L2 prefetch of the bytes [p, p + n), trimmed to whole aligned 16-byte units (one bulk request).
+// A cache hint: it observes no value and cannot change a result, so a kernel may issue it for
+// memory no earlier kernel writes (weights) before DS_GRID_DEPENDENCY(), to pull its weights
+// while the previous kernel still runs. sm_90 (a no-op below).
+static __device__ __forceinline__ void ds_prefetch_l2(const void *p, size_t n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const size_t a = (size_t)__cvta_generic_to_global(p);
+    const size_t lo = (a + 15) & ~(size_t)15, hi = (a + n) & ~(size_t)15;
+    if (hi > lo)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"((unsigned)(hi - lo))
+                     : "memory");
+#else
+    (void)p, (void)n;
+#endif
+}
+
 // Loads shared by the router and the MoE GEMV (both read x as f32 or bf16).
 // 8 consecutive elements starting at element i (i a multiple of 8, the buffer 16-byte aligned).
 static __device__ __forceinline__ void ld8(const void *base, enum ds_elem dt, size_t i, float *o) {

@@ -242,9 +242,12 @@ static __device__ __forceinline__ void rmsnorm_body(const struct ds_rmsnorm_args
         st_f(y, c, (float)((double)ld_f(w, c) * ((double)ld_f(x, c) * inv)));
 }
 
+// The gain is a weight (no kernel writes it): block 0 prefetches it into L2 before the grid
+// dependency, so after the wait the gain and x (just written, in L2) both come from L2.
 #define RMSNORM_KERNEL(name, TA, TW)                                                               \
     __global__ void __launch_bounds__(NORM_THREADS) name(const struct ds_rmsnorm_args a,           \
                                                          int vec) {                                \
+        if (blockIdx.x == 0 && threadIdx.x == 0) ds_prefetch_l2(a.w, (size_t)a.dim * sizeof(TW)); \
         DS_GRID_DEPENDENCY();                                                                      \
         rmsnorm_body<TA, TW>(a, vec);                                                              \
     }

@@ -39,8 +39,8 @@
 // is read back from the key (the same value up to the sign of a zero, which the softmax does not
 // see); softmax over the k logits in fp32, exp(l_s − l_0) summed best first, one division each.
 //
-// Both kernels start with DS_GRID_DEPENDENCY() (after register and shared-memory set-up only)
-// and are launched with programmatic dependent launch. The workspace path's slots are module
+// Both kernels start with DS_GRID_DEPENDENCY() (after register and shared-memory set-up and, in
+// the workspace kernel, an L2 prefetch of each expert's weight row: ds_prefetch_l2) and are launched with programmatic dependent launch. The workspace path's slots are module
 // state, like the arrival counters of attention's split mode: calls must not overlap in time
 // (every caller issues its ops on one stream).
 //
@@ -403,6 +403,10 @@ __global__ void __launch_bounds__(RT_WS_WARPS *DS_WARP)
     const int eb = warp / RT_SLICES, s = warp % RT_SLICES;
     const int E = a.n_experts, T = a.n_rows, e = (int)blockIdx.x * RT_WS_EB + eb;
     const int t0 = (int)blockIdx.y * R, nr = min(R, T - t0);
+    // The expert's weight row into L2 while the previous kernel runs (weights: never written).
+    if (blockIdx.y == 0 && s == 0 && lane == 0 && e < E)
+        ds_prefetch_l2((const char *)a.w + (size_t)e * a.dim * (WB ? 2 : 4),
+                       (size_t)a.dim * (WB ? 2 : 4));
     DS_GRID_DEPENDENCY();
     // Issued with the loads below; only the warps that finish rows use it.
     const float b = a.bias && e < E ? ld_elem(a.bias, a.bias_dtype, (size_t)e) : 0.0f;

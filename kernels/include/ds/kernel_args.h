@@ -261,7 +261,8 @@ struct ds_router_args {
     size_t workspace_bytes;
 };
 
-// Router workspace: T·E f32 logits (the arrival counter is the CUDA module's own). 0 for a
+// Router workspace: T·E·4 bytes. Its presence selects the CUDA many-block path for T <= 8 (which
+// keeps its logits in the module's own slot array; the workspace itself is not written). 0 for a
 // non-positive argument.
 static inline size_t ds_router_workspace_bytes(int n_rows, int n_experts) {
     if (n_rows <= 0 || n_experts <= 0) return 0;
