@@ -1,10 +1,11 @@
 // ds_attention_workspace_bytes: the scratch the CUDA attention op needs for its split-key path.
 //
 // The split of a row's keys is fixed by kernels/cuda/attention.cu: 32-key chunks aligned to
-// absolute positions, splits of a multiple of 4 chunks (at least 128 keys), at most 32 splits for
-// a range that starts on a split boundary and 33 otherwise. A cache of max_pos positions holds at
-// most ceil(max_pos / 32) chunks, so a row never needs more than min(33, ceil(chunks / 4) + 1)
-// split states, each n_heads·(head_dim + 2) floats (the accumulators, then m and l per head).
+// absolute positions, splits of a multiple of 4 chunks (at least 128 keys), at most 16 splits for
+// a range that starts on a split boundary and 17 otherwise. This formula keeps the earlier bound of
+// 32 / 33 (a superset: the records a row can use are still there): a cache of max_pos positions
+// holds at most ceil(max_pos / 32) chunks, and a row gets min(33, ceil(chunks / 4) + 1) records of
+// n_heads·(head_dim + 2) floats (the accumulators, then m and l per head).
 // The CUDA launcher derives its per-row record count from this very function.
 #include "ds/kernels.h"
 
