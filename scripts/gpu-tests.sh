@@ -3,6 +3,7 @@
 # tests (ctest label gpu), then the CPU tests too (they must also pass there), compute-sanitizer
 # memcheck and racecheck over the GPU tests, and the benchmarks. Logs go to the directory given as
 # the first argument (default gpu-logs/). Usage: scripts/gpu-tests.sh [LOGDIR] [--quick]
+# Environment: SAN_TIMEOUT (seconds per sanitizer tool and test, default 300), SAN_TESTS (below).
 set -uo pipefail
 logs=$(mkdir -p "${1:-gpu-logs}" && cd "${1:-gpu-logs}" && pwd)
 quick=${2:-}
@@ -31,10 +32,13 @@ if [ "$quick" != "--quick" ]; then
     # shapes are covered by the normal run above. rc 77 = every case was large (gpu_run_synthetic).
     # gpu_trace and gpu_run_trace trace with CUPTI, which the sanitizer itself holds, so their
     # kernels-level cases fail under it by design.
+    # SAN_TESTS (an extended regex, default every GPU test) picks the tests to sanitize, e.g.
+    # SAN_TESTS='gpu_ops_(moe|attention)' after a change to those kernels.
     san_t=${SAN_TIMEOUT:-300}
     for t in $build/tests/gpu_*; do
         [ -x "$t" ] || continue
         n=$(basename "$t")
+        [[ "$n" =~ ^(${SAN_TESTS:-.*})$ ]] || continue
         (
             export DS_GPU_TEST_SMALL=1
             for tool in memcheck racecheck; do
@@ -52,4 +56,6 @@ fi
 if [ -x $build/profiler/draftscope ] && $build/profiler/draftscope bench --help >/dev/null 2>&1; then
     $build/profiler/draftscope bench --ops > "$logs/bench-ops.txt" 2>&1
     echo "bench: $(wc -l < "$logs/bench-ops.txt") lines in bench-ops.txt"
+    $build/profiler/draftscope bench --steps --shape 120b --batches 1,32 > "$logs/bench-steps.txt" 2>&1
+    grep -E "copy bandwidth|  on  " "$logs/bench-steps.txt"
 fi
