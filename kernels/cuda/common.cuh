@@ -272,16 +272,20 @@ static inline void ds_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem
 // A cache hint: it observes no value and cannot change a result, so a kernel may issue it for
 // memory no earlier kernel writes (weights) before DS_GRID_DEPENDENCY(), to pull its weights
 // while the previous kernel still runs. sm_90 (a no-op below).
-static __device__ __forceinline__ void ds_prefetch_l2(const void *p, size_t n) {
+// ds_prefetch_l2_aligned: the request itself, for a 16-byte aligned p and n a multiple of 16.
+static __device__ __forceinline__ void ds_prefetch_l2_aligned(const void *p, unsigned n) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const size_t a = (size_t)__cvta_generic_to_global(p);
-    const size_t lo = (a + 15) & ~(size_t)15, hi = (a + n) & ~(size_t)15;
-    if (hi > lo)
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"((unsigned)(hi - lo))
-                     : "memory");
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(
+                     (size_t)__cvta_generic_to_global(p)),
+                 "r"(n)
+                 : "memory");
 #else
     (void)p, (void)n;
 #endif
+}
+static __device__ __forceinline__ void ds_prefetch_l2(const void *p, size_t n) {
+    const size_t a = (size_t)p, lo = (a + 15) & ~(size_t)15, hi = (a + n) & ~(size_t)15;
+    if (hi > lo) ds_prefetch_l2_aligned((const void *)lo, (unsigned)(hi - lo));
 }
 
 // Loads shared by the router and the MoE GEMV (both read x as f32 or bf16).

@@ -394,18 +394,11 @@ static __device__ __forceinline__ void mm_load_stage(unsigned char *st, const ds
 
 static __device__ __forceinline__ void mm_prefetch_w(const ds_bf16 *W, int f0, int rows, int N,
                                                      int K) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const size_t row_bytes = (size_t)K * 2, budget = (MM_PREFETCH_BYTES / (unsigned)N) & ~15u;
     const unsigned per_row = (unsigned)(row_bytes < budget ? row_bytes : budget);
     const int r = f0 + (int)threadIdx.x;
     if (per_row < 512 || (int)threadIdx.x >= rows || r >= N) return;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(
-                     (size_t)__cvta_generic_to_global(W + (size_t)r * K)),
-                 "r"(per_row)
-                 : "memory");
-#else
-    (void)W, (void)f0, (void)rows, (void)N, (void)K;
-#endif
+    ds_prefetch_l2_aligned(W + (size_t)r * K, per_row);
 }
 
 // Where output (t, n) goes and which bias it takes: out (row stride N) and bias[n] without a
