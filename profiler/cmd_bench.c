@@ -7,7 +7,7 @@
 //                    [--device N] [--json]
 //   draftscope bench --steps [--shape 20b|120b] [--batches 1,8,32,64] [--iters N] [--kv L]
 //                    [--graphs on|off|both] [--layers N] [--seed S] [--device N] [--json]
-//                    [--trace off,phases,kernels]
+//                    [--trace off,phases,kernels [--by-grid]]
 //
 // For each row count T every op gets freshly allocated buffers filled on the GPU from a seed
 // (ds_cuda_fill_uniform / ds_cuda_fill_bytes: every input byte is defined), runs twice to warm
@@ -482,7 +482,7 @@ static void usage(FILE *f) {
                "       draftscope bench --steps [--shape 20b|120b] [--batches 1,8,32,64]\n"
                "                        [--iters N] [--kv L] [--graphs on|off|both] [--layers N]\n"
                "                        [--seed S] [--device N] [--json]\n"
-               "                        [--trace off,phases,kernels]\n"
+               "                        [--trace off,phases,kernels [--by-grid]]\n"
                "  --ops times every CUDA op at the real shapes on synthetic inputs; --iters 0\n"
                "  only checks that each op runs. --steps times whole target decode / verify steps\n"
                "  and draft extend / step calls of a synthetic model (--layers: a slice)\n"
@@ -491,7 +491,9 @@ static void usage(FILE *f) {
                "  the run wraps it (one phase, then ds_trace_poll), and prints ms/step per level,\n"
                "  the tokens/s lost against off (mean step time), the launch calls', trace calls'\n"
                "  and GPU step times, and at level kernels a table of the CUPTI kernel records of\n"
-               "  the timed steps (warm-up steps excluded; exclusive and raw times).\n"
+               "  the timed steps (warm-up steps excluded; exclusive and raw times); --by-grid\n"
+               "  gives each launch grid of a kernel its own row, \"name [x,y,z]\" (the q/k/v,\n"
+               "  o_proj and lm_head launches of the matmul apart, say).\n"
                "  All levels share one process and one model: CUPTI is enabled before the\n"
                "  backend when kernels is listed, and paused (its kinds disabled) for the off and\n"
                "  phases blocks; the modules and graphs stay instrumented then, so off is slightly\n"
@@ -942,7 +944,7 @@ static void report_levels(const struct trace_bench *tb, const struct level_resul
 
 static int bench_steps(const char *shape, const int *batches, int n_batches, int iters, int kv,
                        int graphs_mode, int layers, uint64_t seed, int device, int json,
-                       unsigned trace_mask) {
+                       unsigned trace_mask, int by_grid) {
     int rc = 1, max_b = 1;
     for (int i = 0; i < n_batches; i++)
         if (batches[i] > max_b) max_b = batches[i];
@@ -956,6 +958,7 @@ static int bench_steps(const char *shape, const int *batches, int n_batches, int
         fprintf(stderr, "draftscope bench: %s\n", ds_error_last());
         goto cleanup;
     }
+    ds_trace_ktab_set_by_grid(tb.tab, by_grid);
     char arg[64];
     if (layers > 0)
         snprintf(arg, sizeof arg, "%s:%llu:%d", shape, (unsigned long long)seed, layers);
@@ -1111,6 +1114,7 @@ cleanup:
 int ds_cmd_bench(int argc, char **argv) {
     int ops = 0, steps = 0, json = 0, iters = 20, kv = 4096, device = 0, graphs = 2, layers = 0;
     unsigned trace_mask = 0;
+    int by_grid = 0;
     unsigned long long seed = 0;
     int rows[BENCH_MAX_ROWS_LIST] = {1, 4, 32, 256}, n_rows = 4;
     int batches[BENCH_MAX_ROWS_LIST] = {1, 8, 32, 64}, n_batches = 4;
@@ -1174,6 +1178,8 @@ int ds_cmd_bench(int argc, char **argv) {
             i++;
         } else if (!strcmp(o, "--json")) {
             json = 1;
+        } else if (!strcmp(o, "--by-grid")) {
+            by_grid = 1;
         } else if (v && !strcmp(o, "--shape")) {
             shape = v, i++;
         } else if (v && !strcmp(o, "--iters")) {
@@ -1205,6 +1211,10 @@ int ds_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "draftscope bench: --trace goes with --steps\n");
         return 2;
     }
+    if (by_grid && !(trace_mask & (1u << DS_REC_TRACE_KERNELS))) {
+        fprintf(stderr, "draftscope bench: --by-grid goes with --trace ...,kernels\n");
+        return 2;
+    }
     if (ops == steps) {
         fprintf(stderr, "draftscope bench: say what to time (--ops or --steps)\n");
         usage(stderr);
@@ -1228,7 +1238,7 @@ int ds_cmd_bench(int argc, char **argv) {
             return 2;
         }
         return bench_steps(shape, batches, n_batches, iters, kv, graphs, layers, seed, device,
-                           json, trace_mask);
+                           json, trace_mask, by_grid);
     }
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || device < 0 || device >= n_dev) {

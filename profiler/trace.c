@@ -1424,10 +1424,12 @@ struct ds_trace_ktab {
     unsigned phase, dstep;
     struct {
         const char *p;
+        uint32_t gx, gy, gz; // the grid too when by_grid
         size_t idx;
     } cache[KTAB_CACHE];
-    struct ktab_row *rows; // kept across resets
+    struct ktab_row *rows; // kept across resets, as by_grid
     size_t n_rows, cap_rows;
+    int by_grid; // one entry per (name, grid) instead of per name
 };
 
 enum ds_status ds_trace_ktab_create(ds_trace_ktab_t **out) {
@@ -1456,9 +1458,11 @@ void ds_trace_ktab_reset(ds_trace_ktab_t *k, uint64_t step_lo, uint64_t step_hi,
     // Every entry and the name cache go: an entry made later starts from zero counts.
     struct ktab_row *rows = k->rows;
     const size_t cap = k->cap_rows;
+    const int by_grid = k->by_grid;
     memset(k, 0, sizeof *k);
     k->rows = rows;
     k->cap_rows = cap;
+    k->by_grid = by_grid;
     k->lo = step_lo;
     k->hi = step_hi;
     k->phase = (unsigned)phase;
@@ -1469,6 +1473,10 @@ void ds_trace_ktab_set_end(ds_trace_ktab_t *k, uint64_t step_hi) {
     if (k) k->hi = step_hi;
 }
 
+void ds_trace_ktab_set_by_grid(ds_trace_ktab_t *k, int on) {
+    if (k) k->by_grid = on != 0;
+}
+
 void ds_trace_ktab_sink(void *user, const struct ds_rec_kernel *row, const char *name) {
     ds_trace_ktab_t *k = user;
     if (!k || !row) return;
@@ -1477,13 +1485,28 @@ void ds_trace_ktab_sink(void *user, const struct ds_rec_kernel *row, const char 
         k->other++;
         return;
     }
-    const size_t h = (size_t)(((uintptr_t)name >> 4) * 2654435761u) % KTAB_CACHE;
+    // Grid fields count only when the table is keyed by grid (zero otherwise).
+    const uint32_t gx = k->by_grid ? row->grid_x : 0, gy = k->by_grid ? row->grid_y : 0,
+                   gz = k->by_grid ? row->grid_z : 0;
+    const size_t h =
+        (size_t)((((uintptr_t)name >> 4) ^ (gx * 73856093u) ^ (gy * 19349663u) ^ (gz * 83492791u)) *
+                 2654435761u) %
+        KTAB_CACHE;
     size_t i;
-    if (name && k->cache[h].p == name) {
+    if (name && k->cache[h].p == name && k->cache[h].gx == gx && k->cache[h].gy == gy &&
+        k->cache[h].gz == gz) {
         i = k->cache[h].idx;
     } else {
         char shortn[sizeof k->e[0].name];
         ds_trace_short_name(name ? name : "?", shortn, sizeof shortn);
+        if (k->by_grid) {
+            // "name [x,y,z]": the grid kept whole, the name cut to make room.
+            char grid[40];
+            const int gl = snprintf(grid, sizeof grid, " [%u,%u,%u]", gx, gy, gz);
+            const size_t room = sizeof shortn - 1 - (size_t)gl;
+            if (strlen(shortn) > room) shortn[room] = 0;
+            strcat(shortn, grid);
+        }
         for (i = 0; i < k->n && strcmp(k->e[i].name, shortn); i++) {
         }
         if (i == k->n) {
@@ -1497,7 +1520,10 @@ void ds_trace_ktab_sink(void *user, const struct ds_rec_kernel *row, const char 
                 k->n++;
             }
         }
-        if (name) k->cache[h].p = name, k->cache[h].idx = i;
+        if (name) {
+            k->cache[h].p = name, k->cache[h].idx = i;
+            k->cache[h].gx = gx, k->cache[h].gy = gy, k->cache[h].gz = gz;
+        }
     }
     k->e[i].launches++;
     k->e[i].ns += row->end_ns > row->start_ns ? row->end_ns - row->start_ns : 0;

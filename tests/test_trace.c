@@ -453,6 +453,63 @@ static void kernel_table_counts_its_own_steps(void) {
     ds_trace_ktab_release(NULL);
 }
 
+// Keyed by grid (bench --by-grid): one kernel launched with two grids gives two entries named
+// "short name [x,y,z]"; the setting survives a reset; off (the default), the same rows merge.
+// Counts worked by hand from the rows fed below.
+static void kernel_table_by_grid(void) {
+    ds_trace_ktab_t *k = NULL;
+    EXPECT_OK(ds_trace_ktab_create(&k));
+    if (!k) return;
+    static const char n_mm[] = "_Z9matmul_tcILi16ELi8EEvPKv", n_mm2[] = "_Z9matmul_tcILi16ELi8EEvPKv";
+    ds_trace_ktab_set_by_grid(k, 1);
+    ds_trace_ktab_reset(k, 5, 7, DS_REC_PHASE_VERIFY, 0);
+    // Per step: the matmul over grid 320x1x1 (9 ns) and 180x1x1 (6 ns) twice each, then over
+    // 320x1x1 once more from another name pointer with the same text (3 ns).
+    for (uint64_t step = 5; step < 7; step++) {
+        for (int j = 0; j < 2; j++) {
+            struct ds_rec_kernel r = krow(step, DS_REC_PHASE_VERIFY, 0, 9);
+            r.grid_x = 320, r.grid_y = 1, r.grid_z = 1;
+            ds_trace_ktab_sink(k, &r, n_mm);
+            r = krow(step, DS_REC_PHASE_VERIFY, 0, 6);
+            r.grid_x = 180, r.grid_y = 1, r.grid_z = 1;
+            ds_trace_ktab_sink(k, &r, n_mm);
+        }
+        struct ds_rec_kernel r = krow(step, DS_REC_PHASE_VERIFY, 0, 3);
+        r.grid_x = 320, r.grid_y = 1, r.grid_z = 1;
+        ds_trace_ktab_sink(k, &r, n_mm2);
+    }
+    size_t n = 0;
+    const struct ds_trace_ktab_entry *e = ds_trace_ktab_entries(k, &n, NULL, NULL);
+    EXPECT_EQ_INT(n, 2);
+    // 320: 2 steps x (2 x 9 + 3) = 42 ns, 6 launches; 180: 2 x 2 x 6 = 24 ns, 4 launches.
+    static const struct {
+        const char *name;
+        uint64_t launches, ns;
+    } want[2] = {{"matmul_tc<16,8> [320,1,1]", 6, 42}, {"matmul_tc<16,8> [180,1,1]", 4, 24}};
+    for (size_t i = 0; i < 2 && n == 2; i++) {
+        EXPECT_EQ_STR(e[i].name, want[i].name);
+        EXPECT(e[i].launches == want[i].launches && e[i].ns == want[i].ns);
+    }
+    // Kept across a reset; turned off, the grids no longer split the rows.
+    ds_trace_ktab_reset(k, 7, 8, DS_REC_PHASE_VERIFY, 0);
+    struct ds_rec_kernel r = krow(7, DS_REC_PHASE_VERIFY, 0, 5);
+    r.grid_x = 2;
+    ds_trace_ktab_sink(k, &r, n_mm);
+    e = ds_trace_ktab_entries(k, &n, NULL, NULL);
+    EXPECT(n == 1 && !strcmp(e[0].name, "matmul_tc<16,8> [2,0,0]"));
+    ds_trace_ktab_set_by_grid(k, 0);
+    ds_trace_ktab_reset(k, 7, 8, DS_REC_PHASE_VERIFY, 0);
+    for (uint32_t gx = 1; gx <= 3; gx++) {
+        r = krow(7, DS_REC_PHASE_VERIFY, 0, 5);
+        r.grid_x = gx;
+        ds_trace_ktab_sink(k, &r, n_mm);
+    }
+    e = ds_trace_ktab_entries(k, &n, NULL, NULL);
+    EXPECT(n == 1 && !strcmp(e[0].name, "matmul_tc<16,8>") && e[0].launches == 3);
+    ds_trace_ktab_set_by_grid(NULL, 1); // a NULL table is ignored
+    ds_trace_ktab_release(k);
+}
+
 // Exclusive times under programmatic dependent launch: kernels that start before their
 // predecessor on the stream ends. Rows (ns), fed out of order, all of step 3, verify:
 //   stream 7: A a [100,200]  B b [150,260]  C c [170,300]  D a [400,450]  E b [420,440]
@@ -545,6 +602,7 @@ int main(void) {
     DS_RUN(kernel_table_counts_its_own_steps);
     DS_RUN(kernel_table_full_keeps_counting);
     DS_RUN(kernel_table_exclusive_times);
+    DS_RUN(kernel_table_by_grid);
     DS_RUN(without_gpu_tracing_says_it_is_off);
     DS_RUN(level_off_records_nothing);
     DS_RUN(null_trace_is_a_no_op);

@@ -286,7 +286,8 @@ int ds_trace_cupti_registered(void);
 // entries: launches per step = launches / (step_hi - step_lo).
 
 struct ds_trace_ktab_entry {
-    char name[96];     // ds_trace_short_name of the kernel ("(other kernels)" when full)
+    char name[96];     // ds_trace_short_name of the kernel ("(other kernels)" when full), with
+                       //   " [x,y,z]" (its grid) when the table is keyed by grid
     uint64_t launches; // rows counted
     uint64_t ns;       // summed end - start (raw CUPTI duration)
     uint64_t excl_ns;  // summed exclusive time: from max(start, the end of every kernel that
@@ -305,6 +306,9 @@ void ds_trace_ktab_reset(ds_trace_ktab_t *ktab, uint64_t step_lo, uint64_t step_
                          enum ds_rec_phase phase, unsigned draft_step);
 // Moves the end of the counted step range (steps are added as they are timed).
 void ds_trace_ktab_set_end(ds_trace_ktab_t *ktab, uint64_t step_hi);
+// on != 0: one entry per kernel and launch grid, named "name [x,y,z]" (e.g. the q/k/v, o_proj and
+// lm_head launches of one matmul kernel apart); kept across resets. Default: one per name.
+void ds_trace_ktab_set_by_grid(ds_trace_ktab_t *ktab, int on);
 // The sink (user: the table): pass it to ds_trace_set_kernel_sink.
 void ds_trace_ktab_sink(void *user, const struct ds_rec_kernel *row, const char *name);
 // The entries sorted by exclusive time (largest first, then raw time, then name), valid until the
