@@ -724,8 +724,8 @@ static unsigned moe_v0_grid_x(unsigned tiles, unsigned n_used) {
 #define MM_LUT_BYTES (256 * 256)           // 256 rows of 256 bytes: entry slots, then stage holes
 #define MM_STAGES 32                       // the 256 holes of 128 bytes hold 32 stages of 1 KB
 #define MM_STAGE_STRIDE 2048               // a stage (32 lanes × 2 rows × 16 bytes) = 8 holes
-// Dynamic shared memory of every kernel: the table, every warp's ring of stages in its holes.
-#define MM_SMEM MM_LUT_BYTES
+// Dynamic shared memory of every kernel: the table, every warp's ring of stages in its holes,
+// then every warp's scale area (mm_smem_bytes).
 #define MM_GU_DEPTH(NT)                                                                            \
     ((NT) == 1 ? 8 : 4) // gate_up: 1 token (decode) keeps 8 KB per warp in flight
 #define MM_DN_DEPTH 4
@@ -795,20 +795,19 @@ template <int N> static __device__ __forceinline__ void cp_async_wait(void) {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// Chunk c of the lane's weights into stage `st` (shared address), its two scale bytes into *s0
-// and *s1 (127 past the end). p = row 2g's bytes at block t, q = its scale byte (row 2g + 1 at
-// + row_b / + row_s); chunk c adds 64 / 4 bytes. Always one commit group per chunk. The scale
-// bytes land in their own registers, untouched until the chunk is decoded DEPTH chunks later: any
-// operation on them here (packing both into one word, say) would wait out the load's latency.
-static __device__ __forceinline__ void mm_issue_w(uint32_t st, const uint8_t *p, const uint8_t *q,
-                                                  size_t row_b, size_t row_s, int c, bool ok,
-                                                  uint32_t *s0, uint32_t *s1) {
+// Chunk c of the lane's weights into stage `st` (shared address): p = row 2g's bytes at block t
+// (row 2g + 1 at + row_b); chunk c adds 64 bytes. Always one commit group per chunk.
+static __device__ __forceinline__ void mm_issue_w(uint32_t st, const uint8_t *p, size_t row_b,
+                                                  int c, bool ok) {
     const uint8_t *src = ok ? p + (size_t)c * 64 : p;
     cp_async16(st, src, ok);
     cp_async16(st + 1024, ok ? src + row_b : p, ok);
     cp_async_commit();
-    *s0 = 127u, *s1 = 127u;
-    if (ok) *s0 = __ldg(q + 4 * c), *s1 = __ldg(q + row_s + 4 * c);
+}
+
+// Bytes of a warp's scale area: the 16 rows × K/32 scale bytes of its row tile, 16-aligned.
+static __host__ __device__ __forceinline__ int mm_scale_area(int K) {
+    return (16 * (K / DS_MXFP4_BLOCK) + 15) & ~15;
 }
 
 static __device__ __forceinline__ uint32_t u4_word(const uint4 *v, int k) {
@@ -839,14 +838,28 @@ static __device__ __forceinline__ void mm_load_act(const uint16_t *bp, int c, bo
 // x; down: h hi and lo); brow[nt] is the row of this lane's token (column g of tile nt) in them,
 // or -1. Two accumulators per tile, for even and odd m (so 2, not 8 or 16, mma's depend on each
 // other per chunk); out[nt] = acc_even + acc_odd. DEPTH chunks of weights stay in flight.
+// The tile's scale bytes (16 rows × K/32, contiguous) go to the warp's scale area sc (shared
+// memory, mm_scale_area(K) bytes) with the first chunk's copies, so the chunk loop reads them from
+// shared memory: the activations' are the only global loads left in it.
 template <int NT, int NB, int DEPTH>
 static __device__ __forceinline__ void
-mm_rows(const char *lut, uint32_t ring_sm, const uint8_t *wb, const uint8_t *ws, int K, int c_lo,
-        int c_hi, const uint16_t *const bm[NB], const int brow[NT], float out[NT][4]) {
-    const int lane = threadIdx.x % DS_WARP, t = lane & 3, nb = K / DS_MXFP4_BLOCK;
-    const size_t row_b = (size_t)K / 2, row_s = (size_t)nb;
+mm_rows(const char *lut, uint32_t ring_sm, uint8_t *sc, const uint8_t *wb, const uint8_t *ws, int K,
+        int c_lo, int c_hi, const uint16_t *const bm[NB], const int brow[NT], float out[NT][4]) {
+    const int lane = threadIdx.x % DS_WARP, t = lane & 3, g = lane >> 2, nb = K / DS_MXFP4_BLOCK;
+    const size_t row_b = (size_t)K / 2;
     const uint32_t lane4 = (uint32_t)lane * 4u;
-    const uint8_t *p = wb + 16 * t, *q = ws + t;
+    const uint8_t *p = wb + 16 * t;
+    {
+        // The scale copy joins chunk c_lo's commit group (issued below before its commit).
+        const uint8_t *tile = ws - (size_t)2 * g * nb; // row 0 of the tile
+        if ((((uintptr_t)tile | (uintptr_t)sc) & 15) == 0) { // 16 · nb bytes: nb pieces
+            const uint32_t dst = (uint32_t)__cvta_generic_to_shared(sc);
+            for (int i = lane; i < nb; i += DS_WARP) cp_async16(dst + 16 * i, tile + 16 * i, true);
+        } else { // a scales buffer off 16-byte alignment: byte loads (they wait here once)
+            for (int i = lane; i < 16 * nb; i += DS_WARP) sc[i] = __ldg(tile + i);
+        }
+    }
+    const uint8_t *s_row0 = sc + 2 * g * nb + t, *s_row1 = s_row0 + nb; // + 4c: chunk c
     const uint16_t *bp[NB][NT];
 #pragma unroll
     for (int s = 0; s < NB; s++)
@@ -867,16 +880,16 @@ mm_rows(const char *lut, uint32_t ring_sm, const uint8_t *wb, const uint8_t *ws,
                 acc[h][nt][i] = 0.0f;
     // ring_sm: this lane's slot in stage 0 of its warp's ring (mm_slot).
     const uint32_t my = ring_sm;
-    uint32_t sring0[DEPTH], sring1[DEPTH];
 #pragma unroll
     for (int d = 0; d < DEPTH; d++)
-        mm_issue_w(my + d * MM_STAGE_STRIDE, p, q, row_b, row_s, c_lo + d,
-                   c_lo + d < c_hi && 4 * (c_lo + d) + t < nb, &sring0[d], &sring1[d]);
+        mm_issue_w(my + d * MM_STAGE_STRIDE, p, row_b, c_lo + d,
+                   c_lo + d < c_hi && 4 * (c_lo + d) + t < nb);
     uint4 bnext[NT == 1 ? NB : 1][4]; // NT = 1: the next chunk's activations
     if (NT == 1)
 #pragma unroll
         for (int s = 0; s < NB; s++)
-            mm_load_act(bp[s][0], c_lo, c_lo < c_hi && 4 * c_lo + t < nb, bnext[NT == 1 ? s : 0]);
+            mm_load_act(bp[s][0], c_lo, c_lo < c_hi && 4 * c_lo + t < nb,
+                            bnext[NT == 1 ? s : 0]);
 #pragma unroll 1
     for (int c0 = c_lo; c0 < c_hi; c0 += DEPTH) {
 #pragma unroll
@@ -885,6 +898,7 @@ mm_rows(const char *lut, uint32_t ring_sm, const uint8_t *wb, const uint8_t *ws,
             if (c >= c_hi) break;
             const bool bok = 4 * c + t < nb;
             cp_async_wait<DEPTH - 1>(); // chunk c (the oldest group) has landed
+            if (c == c_lo) __syncwarp(); // ... and with it every lane's scale copies
             uint4 v0, v1;
             asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
                          : "=r"(v0.x), "=r"(v0.y), "=r"(v0.z), "=r"(v0.w)
@@ -892,7 +906,9 @@ mm_rows(const char *lut, uint32_t ring_sm, const uint8_t *wb, const uint8_t *ws,
             asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
                          : "=r"(v1.x), "=r"(v1.y), "=r"(v1.z), "=r"(v1.w)
                          : "r"(my + d * MM_STAGE_STRIDE + 1024));
-            const uint32_t sc0 = mm_scale2(sring0[d]), sc1 = mm_scale2(sring1[d]);
+            // Scale bytes of block 4c + t of both rows (127, i.e. 1.0, past the row: zero codes).
+            const uint32_t sc0 = mm_scale2(bok ? s_row0[4 * c] : 127u);
+            const uint32_t sc1 = mm_scale2(bok ? s_row1[4 * c] : 127u);
             const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w};
             const uint32_t w1[4] = {v1.x, v1.y, v1.z, v1.w};
             if constexpr (NT == 1) {
@@ -907,7 +923,8 @@ mm_rows(const char *lut, uint32_t ring_sm, const uint8_t *wb, const uint8_t *ws,
                         bv[s][i] = bnext[s][i];
 #pragma unroll
                 for (int s = 0; s < NB; s++)
-                    mm_load_act(bp[s][0], c + 1, c + 1 < c_hi && 4 * (c + 1) + t < nb, bnext[s]);
+                    mm_load_act(bp[s][0], c + 1, c + 1 < c_hi && 4 * (c + 1) + t < nb,
+                                    bnext[s]);
                 // One B set (gate_up): the 8 A fragments first, their table loads issued
                 // together. Two (down: hi, lo) hold 64 activation registers, so each fragment is
                 // decoded just before its mma's (the 32 registers of all 8 made the fused
@@ -951,8 +968,7 @@ mm_rows(const char *lut, uint32_t ring_sm, const uint8_t *wb, const uint8_t *ws,
             // Refill this stage with chunk c + DEPTH only now: its words were decoded above
             // (the registers hold them), so the copy cannot overwrite unread data.
             const int cn = c + DEPTH;
-            mm_issue_w(my + d * MM_STAGE_STRIDE, p, q, row_b, row_s, cn,
-                       cn < c_hi && 4 * cn + t < nb, &sring0[d], &sring1[d]);
+            mm_issue_w(my + d * MM_STAGE_STRIDE, p, row_b, cn, cn < c_hi && 4 * cn + t < nb);
         }
     }
     cp_async_wait<0>(); // nothing of this warp stays in flight into the stages
@@ -997,6 +1013,12 @@ static __device__ __forceinline__ int mm_half(int K) {
     return (mm_chunks(K) + 1) / 2;
 }
 
+// Dynamic shared memory of the tensor-core kernels: the table (with the rings in its holes), then
+// one scale area per warp. 120b: 64 KB + 4 × 1440 bytes for 4 warps, so 3 blocks still fit an SM.
+static __host__ __device__ __forceinline__ int mm_smem_bytes(int warps, int K) {
+    return MM_LUT_BYTES + warps * mm_scale_area(K);
+}
+
 // gate_up + clamped SwiGLU: grid (2I / 64, experts in use, chunks of 32 pairs). Writes h of unit
 // r0/2 + g for the lane's columns 2t, 2t+1 as hi / lo bf16 (hh[pair·I + unit], hh + np·I).
 template <int NT>
@@ -1022,13 +1044,15 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     const size_t ex_rows = (size_t)e * 2 * I, row_b = (size_t)C / 2, row_s = (size_t)C / 32;
     const size_t wr = ex_rows + r0 + 2 * g; // this lane's gate row; wr + 1 its linear row
     const uint16_t *bm[1] = {(const uint16_t *)a.x};
-    float acc[NT][4];
-    mm_rows<NT, 1, MM_GU_DEPTH(NT)>((const char *)mm_lut,
-                                    mm_slot(mm_lut, threadIdx.x / DS_WARP, MM_GU_DEPTH(NT)),
-                                    a.gate_up_blocks + wr * row_b, a.gate_up_scales + wr * row_s,
-                                    C, 0, mm_chunks(C), bm, brow, acc);
+    // The biases before the loop: their latency then hides behind it.
     const float bg = ld_elem(a.gate_up_bias, a.bias_dtype, wr);
     const float bl = ld_elem(a.gate_up_bias, a.bias_dtype, wr + 1);
+    const int warp = threadIdx.x / DS_WARP;
+    float acc[NT][4];
+    mm_rows<NT, 1, MM_GU_DEPTH(NT)>((const char *)mm_lut, mm_slot(mm_lut, warp, MM_GU_DEPTH(NT)),
+                                    (uint8_t *)mm_lut + MM_LUT_BYTES + warp * mm_scale_area(C),
+                                    a.gate_up_blocks + wr * row_b, a.gate_up_scales + wr * row_s,
+                                    C, 0, mm_chunks(C), bm, brow, acc);
     const size_t np = (size_t)a.n_rows * KE;
     const int unit = r0 / 2 + g;
 #pragma unroll
@@ -1077,9 +1101,14 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     const size_t np = (size_t)a.n_rows * a.top_k;
     const uint16_t *bm[2] = {hh, hh + np * I};
     const int hc = mm_half(I), nch = mm_chunks(I);
+    // The biases before the loop (the first half's warps use them): their latency hides there.
+    const bool fin = !half && r0 < C;
+    const float b0 = fin ? ld_elem(a.down_bias, a.bias_dtype, wr) : 0.0f;
+    const float b1 = fin ? ld_elem(a.down_bias, a.bias_dtype, wr + 1) : 0.0f;
     float acc[NT][4];
     if (r0 < C)
         mm_rows<NT, 2, MM_DN_DEPTH>((const char *)mm_lut, mm_slot(mm_lut, warp, MM_DN_DEPTH),
+                                    (uint8_t *)mm_lut + MM_LUT_BYTES + warp * mm_scale_area(I),
                                     a.down_blocks + wr * row_b, a.down_scales + wr * row_s, I,
                                     half ? hc : 0, half ? nch : hc, bm, brow, acc);
     if (half && r0 < C)
@@ -1089,9 +1118,7 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
             for (int i = 0; i < 4; i++)
                 part[tile][nt * 4 + i][lane] = acc[nt][i];
     __syncthreads();
-    if (half || r0 >= C) return;
-    const float b0 = ld_elem(a.down_bias, a.bias_dtype, wr);
-    const float b1 = ld_elem(a.down_bias, a.bias_dtype, wr + 1);
+    if (!fin) return;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -1129,12 +1156,17 @@ __global__ void __launch_bounds__(MM_FUSED_THREADS, 2)
     int brow[1], pr[1];
     float acc[1][4];
     const size_t wr = (size_t)(e >= 0 ? e : 0) * C + r0 + 2 * g;
+    // The biases before the loop (the first half's warps use them): their latency hides there.
+    const bool fin = e >= 0 && !half;
+    const float b0 = fin ? ld_elem(a.down_bias, a.bias_dtype, wr) : 0.0f;
+    const float b1 = fin ? ld_elem(a.down_bias, a.bias_dtype, wr + 1) : 0.0f;
     if (e >= 0) {
         mm_token_rows<1>(s_list[warp], 0, n, 1, brow, pr);
         const size_t row_b = (size_t)I / 2, row_s = (size_t)I / 32;
         const uint16_t *bm[2] = {hh, hh + (size_t)KE * I};
         const int hc = mm_half(I), nch = mm_chunks(I);
         mm_rows<1, 2, MM_DN_DEPTH>((const char *)mm_lut, mm_slot(mm_lut, warp, MM_DN_DEPTH),
+                                   (uint8_t *)mm_lut + MM_LUT_BYTES + warp * mm_scale_area(I),
                                    a.down_blocks + wr * row_b, a.down_scales + wr * row_s, I,
                                    half ? hc : 0, half ? nch : hc, bm, brow, acc);
         if (half)
@@ -1143,9 +1175,7 @@ __global__ void __launch_bounds__(MM_FUSED_THREADS, 2)
                 part[slot][i][lane] = acc[0][i];
     }
     __syncthreads();
-    if (e >= 0 && !half) {
-        const float b0 = ld_elem(a.down_bias, a.bias_dtype, wr);
-        const float b1 = ld_elem(a.down_bias, a.bias_dtype, wr + 1);
+    if (fin) {
 #pragma unroll
         for (int q = 0; q < 2; q++) {
             const int p = __shfl_sync(DS_FULL_MASK, pr[0], (2 * t + q) * 4);
@@ -1161,25 +1191,25 @@ __global__ void __launch_bounds__(MM_FUSED_THREADS, 2)
         combine_1tok(a, r0 + (int)threadIdx.x, &ys[0][0] + threadIdx.x, MM_ROWS);
 }
 
-// Opt-in to the dynamic shared memory (table and stages) once per kernel.
-template <typename K> static void mm_smem_attr(K k, int bytes) {
+// Opt-in to a kernel's dynamic shared memory: (again) whenever a call needs more than the most
+// set so far (*set, per kernel). The size depends on K (the scale areas).
+template <typename K> static void mm_smem_attr(K k, int *set, int bytes) {
+    if (bytes <= *set) return;
     DS_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    *set = bytes;
 }
 
 template <int NT>
 static void mm_launch(const struct ds_moe_args *a, dim3 g1, dim3 g2, cudaStream_t st,
                       const int32_t *groups, const struct moe_ws &w) {
-    static bool init = false;
-    if (!init) {
-        mm_smem_attr(bf16_mxfp4w_moe_gate_up_mma<NT>, MM_SMEM);
-        mm_smem_attr(bf16_mxfp4w_moe_down_mma<NT>, MM_SMEM);
-        init = true;
-    }
-    ds_launch(bf16_mxfp4w_moe_gate_up_mma<NT>, g1, dim3(MM_THREADS),
-              MM_SMEM, st, *a, groups, (const int32_t *)w.pairs,
-              (uint16_t *)w.h);
-    ds_launch(bf16_mxfp4w_moe_down_mma<NT>, g2, dim3(MM_THREADS), MM_SMEM,
-              st, *a, groups, (const int32_t *)w.pairs, (const uint16_t *)w.h, w.y);
+    static int set_gu = 0, set_dn = 0;
+    const int s1 = mm_smem_bytes(MM_WARPS, a->dim), s2 = mm_smem_bytes(MM_WARPS, a->inter);
+    mm_smem_attr(bf16_mxfp4w_moe_gate_up_mma<NT>, &set_gu, s1);
+    mm_smem_attr(bf16_mxfp4w_moe_down_mma<NT>, &set_dn, s2);
+    ds_launch(bf16_mxfp4w_moe_gate_up_mma<NT>, g1, dim3(MM_THREADS), s1, st, *a, groups,
+              (const int32_t *)w.pairs, (uint16_t *)w.h);
+    ds_launch(bf16_mxfp4w_moe_down_mma<NT>, g2, dim3(MM_THREADS), s2, st, *a, groups,
+              (const int32_t *)w.pairs, (const uint16_t *)w.h, w.y);
 }
 
 // gate_up then down of one variant.
@@ -1263,22 +1293,22 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
         // to T on the small path (an expert holds at most one pair per row), 32 per chunk on the
         // grouped one.
 
+        if (mm_smem_bytes(8, I) > 227 * 1024 || mm_smem_bytes(MM_WARPS, C) > 227 * 1024)
+            return ds_error_set(DS_ERR_UNSUPPORTED,
+                                "%s: dim %d / inter %d need more shared memory than a block has",
+                                op, C, I);
         const unsigned mch = cu_blocks((size_t)T, MM_TOKEN_CHUNK);
         const dim3 m1(cu_blocks((size_t)2 * I, MM_BLOCK_ROWS), n_used_max, mch);
         const dim3 m2(cu_blocks((size_t)C, 2 * MM_ROWS), n_used_max, mch);
         if (T == 1 && KE <= 4) {
-            static bool init = false;
-            if (!init) {
-                mm_smem_attr(bf16_mxfp4w_moe_gate_up_mma<1>, MM_SMEM);
-                mm_smem_attr(bf16_mxfp4w_moe_down_combine_1tok_mma, MM_SMEM);
-                init = true;
-            }
-            ds_launch(bf16_mxfp4w_moe_gate_up_mma<1>, m1, dim3(MM_THREADS),
-                      MM_SMEM, st, *a, (const int32_t *)NULL,
-                      (const int32_t *)w.pairs, (uint16_t *)w.h);
+            static int set_gu = 0, set_dn = 0;
+            const int s1 = mm_smem_bytes(MM_WARPS, C), s2 = mm_smem_bytes(8, I);
+            mm_smem_attr(bf16_mxfp4w_moe_gate_up_mma<1>, &set_gu, s1);
+            mm_smem_attr(bf16_mxfp4w_moe_down_combine_1tok_mma, &set_dn, s2);
+            ds_launch(bf16_mxfp4w_moe_gate_up_mma<1>, m1, dim3(MM_THREADS), s1, st, *a,
+                      (const int32_t *)NULL, (const int32_t *)w.pairs, (uint16_t *)w.h);
             ds_launch(bf16_mxfp4w_moe_down_combine_1tok_mma, dim3((unsigned)(C / MM_ROWS)),
-                      dim3(MM_FUSED_THREADS), MM_SMEM, st, *a,
-                      (const uint16_t *)w.h);
+                      dim3(MM_FUSED_THREADS), s2, st, *a, (const uint16_t *)w.h);
             return DS_OK;
         }
         const int nt = small && T <= 8 ? 1 : small && T <= 16 ? 2 : 4;
