@@ -38,7 +38,8 @@
 // Launch: every kernel here is launched with ds_launch (programmatic dependent launch) and calls
 // DS_GRID_DEPENDENCY() before its first global access; the matmul kernels first issue an L2
 // prefetch of their weight rows (a cache hint, see mm_prefetch_w), so that weights stream while
-// the previous kernel finishes. Every buffer must be aligned to its element size (checked).
+// the previous kernel finishes (only the head of each row: see MM_PREFETCH_BYTES). Every buffer
+// must be aligned to its element size (checked).
 //
 // Device-side indices (embed ids, gather rows) are trusted, not checked on the host: an index
 // outside its range yields a row of NaN (never a fault), which the NaN checks downstream report.
@@ -326,15 +327,21 @@ template <int N> static __device__ __forceinline__ void cp_async_wait(void) {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p) {
+static __device__ __forceinline__ void ldsm_x4(uint32_t r[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(p)));
+                 : "r"(addr));
 }
-static __device__ __forceinline__ void ldmatrix_x2(uint32_t r[2], const void *p) {
+static __device__ __forceinline__ void ldsm_x2(uint32_t r[2], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
                  : "=r"(r[0]), "=r"(r[1])
-                 : "r"(smem_u32(p)));
+                 : "r"(addr));
+}
+static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p) {
+    ldsm_x4(r, smem_u32(p));
+}
+static __device__ __forceinline__ void ldmatrix_x2(uint32_t r[2], const void *p) {
+    ldsm_x2(r, smem_u32(p));
 }
 
 // d += A(16×16, rows: features) · B(16×8, columns: tokens), fp32 accumulation.
@@ -387,10 +394,16 @@ static __device__ __forceinline__ void mm_load_stage(unsigned char *st, const ds
 // prefetch of the first bytes of W row f0 + r. A prefetch is a cache hint — it observes no value
 // and cannot change a result (L2 is the device's point of coherence) — so it is the one global
 // access allowed before DS_GRID_DEPENDENCY(). The bytes per row are a function of N and K only:
-// at most MM_PREFETCH_BYTES over all N rows (half the H200's 50 MB L2: the whole o_proj, 85% of
-// the fused qkv), none when that leaves under 512 bytes a row (the lm_head streams as before).
-// Needs 16-byte aligned rows (K % 8 == 0, aligned W) and sm_90.
-#define MM_PREFETCH_BYTES (24u << 20)
+// at most MM_PREFETCH_BYTES over all N rows, none when that leaves under 512 bytes a row (the
+// lm_head streams as before). The budget is small on purpose: the prefetch runs while the
+// previous kernel (attention, a norm) waits on its own loads, and a large one queues ahead of
+// them in DRAM. Measured on the 120b decode step (H200, graphs on): 24 MB (the whole o_proj)
+// 3.19-3.21 ms, 12 MB 3.11, 4 MB 3.01, none 3.03; with 24 MB the attention kernels took 40%
+// longer and the matmuls gained nothing. Needs 16-byte aligned rows (K % 8 == 0, aligned W) and
+// sm_90. A build may set another budget with -DMM_PREFETCH_BYTES=<bytes>u.
+#ifndef MM_PREFETCH_BYTES
+#define MM_PREFETCH_BYTES (4u << 20)
+#endif
 
 static __device__ __forceinline__ void mm_prefetch_w(const ds_bf16 *W, int f0, int rows, int N,
                                                      int K) {
@@ -420,12 +433,25 @@ static __device__ __forceinline__ mm_dst mm_dst_of(const struct ds_matmul_args &
 
 // The last operations of THE REDUCTION ORDER for output (t, n): v = a0 + a1 from the caller, then
 // + bias, + residual (read before the write: out may be residual), one rounding to bf16.
+// mm_addends loads the bias (x) and residual (y) of (t, n), 0 where there is none; the stream tile
+// loads them before its k loop so that their latency hides behind it.
+static __device__ __forceinline__ float2 mm_addends(const struct ds_matmul_args &a, int t, int n) {
+    const mm_dst d = mm_dst_of(a, t, n);
+    return make_float2(
+            d.bias ? ld_elem(d.bias, a.bias_dtype, d.bi) : 0.0f,
+            a.residual ? ds_bf16_to_f32(((const ds_bf16 *)a.residual)[(size_t)t * a.out_dim + n])
+                       : 0.0f);
+}
+static __device__ __forceinline__ void mm_finish_add(const struct ds_matmul_args &a, int t, int n,
+                                                     float v, float2 ad) {
+    const mm_dst d = mm_dst_of(a, t, n);
+    if (d.bias) v += ad.x;
+    if (a.residual) v += ad.y;
+    ((ds_bf16 *)d.p)[d.o] = ds_f32_to_bf16(v);
+}
 static __device__ __forceinline__ void mm_finish_bf16(const struct ds_matmul_args &a, int t, int n,
                                                       float v) {
-    const mm_dst d = mm_dst_of(a, t, n);
-    if (d.bias) v += ld_elem(d.bias, a.bias_dtype, d.bi);
-    if (a.residual) v += ds_bf16_to_f32(((const ds_bf16 *)a.residual)[(size_t)t * a.out_dim + n]);
-    ((ds_bf16 *)d.p)[d.o] = ds_f32_to_bf16(v);
+    mm_finish_add(a, t, n, v, mm_addends(a, t, n));
 }
 
 template <int BN, int BT, int BK, int WM, int WT, int WK, int STAGES>
@@ -557,7 +583,8 @@ __global__ void __launch_bounds__(WM *WT *WK *DS_WARP)
 //   order, exactly THE REDUCTION ORDER of the tile kernel above) and run ldmatrix + mma; the other
 //   six warps only copy. a1 meets a0 in shared memory, then (a0 + a1) + bias + residual.
 // With 6 stages of BT = 8 (72 KB, 3 blocks per SM) a block keeps 5 stages = 40 KB of weights in
-// flight, so 1-2 blocks per SM already cover the DRAM latency at full bandwidth.
+// flight. More stages do not make a block faster: 9 stages (8 in flight) for the 180-block o_proj
+// measured the same as 6 in the 120b decode step (13.1 µs per call; H200).
 
 #define TS_BN 16  // features per block: one m16 tile
 #define TS_BK 256 // K per stage: 32 chunks of 16 bytes per row
@@ -585,6 +612,39 @@ static __device__ __forceinline__ void ts_load_stage(uint32_t st, uint32_t w_off
 #pragma unroll
     for (int j = 0; j < NX; j++)
         if (j < nx) cp_async16_s(st + x_off + j * 8 * TS_ROW_BYTES, x[j] + k, nb);
+}
+
+// Shared offsets of an mma warp's fragments in a stage. Warp w runs steps i = 2ii + w (ii = 0..7)
+// of a k-tile, whose 16-byte chunk in a tile row is 2i + kc = 4ii + c0 (c0 = 2w + kc < 4).
+// mm_off XORs the chunk with row & 7, which flips the lowest bit of ii when bit 2 of the row is
+// set: the offset of step ii is pe + 64·ii for even ii and po + 64·ii for odd ii, so every
+// ldmatrix of the loop takes a register and an immediate.
+struct ts_frag {
+    uint32_t pe, po;
+};
+static __device__ __forceinline__ ts_frag ts_frag_of(int row, int c0) {
+    const uint32_t base = (uint32_t)(row * TS_ROW_BYTES + (((c0 ^ row) & 3) << 4));
+    const uint32_t h = 64u * (uint32_t)((row >> 2) & 1);
+    return {base + h, base - h};
+}
+
+// The A and B fragments of step ii (a compile-time constant in the unrolled loop) of the stage at
+// shared address s; B as in the step loop below (NI = 1: lanes 0-15 address the two k halves).
+template <int NI>
+static __device__ __forceinline__ void ts_frags(uint32_t s, int ii, ts_frag fa, ts_frag fb,
+                                                uint32_t af[4], uint32_t bf[NI][2]) {
+    const uint32_t o = 64u * (uint32_t)ii;
+    ldsm_x4(af, s + (ii & 1 ? fa.po : fa.pe) + o);
+    if (NI == 1) {
+        ldsm_x2(bf[0], s + (ii & 1 ? fb.po : fb.pe) + o);
+    } else {
+#pragma unroll
+        for (int ni = 0; ni + 1 < NI; ni += 2) {
+            uint32_t r[4];
+            ldsm_x4(r, s + (ii & 1 ? fb.po : fb.pe) + o + (uint32_t)(ni * 8 * TS_ROW_BYTES));
+            bf[ni][0] = r[0], bf[ni][1] = r[1], bf[ni + 1][0] = r[2], bf[ni + 1][1] = r[3];
+        }
+    }
 }
 
 template <int BT, int STAGES>
@@ -646,6 +706,19 @@ __global__ void __launch_bounds__(TS_THREADS)
     const int mat = lane >> 3, r8 = lane & 7;
     const int a_row = r8 + (mat & 1) * 8, a_kc = mat >> 1;
     const int b_row = TS_BN + r8 + (mat >> 1) * 8, b_kc = mat & 1;
+    const ts_frag fa = ts_frag_of(a_row, 2 * warp + a_kc);
+    const ts_frag fb = ts_frag_of(NI == 1 ? TS_BN + r8 : b_row, 2 * warp + b_kc);
+    // Warp 0's outputs: their bias and residual go out now and arrive during the k loop (Nsight
+    // Compute put the loads of the old epilogue among the kernel's top stalls).
+    const int g = lane >> 2, q = lane & 3;
+    float2 ad[NI][4];
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int n = f0 + g + (r >> 1) * 8, t = ni * 8 + 2 * q + (r & 1);
+            ad[ni][r] = warp == 0 && n < N && t < T ? mm_addends(a, t, n) : make_float2(0.f, 0.f);
+        }
 
     for (int kt = 0; kt < KT; kt++) {
         cp_async_wait<STAGES - 2>(); // this thread's copies of k-tile kt have landed
@@ -658,6 +731,24 @@ __global__ void __launch_bounds__(TS_THREADS)
         if (warp >= 2) continue;
         // Warp 0: the even steps (a0), warp 1: the odd ones (a1); KSTEPS is even, so the parity
         // of the step within the k-tile is the parity of the global step.
+        if ((kt + 1) * KSTEPS <= n_steps) {
+            // A whole k-tile: the fragments of 4 steps are in flight ahead of the mma's (a ring
+            // of 4 register sets), so each step waits on the previous mma only, not on its own
+            // shared loads. Same mma's in the same order as the step loop below.
+            const uint32_t s0 = ring + (uint32_t)((kt % STAGES) * STAGE_BYTES);
+            uint32_t af[4][4], bf[4][NI][2];
+#pragma unroll
+            for (int j = 0; j < 4; j++) ts_frags<NI>(s0, j, fa, fb, af[j], bf[j]);
+#pragma unroll
+            for (int ii = 0; ii < KSTEPS / 2; ii++) {
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++)
+                    mma_bf16_16816(acc[ni], af[ii & 3], bf[ii & 3][ni][0], bf[ii & 3][ni][1]);
+                if (ii + 4 < KSTEPS / 2) ts_frags<NI>(s0, ii + 4, fa, fb, af[ii & 3], bf[ii & 3]);
+            }
+            continue;
+        }
+        // The last, partial k-tile: step by step, up to the last step of K.
         const unsigned char *st = mm_smem + (kt % STAGES) * STAGE_BYTES;
 #pragma unroll
         for (int ii = 0; ii < KSTEPS / 2; ii++) {
@@ -690,14 +781,13 @@ __global__ void __launch_bounds__(TS_THREADS)
             for (int r = 0; r < 4; r++) xch[(ni * 4 + r) * DS_WARP + lane] = acc[ni][r];
     __syncthreads();
     if (warp != 0) return;
-    const int g = lane >> 2, q = lane & 3;
 #pragma unroll
     for (int ni = 0; ni < NI; ni++)
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int n = f0 + g + (r >> 1) * 8, t = ni * 8 + 2 * q + (r & 1);
             if (n >= N || t >= T) continue;
-            mm_finish_bf16(a, t, n, acc[ni][r] + xch[(ni * 4 + r) * DS_WARP + lane]);
+            mm_finish_add(a, t, n, acc[ni][r] + xch[(ni * 4 + r) * DS_WARP + lane], ad[ni][r]);
         }
 }
 
