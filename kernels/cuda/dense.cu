@@ -584,7 +584,8 @@ __global__ void __launch_bounds__(WM *WT *WK *DS_WARP)
 //   six warps only copy. a1 meets a0 in shared memory, then (a0 + a1) + bias + residual.
 // With 6 stages of BT = 8 (72 KB, 3 blocks per SM) a block keeps 5 stages = 40 KB of weights in
 // flight. More stages do not make a block faster: 9 stages (8 in flight) for the 180-block o_proj
-// measured the same as 6 in the 120b decode step (13.1 µs per call; H200).
+// measured the same as 6 in the 120b decode step (H200: 13.2 vs 13.1 µs per call, and 10.3 vs
+// 10.1 with the mma warps' fragments in flight ahead, below).
 
 #define TS_BN 16  // features per block: one m16 tile
 #define TS_BK 256 // K per stage: 32 chunks of 16 bytes per row
