@@ -1019,6 +1019,20 @@ static __host__ __device__ __forceinline__ int mm_smem_bytes(int warps, int K) {
     return MM_LUT_BYTES + warps * mm_scale_area(K);
 }
 
+// The set-up of the grouped tensor-core kernels (gate_up, down): the decode table (before the grid
+// dependency: it needs no input), the block's expert and pairs (moe_block_pairs), and the barrier
+// after which every warp may read the table. False when the block has nothing to do.
+static __device__ __forceinline__ bool mm_block_setup(uint4 *lut, const struct ds_moe_args &a,
+                                                      const int32_t *groups, const int32_t *pairs,
+                                                      int32_t *s_list, int *s_info,
+                                                      struct moe_block *k) {
+    mm_lut_fill(lut);
+    DS_GRID_DEPENDENCY();
+    const bool any = moe_block_pairs(a, groups, pairs, MM_TOKEN_CHUNK, s_list, s_info, k);
+    __syncthreads(); // the table
+    return any;
+}
+
 // gate_up + clamped SwiGLU: grid (2I / 64, experts in use, chunks of 32 pairs). Writes h of unit
 // r0/2 + g for the lane's columns 2t, 2t+1 as hi / lo bf16 (hh[pair·I + unit], hh + np·I).
 template <int NT>
@@ -1028,13 +1042,10 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     extern __shared__ uint4 mm_lut[];
     __shared__ int32_t s_list[DS_WARP];
     __shared__ int s_info[2];
-    mm_lut_fill(mm_lut);
-    DS_GRID_DEPENDENCY();
     struct moe_block k;
-    const bool any = moe_block_pairs(a, groups, pairs, MM_TOKEN_CHUNK, s_list, s_info, &k);
+    const bool any = mm_block_setup(mm_lut, a, groups, pairs, s_list, s_info, &k);
     const int e = k.e, beg = k.beg, end = k.end;
     const int32_t *list = k.list;
-    __syncthreads(); // the table
     const int C = a.dim, I = a.inter, KE = a.top_k, lane = threadIdx.x % DS_WARP;
     const int r0 = blockIdx.x * MM_BLOCK_ROWS + (threadIdx.x / DS_WARP) * MM_ROWS;
     if (!any || r0 >= 2 * I) return;
@@ -1082,13 +1093,10 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     __shared__ int32_t s_list[DS_WARP];
     __shared__ int s_info[2];
     __shared__ float part[2][NT * 4][DS_WARP];
-    mm_lut_fill(mm_lut);
-    DS_GRID_DEPENDENCY();
     struct moe_block k;
-    const bool any = moe_block_pairs(a, groups, pairs, MM_TOKEN_CHUNK, s_list, s_info, &k);
+    const bool any = mm_block_setup(mm_lut, a, groups, pairs, s_list, s_info, &k);
     const int e = k.e, beg = k.beg, end = k.end;
     const int32_t *list = k.list;
-    __syncthreads();  // the table
     if (!any) return; // block-uniform
     const int C = a.dim, I = a.inter, lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
     const int tile = warp & 1, half = warp >> 1;
