@@ -1103,15 +1103,10 @@ static int att_tc_max_stages(int D) { return D == 64 ? 4 : 3; }
 template <int D>
 static void att_tc_launch(const struct ds_attention_args *a, float *ws, int nspl, bool fused,
                           int ns, dim3 grid, cudaStream_t st) {
-    static const bool attr_set = [] {
-        const int bytes = (int)att_tc_smem(D, att_tc_max_stages(D));
-        cudaFuncSetAttribute(bf16_sdpa_sink_gqa_tc<D, true>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-        cudaFuncSetAttribute(bf16_sdpa_sink_gqa_tc<D, false>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-        return true;
-    }();
-    (void)attr_set;
+    static int set_split = 0, set_row = 0; // both opted in to the most any call needs
+    const int bytes = (int)att_tc_smem(D, att_tc_max_stages(D));
+    ds_smem_attr(bf16_sdpa_sink_gqa_tc<D, true>, &set_split, bytes);
+    ds_smem_attr(bf16_sdpa_sink_gqa_tc<D, false>, &set_row, bytes);
     const att_tc_kernel k = ws ? bf16_sdpa_sink_gqa_tc<D, true> : bf16_sdpa_sink_gqa_tc<D, false>;
     ds_launch(k, grid, dim3(ATT_THREADS), att_tc_smem(D, ns), st, *a, ws, nspl, fused ? 1 : 0, ns);
 }

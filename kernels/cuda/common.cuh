@@ -268,6 +268,15 @@ static inline void ds_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem
     DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, args...));
 }
 
+// Opt-in to a kernel's dynamic shared memory beyond the default 48 KB: only when a call needs more
+// than the most set so far for that kernel (*set: one static int per kernel, from 0), so the host
+// pays the attribute call once per kernel and size, not at every launch.
+template <typename K> static inline void ds_smem_attr(K k, int *set, int bytes) {
+    if (bytes <= *set) return;
+    DS_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    *set = bytes;
+}
+
 // L2 prefetch of the bytes [p, p + n), trimmed to whole aligned 16-byte units (one bulk request).
 // A cache hint: it observes no value and cannot change a result, so a kernel may issue it for
 // memory no earlier kernel writes (weights) before DS_GRID_DEPENDENCY(), to pull its weights

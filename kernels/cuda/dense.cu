@@ -796,7 +796,8 @@ template <int BT, int STAGES>
 static enum ds_status ts_launch(const struct ds_matmul_args *a, cudaStream_t s) {
     void (*k)(const struct ds_matmul_args) = bf16_bf16w_matmul_tc_stream<BT, STAGES>;
     const int smem = STAGES * (TS_BN + BT) * TS_ROW_BYTES;
-    DS_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    static int set = 0;
+    ds_smem_attr(k, &set, smem);
     ds_launch(k, cu_blocks(a->out_dim, TS_BN), TS_THREADS, smem, s, *a);
     return DS_OK;
 }
@@ -812,7 +813,8 @@ static enum ds_status mm_launch(const struct ds_matmul_args *a, int vec, cudaStr
     if (gy > 65535u)
         return ds_error_set(DS_ERR_UNSUPPORTED, "matmul: %d output features (at most %d)",
                             a->out_dim, 65535 * BN);
-    DS_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    static int set = 0;
+    ds_smem_attr(k, &set, smem);
     ds_launch(k, dim3(cu_blocks(a->n_rows, BT), gy), WM * WT * WK * DS_WARP, smem, s, *a, vec);
     return DS_OK;
 }

@@ -1199,21 +1199,13 @@ __global__ void __launch_bounds__(MM_FUSED_THREADS, 2)
         combine_1tok(a, r0 + (int)threadIdx.x, &ys[0][0] + threadIdx.x, MM_ROWS);
 }
 
-// Opt-in to a kernel's dynamic shared memory: (again) whenever a call needs more than the most
-// set so far (*set, per kernel). The size depends on K (the scale areas).
-template <typename K> static void mm_smem_attr(K k, int *set, int bytes) {
-    if (bytes <= *set) return;
-    DS_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    *set = bytes;
-}
-
 template <int NT>
 static void mm_launch(const struct ds_moe_args *a, dim3 g1, dim3 g2, cudaStream_t st,
                       const int32_t *groups, const struct moe_ws &w) {
     static int set_gu = 0, set_dn = 0;
     const int s1 = mm_smem_bytes(MM_WARPS, a->dim), s2 = mm_smem_bytes(MM_WARPS, a->inter);
-    mm_smem_attr(bf16_mxfp4w_moe_gate_up_mma<NT>, &set_gu, s1);
-    mm_smem_attr(bf16_mxfp4w_moe_down_mma<NT>, &set_dn, s2);
+    ds_smem_attr(bf16_mxfp4w_moe_gate_up_mma<NT>, &set_gu, s1);
+    ds_smem_attr(bf16_mxfp4w_moe_down_mma<NT>, &set_dn, s2);
     ds_launch(bf16_mxfp4w_moe_gate_up_mma<NT>, g1, dim3(MM_THREADS), s1, st, *a, groups,
               (const int32_t *)w.pairs, (uint16_t *)w.h);
     ds_launch(bf16_mxfp4w_moe_down_mma<NT>, g2, dim3(MM_THREADS), s2, st, *a, groups,
@@ -1311,8 +1303,8 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
         if (T == 1 && KE <= 4) {
             static int set_gu = 0, set_dn = 0;
             const int s1 = mm_smem_bytes(MM_WARPS, C), s2 = mm_smem_bytes(8, I);
-            mm_smem_attr(bf16_mxfp4w_moe_gate_up_mma<1>, &set_gu, s1);
-            mm_smem_attr(bf16_mxfp4w_moe_down_combine_1tok_mma, &set_dn, s2);
+            ds_smem_attr(bf16_mxfp4w_moe_gate_up_mma<1>, &set_gu, s1);
+            ds_smem_attr(bf16_mxfp4w_moe_down_combine_1tok_mma, &set_dn, s2);
             ds_launch(bf16_mxfp4w_moe_gate_up_mma<1>, m1, dim3(MM_THREADS), s1, st, *a,
                       (const int32_t *)NULL, (const int32_t *)w.pairs, (uint16_t *)w.h);
             ds_launch(bf16_mxfp4w_moe_down_combine_1tok_mma, dim3((unsigned)(C / MM_ROWS)),
