@@ -476,8 +476,23 @@ static enum ds_status attention_block(ds_gptoss_t *m, int l, int T, int n_seq) {
     const int QD = m->NH * m->D, KD = m->NKV * m->D;
     enum ds_status s;
     if ((s = rmsnorm(m, T, m->x, &w->attn_norm, m->xn))) return s;
+    struct ds_rope_args r = {
+        .act = m->act,
+        .n_rows = T,
+        .head_dim = m->D,
+        .n_q_heads = m->NH,
+        .n_k_heads = m->NKV,
+        .q = m->q,
+        .k = m->k,
+        .positions = m->d_pos,
+        .cos = m->rope_cos,
+        .sin = m->rope_sin,
+        .table_len = m->plan.max_pos,
+    };
     if (w->qkv_fused) {
-        // One launch streams [q_w; k_w; v_w] and writes q, k and v (ds_matmul_args split).
+        // One call streams [q_w; k_w; v_w], writes q, k and v (ds_matmul_args split) and rotates
+        // q and k (its RoPE fields: the bits of the rope op after it; on CUDA the rotation
+        // happens inside the small-T product, one launch fewer per layer).
         struct ds_matmul_args qkv = {
             .act = m->act,
             .w_dtype = w->q_w.e,
@@ -494,27 +509,19 @@ static enum ds_status attention_block(ds_gptoss_t *m, int l, int T, int n_seq) {
             .out2 = m->v,
             .bias1 = w->k_b.p,
             .bias2 = w->v_b.p,
+            .rope_head_dim = r.head_dim,
+            .rope_positions = r.positions,
+            .rope_cos = r.cos,
+            .rope_sin = r.sin,
+            .rope_table_len = r.table_len,
         };
         if ((s = be->matmul(be, &qkv))) return s;
     } else {
         if ((s = matmul(m, T, m->H, QD, m->xn, &w->q_w, &w->q_b, NULL, m->q))) return s;
         if ((s = matmul(m, T, m->H, KD, m->xn, &w->k_w, &w->k_b, NULL, m->k))) return s;
         if ((s = matmul(m, T, m->H, KD, m->xn, &w->v_w, &w->v_b, NULL, m->v))) return s;
+        if ((s = be->rope(be, &r))) return s;
     }
-    struct ds_rope_args r = {
-        .act = m->act,
-        .n_rows = T,
-        .head_dim = m->D,
-        .n_q_heads = m->NH,
-        .n_k_heads = m->NKV,
-        .q = m->q,
-        .k = m->k,
-        .positions = m->d_pos,
-        .cos = m->rope_cos,
-        .sin = m->rope_sin,
-        .table_len = m->plan.max_pos,
-    };
-    if ((s = be->rope(be, &r))) return s;
     struct ds_attention_args a = {
         .act = m->act,
         .cache_dtype = m->act,

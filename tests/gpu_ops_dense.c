@@ -429,6 +429,111 @@ static void matmul_split_outputs_equal_separate_calls(void) {
     EXPECT_ERROR_HAS("matmul: out1 must not alias x");
 }
 
+// Fused RoPE (ds_matmul_args rope fields): one split call must write exactly the bits of the same
+// call without them followed by ds_rope_cuda on its q and k parts. bf16 calls of up to 8 rows with
+// D % 16 == 0 rotate inside the stream tile (tiles of 8 pairs, ds_rope_pair in registers); the
+// others run the two ops. Cases: gpt-oss qkv (2880 -> 4096 + 512 + 512, D = 64, YaRN table) at T =
+// 1, 3, 8 (fused) and 9 (two ops), the tiny config (256 -> 256 + 64 + 64, D = 32, plain) at T = 1,
+// 5, D = 8 at T = 2 (two ops), f32 activations at T = 2 (two ops). Row 1 of every call with T > 2
+// sits past the table: NaN in both. Each case also checks that the rotation changed q.
+struct rope_case {
+    int T, K, d[3], D, yarn;
+    enum ds_elem act;
+};
+
+static void run_rope_case(const struct rope_case *c) {
+    enum { P = 4096 };
+    const int T = c->T, K = c->K, N = c->d[0] + c->d[1] + c->d[2], D = c->D, H = D / 2;
+    const size_t es = c->act == DS_ELEM_BF16 ? 2 : 4;
+    const struct ds_rope_table_config yarn = {.kind = DS_ROPE_TABLE_YARN, .head_dim = D,
+                                              .theta = 150000.0, .factor = 32.0,
+                                              .beta_fast = 32.0, .beta_slow = 1.0,
+                                              .original_max_pos = 4096};
+    const struct ds_rope_table_config plain = {.kind = DS_ROPE_TABLE_PLAIN, .head_dim = D,
+                                               .theta = 10000.0};
+    float *cs = t_alloc((size_t)P * H * 4), *sn = t_alloc((size_t)P * H * 4);
+    EXPECT_OK(ds_rope_table_fill(c->yarn ? &yarn : &plain, P, cs, sn));
+    float *x = t_alloc((size_t)T * K * 4), *w = t_alloc((size_t)N * K * 4);
+    float *b = t_alloc((size_t)N * 4);
+    t_fill(x, (size_t)T * K, 710 + T, 1.0f);
+    t_fill(w, (size_t)N * K, 810 + N, 1.0f);
+    t_fill(b, N, 910 + N, 1.0f);
+    int32_t *pos = t_alloc((size_t)T * 4);
+    uint64_t seed = 31 + T;
+    for (int t = 0; t < T; t++) pos[t] = t_int(&seed, 1, P - 1);
+    if (T > 2) pos[1] = P; // past the table
+    void *d_x = g_upload_as(x, (size_t)T * K, c->act);
+    void *d_w = g_upload_as(w, (size_t)N * K, DS_ELEM_BF16), *d_b = g_upload_as(b, N, DS_ELEM_F32);
+    void *d_cs = g_upload(cs, (size_t)P * H * 4), *d_sn = g_upload(sn, (size_t)P * H * 4);
+    int32_t *d_pos = g_upload(pos, (size_t)T * 4);
+    void *fused[3], *two[3];
+    for (int j = 0; j < 3; j++) {
+        fused[j] = g_alloc((size_t)T * c->d[j] * es);
+        two[j] = g_alloc((size_t)T * c->d[j] * es);
+    }
+    struct ds_matmul_args a = {.act = c->act, .w_dtype = DS_ELEM_BF16, .bias_dtype = DS_ELEM_F32,
+                               .n_rows = T, .in_dim = K, .out_dim = N, .x = d_x, .w = d_w,
+                               .bias = d_b, .out = two[0],
+                               .part_dim = {c->d[0], c->d[1], c->d[2]}, .out1 = two[1],
+                               .out2 = two[2], .bias1 = (float *)d_b + c->d[0],
+                               .bias2 = (float *)d_b + c->d[0] + c->d[1]};
+    EXPECT_OK(ds_matmul_cuda(&a, NULL)); // the product alone
+    const size_t qb = (size_t)T * c->d[0] * es;
+    unsigned char *plain_q = t_alloc(qb);
+    g_download(plain_q, two[0], qb);
+    struct ds_rope_args r = {.act = c->act, .n_rows = T, .head_dim = D,
+                             .n_q_heads = c->d[0] / D, .n_k_heads = c->d[1] / D, .q = two[0],
+                             .k = two[1], .positions = d_pos, .cos = (const float *)d_cs,
+                             .sin = (const float *)d_sn, .table_len = P};
+    EXPECT_OK(ds_rope_cuda(&r, NULL)); // then the rope op
+    a.out = fused[0], a.out1 = fused[1], a.out2 = fused[2];
+    a.rope_head_dim = D, a.rope_positions = d_pos, a.rope_cos = (const float *)d_cs;
+    a.rope_sin = (const float *)d_sn, a.rope_table_len = P;
+    EXPECT_OK(ds_matmul_cuda(&a, NULL)); // one call
+    for (int j = 0; j < 3; j++) {
+        const size_t bytes = (size_t)T * c->d[j] * es;
+        unsigned char *hf = t_alloc(bytes), *ht = t_alloc(bytes);
+        g_download(hf, fused[j], bytes);
+        g_download(ht, two[j], bytes);
+        char what[160];
+        snprintf(what, sizeof what, "fused rope T=%d K=%d parts %d/%d/%d D=%d act %s: part %d "
+                 "vs matmul then rope", T, K, c->d[0], c->d[1], c->d[2], D, dt_name(c->act), j);
+        g_same_bytes(what, hf, ht, bytes, es);
+        if (j == 0) EXPECT(memcmp(ht, plain_q, bytes) != 0); // the rotation changed q
+        free(hf), free(ht);
+    }
+    for (int j = 0; j < 3; j++) g_free(fused[j]), g_free(two[j]);
+    g_free(d_x), g_free(d_w), g_free(d_b), g_free(d_cs), g_free(d_sn), g_free(d_pos);
+    free(cs), free(sn), free(x), free(w), free(b), free(pos), free(plain_q);
+}
+
+static void matmul_fused_rope_equals_two_ops(void) {
+    static const struct rope_case cases[] = {
+        {1, 2880, {4096, 512, 512}, 64, 1, DS_ELEM_BF16}, {3, 2880, {4096, 512, 512}, 64, 1, DS_ELEM_BF16},
+        {8, 2880, {4096, 512, 512}, 64, 1, DS_ELEM_BF16}, {9, 2880, {4096, 512, 512}, 64, 1, DS_ELEM_BF16},
+        {1, 256, {256, 64, 64}, 32, 0, DS_ELEM_BF16},     {5, 256, {256, 64, 64}, 32, 0, DS_ELEM_BF16},
+        {2, 72, {16, 8, 8}, 8, 0, DS_ELEM_BF16},          {2, 256, {256, 64, 64}, 32, 0, DS_ELEM_F32},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct rope_case *c = &cases[i];
+        char name[96];
+        snprintf(name, sizeof name, "fused rope T=%d K=%d parts %d/%d/%d", c->T, c->K, c->d[0],
+                 c->d[1], c->d[2]);
+        if (mm_is_real(c->K, c->d[0] + c->d[1] + c->d[2]) && g_small_skip(name)) continue;
+        run_rope_case(c);
+    }
+    // Host checks of the RoPE fields name the problem (the reference's check).
+    struct ds_matmul_args a = {.act = DS_ELEM_BF16, .w_dtype = DS_ELEM_BF16, .n_rows = 1,
+                               .in_dim = 8, .out_dim = 8, .x = (void *)16, .w = (void *)32,
+                               .out = (void *)64, .part_dim = {4, 2, 2}, .out1 = (void *)128,
+                               .out2 = (void *)256, .rope_head_dim = 4,
+                               .rope_positions = (const int32_t *)512,
+                               .rope_cos = (const float *)1024, .rope_sin = (const float *)2048,
+                               .rope_table_len = 8};
+    EXPECT_STATUS(ds_matmul_cuda(&a, NULL), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("matmul: RoPE head_dim 4 must be even and divide the q and k widths 4 and 2");
+}
+
 static void matmul_rejects_bad_arguments(void) {
     struct ds_matmul_args a = {.act = DS_ELEM_BF16, .w_dtype = DS_ELEM_BF16, .n_rows = 2,
                                .in_dim = 8, .out_dim = 8, .x = (void *)16, .w = (void *)32,
@@ -750,6 +855,7 @@ int main(void) {
     G_RUN_LARGE(matmul_bf16_continuous_values_loose); // real qkv / lm_head-like shapes only
     DS_RUN(matmul_is_batch_invariant);
     DS_RUN(matmul_split_outputs_equal_separate_calls);
+    DS_RUN(matmul_fused_rope_equals_two_ops);
     DS_RUN(add_silu_gather_match_reference);
     DS_RUN(rope_matches_reference);
     G_RUN_LARGE(dense_chain_with_dependent_launches_equals_synced_chain); // 2880² weight, 63 runs

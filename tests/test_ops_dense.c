@@ -210,6 +210,54 @@ static void matmul_split_outputs_match_separate_calls(void) {
     EXPECT_ERROR_HAS("a split output takes no residual");
 }
 
+// RoPE fields: a split call with rope_cos set rotates out (q) and out1 (k) in place and must give
+// the bits of the same call without them followed by ds_rope (the CUDA launcher fuses the two, its
+// test compares against this order); v is untouched. Bad RoPE fields are refused with the reason.
+static void matmul_rope_fields_equal_matmul_then_rope(void) {
+    enum { T = 3, K = 24, D = 8, NQ = 2, NK = 1, P = 16 };
+    enum { D0 = NQ * D, D1 = NK * D, D2 = 5, N = D0 + D1 + D2 };
+    float x[T * K], w[N * K], b[N], cs[P * D / 2], sn[P * D / 2];
+    t_fill(x, T * K, 60, 1.0f);
+    t_fill(w, N * K, 61, 1.0f);
+    t_fill(b, N, 62, 1.0f);
+    const struct ds_rope_table_config cfg = {.kind = DS_ROPE_TABLE_PLAIN, .head_dim = D,
+                                             .theta = 10000.0};
+    EXPECT_OK(ds_rope_table_fill(&cfg, P, cs, sn));
+    int32_t pos[T] = {0, 7, P - 1};
+    float q[T * D0], k[T * D1], v[T * D2], q2[T * D0], k2[T * D1], v2[T * D2];
+    struct ds_matmul_args a = {.act = DS_ELEM_F32, .w_dtype = DS_ELEM_F32,
+                               .bias_dtype = DS_ELEM_F32, .n_rows = T, .in_dim = K, .out_dim = N,
+                               .x = x, .w = w, .bias = b, .out = q2, .part_dim = {D0, D1, D2},
+                               .out1 = k2, .out2 = v2, .bias1 = b + D0, .bias2 = b + D0 + D1};
+    EXPECT_OK(ds_matmul_ref(&a)); // the product alone, then the rope op
+    struct ds_rope_args r = {.act = DS_ELEM_F32, .n_rows = T, .head_dim = D, .n_q_heads = NQ,
+                             .n_k_heads = NK, .q = q2, .k = k2, .positions = pos, .cos = cs,
+                             .sin = sn, .table_len = P};
+    EXPECT_OK(ds_rope_ref(&r));
+    a.out = q, a.out1 = k, a.out2 = v, a.rope_head_dim = D, a.rope_positions = pos;
+    a.rope_cos = cs, a.rope_sin = sn, a.rope_table_len = P;
+    EXPECT_OK(ds_matmul_ref(&a));
+    EXPECT(t_same_bits(q, q2, T * D0) && t_same_bits(k, k2, T * D1) && t_same_bits(v, v2, T * D2));
+    // Not a no-op: row 1 (position 7) differs from the unrotated product.
+    a.rope_cos = NULL, a.out = q2;
+    EXPECT_OK(ds_matmul_ref(&a));
+    EXPECT(!t_same_bits(q + D0, q2 + D0, D0));
+    a.rope_cos = cs;
+    // Bad fields name the problem.
+    a.rope_head_dim = 3;
+    EXPECT_STATUS(ds_matmul_ref(&a), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("RoPE head_dim 3 must be even and divide the q and k widths 16 and 8");
+    a.rope_head_dim = D, a.rope_sin = NULL;
+    EXPECT_STATUS(ds_matmul_ref(&a), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("rope sin table buffer is NULL");
+    a.rope_sin = sn, a.part_dim[1] = 0, a.part_dim[2] = D1 + D2, a.out1 = NULL;
+    EXPECT_STATUS(ds_matmul_ref(&a), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("RoPE needs a split with q and k parts (widths 16, 0)");
+    // A position past the table is the rope op's range error.
+    a.part_dim[1] = D1, a.part_dim[2] = D2, a.out1 = k, pos[1] = P;
+    EXPECT_STATUS(ds_matmul_ref(&a), DS_ERR_RANGE);
+}
+
 static void add_silu_mul_and_gather(void) {
     enum { T = 3, C = 11 };
     float a[T * C], b[T * C], y[T * C];
@@ -242,6 +290,7 @@ int main(void) {
     DS_RUN(matmul_is_batch_and_thread_invariant);
     DS_RUN(matmul_rejects_bad_arguments);
     DS_RUN(matmul_split_outputs_match_separate_calls);
+    DS_RUN(matmul_rope_fields_equal_matmul_then_rope);
     DS_RUN(add_silu_mul_and_gather);
     return ds_test_end();
 }

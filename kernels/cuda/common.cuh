@@ -217,6 +217,16 @@ static inline unsigned cu_blocks(size_t n, size_t per_block) {
     return (unsigned)(b ? b : 1);
 }
 
+// One RoPE pair (x[i], x[i + D/2]) at cos c, sin s, in double like the CPU reference (the
+// products of floats are exact in double, one rounding to double, one to float). The rope kernel
+// and the matmul's fused RoPE both call this, so they give the same bits.
+static __device__ __forceinline__ void ds_rope_pair(float x0, float x1, float c, float s,
+                                                    float *r0, float *r1) {
+    const double d0 = x0, d1 = x1, ci = c, si = s;
+    *r0 = (float)(d0 * ci - d1 * si);
+    *r1 = (float)(d1 * ci + d0 * si);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Programmatic dependent launch (sm_90)
 //

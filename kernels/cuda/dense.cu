@@ -648,7 +648,22 @@ static __device__ __forceinline__ void ts_frags(uint32_t s, int ii, ts_frag fa, 
     }
 }
 
-template <int BT, int STAGES>
+// The fused RoPE (ROPE: ds_matmul_args.rope_cos, T <= 8, D % 16 == 0). A tile of parts 0 and 1
+// (q, k) holds 8 RoPE pairs instead of 16 consecutive features: tile rows r and r + 8 are
+// features i and i + D/2 of one head (i = i0 + r, i0 = 8 · the tile's place in its head), so
+// warp 0's lane (g, q) ends up with both elements of pair g for its tokens and rotates them in
+// registers: ds_rope_pair on the bf16 values the product would store, the rope kernel's
+// arithmetic, hence the bits of the product then ds_rope. The tiles of part 2 (v) keep
+// consecutive features. (The L2 prefetch still takes rows f0 .. f0 + 15: over the grid the same
+// rows.)
+static __device__ __forceinline__ int ts_feature(const struct ds_matmul_args &a, bool rope, int f0,
+                                                 int r) {
+    if (!rope) return f0 + r;
+    const int D = a.rope_head_dim, hb = f0 / D * D, i0 = f0 % D / 16 * 8;
+    return hb + i0 + (r & 7) + (r >> 3) * (D / 2);
+}
+
+template <int BT, int STAGES, bool ROPE>
 __global__ void __launch_bounds__(TS_THREADS)
     bf16_bf16w_matmul_tc_stream(const struct ds_matmul_args a) {
     constexpr int NI = BT / 8; // n8 token tiles; also x rows copied per warp
@@ -656,17 +671,20 @@ __global__ void __launch_bounds__(TS_THREADS)
     constexpr int KSTEPS = TS_BK / 16;
     static_assert(TS_THREADS == 8 * DS_WARP && TS_BK == 8 * DS_WARP, "copy roles: 8 warps");
     static_assert((NI == 1 || NI % 2 == 0) && STAGES >= 2, "tile");
+    static_assert(!ROPE || NI == 1, "the fused RoPE: up to 8 rows");
 
     const int warp = threadIdx.x / DS_WARP, lane = threadIdx.x % DS_WARP;
     const int N = a.out_dim, K = a.in_dim, T = a.n_rows;
     const int f0 = blockIdx.x * TS_BN;
     const int KT = (K + TS_BK - 1) / TS_BK, n_steps = (K + 15) / 16;
+    const bool rt = ROPE && f0 < a.part_dim[0] + a.part_dim[1]; // a tile of RoPE pairs
 
-    // Copy roles (see above). Tile row r of a stage holds W row f0 + r (r < 16) or x row r − 16;
-    // chunk c of row r sits at mm_off<TS_BK>(r, c), and (16 + w + 8j) & 7 == w & 7 == w.
+    // Copy roles (see above). Tile row r of a stage holds W row ts_feature(r) (r < 16: f0 + r
+    // unless a RoPE tile) or x row r − 16; chunk c of row r sits at mm_off<TS_BK>(r, c), and
+    // (16 + w + 8j) & 7 == w & 7 == w.
     const ds_bf16 *W = (const ds_bf16 *)a.w, *X = (const ds_bf16 *)a.x;
-    const ds_bf16 *w0 = W + (size_t)min(f0 + warp, N - 1) * K + lane * 8;
-    const ds_bf16 *w1 = W + (size_t)min(f0 + warp + 8, N - 1) * K + lane * 8;
+    const ds_bf16 *w0 = W + (size_t)min(ts_feature(a, rt, f0, warp), N - 1) * K + lane * 8;
+    const ds_bf16 *w1 = W + (size_t)min(ts_feature(a, rt, f0, warp + 8), N - 1) * K + lane * 8;
     const ds_bf16 *xr[NI];
     int nx = 0;
 #pragma unroll
@@ -717,8 +735,22 @@ __global__ void __launch_bounds__(TS_THREADS)
     for (int ni = 0; ni < NI; ni++)
 #pragma unroll
         for (int r = 0; r < 4; r++) {
-            const int n = f0 + g + (r >> 1) * 8, t = ni * 8 + 2 * q + (r & 1);
+            const int n = ts_feature(a, rt, f0, g + (r >> 1) * 8), t = ni * 8 + 2 * q + (r & 1);
             ad[ni][r] = warp == 0 && n < N && t < T ? mm_addends(a, t, n) : make_float2(0.f, 0.f);
+        }
+    // RoPE tile: the cos and sin of pair g at tokens 2q, 2q + 1 (positions first: a chain of two
+    // loads, issued here so that it ends during the k loop); ok[e]: the position is in the table.
+    float rc[2] = {0.f, 0.f}, rs[2] = {0.f, 0.f};
+    bool rok[2] = {false, false};
+    if (ROPE && rt && warp == 0)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int t = 2 * q + e, H = a.rope_head_dim / 2;
+            if (t >= T) continue;
+            const int32_t p = a.rope_positions[t];
+            rok[e] = p >= 0 && p < a.rope_table_len;
+            const size_t ti = (size_t)(rok[e] ? p : 0) * H + f0 % a.rope_head_dim / 16 * 8 + g;
+            rc[e] = __ldg(a.rope_cos + ti), rs[e] = __ldg(a.rope_sin + ti);
         }
 
     for (int kt = 0; kt < KT; kt++) {
@@ -782,6 +814,28 @@ __global__ void __launch_bounds__(TS_THREADS)
             for (int r = 0; r < 4; r++) xch[(ni * 4 + r) * DS_WARP + lane] = acc[ni][r];
     __syncthreads();
     if (warp != 0) return;
+    if (ROPE && rt) {
+        // Pair g at token 2q + e: the product's two outputs as it would store them ((a0 + a1) +
+        // bias, one rounding to bf16; a split has no residual), then the rotation.
+        const int n0 = ts_feature(a, true, f0, g), n1 = n0 + a.rope_head_dim / 2;
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int t = 2 * q + e;
+            if (t >= T) continue;
+            const mm_dst d0 = mm_dst_of(a, t, n0), d1 = mm_dst_of(a, t, n1);
+            float v0 = acc[0][e] + xch[e * DS_WARP + lane];
+            float v1 = acc[0][2 + e] + xch[(2 + e) * DS_WARP + lane];
+            if (d0.bias) v0 += ad[0][e].x;
+            if (d1.bias) v1 += ad[0][2 + e].x;
+            float r0 = NAN, r1 = NAN;
+            if (rok[e])
+                ds_rope_pair(ds_bf16_to_f32(ds_f32_to_bf16(v0)), ds_bf16_to_f32(ds_f32_to_bf16(v1)),
+                             rc[e], rs[e], &r0, &r1);
+            ((ds_bf16 *)d0.p)[d0.o] = ds_f32_to_bf16(r0);
+            ((ds_bf16 *)d1.p)[d1.o] = ds_f32_to_bf16(r1);
+        }
+        return;
+    }
 #pragma unroll
     for (int ni = 0; ni < NI; ni++)
 #pragma unroll
@@ -792,9 +846,9 @@ __global__ void __launch_bounds__(TS_THREADS)
         }
 }
 
-template <int BT, int STAGES>
+template <int BT, int STAGES, bool ROPE = false>
 static enum ds_status ts_launch(const struct ds_matmul_args *a, cudaStream_t s) {
-    void (*k)(const struct ds_matmul_args) = bf16_bf16w_matmul_tc_stream<BT, STAGES>;
+    void (*k)(const struct ds_matmul_args) = bf16_bf16w_matmul_tc_stream<BT, STAGES, ROPE>;
     const int smem = STAGES * (TS_BN + BT) * TS_ROW_BYTES;
     static int set = 0;
     ds_smem_attr(k, &set, smem);
@@ -880,7 +934,8 @@ extern "C" enum ds_status ds_matmul_cuda(const struct ds_matmul_args *a, void *s
     CU_TRY(cu_check_ptr(op, "weight", a->w));
     CU_TRY(cu_check_ptr(op, "out", a->out));
     if (a->out == a->x) return ds_error_set(DS_ERR_ARG, "%s: out must not alias x", op);
-    CU_TRY(ds_matmul_check_split(op, a)); // the reference's check
+    CU_TRY(ds_matmul_check_split(op, a)); // the reference's checks
+    CU_TRY(ds_matmul_check_rope(op, a));
     CU_TRY(check_align_e(op, "x", a->x, a->act));
     CU_TRY(check_align_e(op, "weight", a->w, a->w_dtype));
     CU_TRY(check_align_e(op, "residual", a->residual, a->act));
@@ -893,6 +948,22 @@ extern "C" enum ds_status ds_matmul_cuda(const struct ds_matmul_args *a, void *s
     }
     CU_TRY(check_align_e(op, "bias", a->bias, a->bias_dtype));
     cudaStream_t s = DS_STREAM(stream);
+    if (a->rope_cos) {
+        // The fused RoPE inside the stream tile (bf16, up to 8 rows, D % 16 == 0: tiles of 8
+        // pairs); otherwise the product, then the rope kernel on its q and k parts. The same bits
+        // either way (ds_rope_pair).
+        if (a->act == DS_ELEM_BF16 && a->w_dtype == DS_ELEM_BF16 && a->in_dim % 8 == 0 &&
+            aligned16(a->x) && aligned16(a->w) && a->n_rows <= 8 && a->rope_head_dim % 16 == 0) {
+            CU_TRY((ts_launch<8, 6, true>(a, s)));
+            DS_KERNEL_CHECK();
+            return DS_OK;
+        }
+        struct ds_matmul_args b = *a;
+        b.rope_cos = NULL;
+        CU_TRY(ds_matmul_cuda(&b, stream));
+        const struct ds_rope_args r = ds_matmul_rope_args(a);
+        return ds_rope_cuda(&r, stream);
+    }
     if (a->act == DS_ELEM_BF16 && a->w_dtype == DS_ELEM_BF16) {
         const int vec = a->in_dim % 8 == 0 && aligned16(a->x) && aligned16(a->w);
         // The tile follows T (see THE REDUCTION ORDER: every shape gives the same bits).

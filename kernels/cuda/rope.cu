@@ -96,11 +96,7 @@ static __device__ __forceinline__ void rope_body(const struct ds_rope_args &a) {
             rope_ld_table<VP>(a.cos + (size_t)p * H + i, c);
             rope_ld_table<VP>(a.sin + (size_t)p * H + i, s);
 #pragma unroll
-            for (int e = 0; e < VP; e++) {
-                const double d0 = x0[e], d1 = x1[e], ci = c[e], si = s[e];
-                r0[e] = (float)(d0 * ci - d1 * si);
-                r1[e] = (float)(d1 * ci + d0 * si);
-            }
+            for (int e = 0; e < VP; e++) ds_rope_pair(x0[e], x1[e], c[e], s[e], &r0[e], &r1[e]);
         }
         rope_st<VP>(v, r0);
         rope_st<VP>(v + H, r1);

@@ -123,6 +123,35 @@ enum ds_status ds_matmul_check_split(const char *op, const struct ds_matmul_args
     return DS_OK;
 }
 
+enum ds_status ds_matmul_check_rope(const char *op, const struct ds_matmul_args *a) {
+    if (!a->rope_cos) return DS_OK;
+    const int D = a->rope_head_dim, *d = a->part_dim;
+    if (d[0] <= 0 || d[1] <= 0)
+        return ds_error_set(DS_ERR_ARG, "%s: RoPE needs a split with q and k parts (widths %d, %d)",
+                            op, d[0], d[1]);
+    if (D < 2 || D % 2 || d[0] % D || d[1] % D)
+        return ds_error_set(DS_ERR_ARG, "%s: RoPE head_dim %d must be even and divide the q and k "
+                            "widths %d and %d", op, D, d[0], d[1]);
+    REF_TRY(check_ptr(op, "rope sin table", a->rope_sin));
+    REF_TRY(check_ptr(op, "rope positions", a->rope_positions));
+    return check_dim(op, "rope table_len", a->rope_table_len, 1);
+}
+
+struct ds_rope_args ds_matmul_rope_args(const struct ds_matmul_args *a) {
+    const int D = a->rope_head_dim;
+    return (struct ds_rope_args){.act = a->act,
+                                 .n_rows = a->n_rows,
+                                 .head_dim = D,
+                                 .n_q_heads = a->part_dim[0] / D,
+                                 .n_k_heads = a->part_dim[1] / D,
+                                 .q = a->out,
+                                 .k = a->out1,
+                                 .positions = a->rope_positions,
+                                 .cos = a->rope_cos,
+                                 .sin = a->rope_sin,
+                                 .table_len = a->rope_table_len};
+}
+
 // f32 activations × {bf16, f32} weights. Parallel over output features: each weight row is read
 // once and used for every row of the call.
 static void f32_anyw_matmul_ref(const struct ds_matmul_args *a) {
@@ -156,7 +185,12 @@ enum ds_status ds_matmul_ref(const struct ds_matmul_args *a) {
     REF_TRY(check_ptr(op, "out", a->out));
     if (a->out == a->x) return ds_error_set(DS_ERR_ARG, "%s: out must not alias x", op);
     REF_TRY(ds_matmul_check_split(op, a));
+    REF_TRY(ds_matmul_check_rope(op, a));
     f32_anyw_matmul_ref(a);
+    if (a->rope_cos) { // the two ops in sequence: what the fused call stands for
+        const struct ds_rope_args r = ds_matmul_rope_args(a);
+        return ds_rope_ref(&r);
+    }
     return DS_OK;
 }
 

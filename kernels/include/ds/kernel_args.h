@@ -111,11 +111,23 @@ struct ds_matmul_args {
     void *out2;              // (T, part_dim[2]) act, part 2 (ignored when part_dim[2] is 0)
     const void *bias1;       // (part_dim[1]) bias_dtype or NULL; used only with a split
     const void *bias2;       // (part_dim[2]) bias_dtype or NULL; used only with a split
+    // Optional RoPE after the product (the gpt-oss q and k): when rope_cos is set, parts 0 and 1
+    // of a split (out: part_dim[0] / rope_head_dim heads, out1: part_dim[1] / rope_head_dim
+    // heads) are rotated in place exactly as ds_rope rotates q and k with these fields (struct
+    // ds_rope_args). Same bits as the product then ds_rope.
+    int rope_head_dim;              // D (even; both part widths multiples of it)
+    const int32_t *rope_positions;  // (T) int32, absolute position of each row
+    const float *rope_cos;          // (rope_table_len, D/2) f32, or NULL for no RoPE
+    const float *rope_sin;          // (rope_table_len, D/2) f32
+    int rope_table_len;             // positions covered by the tables
 };
 
 // Checks the split fields of a matmul call (widths sum to N, a buffer per part, none aliasing x,
 // no residual); DS_OK without a split. Shared by the CPU reference and the CUDA launcher.
 enum ds_status ds_matmul_check_split(const char *op, const struct ds_matmul_args *a);
+// Checks the RoPE fields (a split whose first two widths are multiples of an even head_dim,
+// positions and both tables given, table_len >= 1); DS_OK without rope_cos. Shared the same way.
+enum ds_status ds_matmul_check_rope(const char *op, const struct ds_matmul_args *a);
 
 // out = a + b elementwise over n_rows × dim. out may equal a or b.
 struct ds_add_args {
@@ -172,6 +184,9 @@ struct ds_rope_args {
     const float *sin;         // (table_len, D/2) f32
     int table_len;            // positions covered by the table
 };
+
+// The ds_rope call a matmul's RoPE fields stand for (q = out, k = out1).
+struct ds_rope_args ds_matmul_rope_args(const struct ds_matmul_args *a);
 
 // ---------------------------------------------------------------------------------------------
 // Attention over a KV cache
