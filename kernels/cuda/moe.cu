@@ -1199,6 +1199,169 @@ __global__ void __launch_bounds__(MM_FUSED_THREADS, 2)
         combine_1tok(a, r0 + (int)threadIdx.x, &ys[0][0] + threadIdx.x, MM_ROWS);
 }
 
+// One token (T = 1, decode): gate_up + SwiGLU with the bits of bf16_mxfp4w_moe_gate_up_mma<1>
+// (the same A fragments, the same mma sequence per row tile, the same epilogue), laid out for
+// the decode step, where that kernel was bound by its per-chunk instruction stream and by an
+// uneven spread of its 3-blocks-per-SM grid:
+// - one block per SM: warp w of block b owns row tile b·W + w of the KE × 2I/16 (slot, tile)
+//   pairs, W = ceil(tiles / SMs), so every SM streams the same number of tiles;
+// - the token's x is staged once per block in shared memory (G1 layout below) and every lane
+//   reads its B words from there, so the chunk loop has no global loads, predicates or zeroing
+//   for the activations (lanes g != 0 read the same x: their columns are discarded, and a
+//   column of D depends only on its own column of B);
+// - the weight ring of each warp is contiguous (row 2g's 16 bytes of lane l at 16l, row 2g + 1's
+//   at 512 + 16l): the table's holes hold only 4 warps' rings.
+// A slot with an expert id outside [0, E) writes nothing (the grouped kernels drop it too); a
+// repeated expert is computed once per slot (same bits as its column in the grouped tile).
+#ifndef G1_DEPTH
+#define G1_DEPTH 8 // chunks (1 KB per warp each) in flight per warp, as MM_GU_DEPTH(1)
+#endif
+#define G1_STAGE 1024       // one stage of a warp's ring
+#define G1_MAX_WARPS 16
+
+// x of the token in shared memory, padded with zeros to whole chunks: the 16 bytes that lane t
+// loads as its i-th B word quad of chunk c (block 4c + t, elements 8i .. 8i + 7) at
+// 256c + 64i + 16t, so the four t of one load are four different bank quads.
+static __host__ __device__ __forceinline__ int g1_x_bytes(int K) {
+    return (K / DS_MXFP4_BLOCK + 3) / 4 * 256; // mm_chunks(K) chunks
+}
+
+static __host__ __device__ __forceinline__ int g1_smem_bytes(int warps, int K) {
+    return MM_LUT_BYTES + warps * (G1_DEPTH * G1_STAGE + mm_scale_area(K)) + g1_x_bytes(K);
+}
+
+__global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
+    bf16_mxfp4w_moe_gate_up_1tok_mma(const struct ds_moe_args a, uint16_t *hh) {
+    extern __shared__ uint4 mm_lut[];
+    const int W = blockDim.x / DS_WARP, warp = threadIdx.x / DS_WARP;
+    const int lane = threadIdx.x % DS_WARP, g = lane >> 2, t = lane & 3;
+    const int C = a.dim, I = a.inter, KE = a.top_k, nb = C / DS_MXFP4_BLOCK, nch = mm_chunks(C);
+    const int tpe = 2 * I / MM_ROWS; // row tiles per expert
+    char *const sm = (char *)mm_lut;
+    const uint32_t my = (uint32_t)__cvta_generic_to_shared(sm + MM_LUT_BYTES) +
+                        (uint32_t)(warp * G1_DEPTH * G1_STAGE) + 16u * (uint32_t)lane;
+    uint8_t *const sc = (uint8_t *)sm + MM_LUT_BYTES + W * G1_DEPTH * G1_STAGE +
+                        warp * mm_scale_area(C);
+    char *const xs = sm + MM_LUT_BYTES + W * (G1_DEPTH * G1_STAGE + mm_scale_area(C));
+    mm_lut_fill(mm_lut);
+    DS_GRID_DEPENDENCY();
+    // The token's x pieces (16 bytes, 8 elements) of this thread, loaded before the expert id so
+    // both round trips overlap; stored below, after the weight copies are on their way.
+    const int n_pieces = nch * 16;
+    uint4 xq[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const int q = (int)threadIdx.x + j * (int)blockDim.x;
+        xq[j] = q < n_pieces && q * 8 < C ? __ldg((const uint4 *)a.x + q) : make_uint4(0, 0, 0, 0);
+    }
+    const int tile = (int)blockIdx.x * W + warp, slot = tile / tpe;
+    int e = -1;
+    if (slot < KE) {
+        e = __ldg(a.expert_ids + slot);
+        if (e >= a.n_experts) e = -1;
+    }
+    const int r0 = (tile % tpe) * MM_ROWS;
+    const size_t row_b = (size_t)C / 2, row_s = (size_t)C / 32;
+    const size_t wr = (size_t)(e >= 0 ? e : 0) * 2 * I + r0 + 2 * g; // gate row; wr + 1 linear
+    const uint8_t *p = a.gate_up_blocks + wr * row_b + 16 * t;
+    if (e >= 0) {
+        // The tile's scales join chunk 0's commit group, as in mm_rows.
+        const uint8_t *tl = a.gate_up_scales + (wr - 2 * g) * row_s;
+        if ((((uintptr_t)tl | (uintptr_t)sc) & 15) == 0) {
+            const uint32_t dst = (uint32_t)__cvta_generic_to_shared(sc);
+            for (int i = lane; i < nb; i += DS_WARP) cp_async16(dst + 16 * i, tl + 16 * i, true);
+        } else {
+            for (int i = lane; i < 16 * nb; i += DS_WARP) sc[i] = __ldg(tl + i);
+        }
+#pragma unroll
+        for (int d = 0; d < G1_DEPTH; d++) {
+            const bool ok = d < nch && 4 * d + t < nb;
+            cp_async16(my + d * G1_STAGE, ok ? p + 64 * d : p, ok);
+            cp_async16(my + d * G1_STAGE + 512, ok ? p + 64 * d + row_b : p, ok);
+            cp_async_commit();
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const int q = (int)threadIdx.x + j * (int)blockDim.x;
+        if (q < n_pieces) { // piece q = block q / 4, elements 8(q % 4) ..
+            const int blk = q >> 2, i = q & 3;
+            *(uint4 *)(xs + 256 * (blk >> 2) + 64 * i + 16 * (blk & 3)) = xq[j];
+        }
+    }
+    for (int q = (int)threadIdx.x + 2 * (int)blockDim.x; q < n_pieces; q += (int)blockDim.x) {
+        const int blk = q >> 2, i = q & 3; // rows longer than 2 pieces per thread
+        *(uint4 *)(xs + 256 * (blk >> 2) + 64 * i + 16 * (blk & 3)) =
+            q * 8 < C ? __ldg((const uint4 *)a.x + q) : make_uint4(0, 0, 0, 0);
+    }
+    __syncthreads(); // the table and x
+    if (e < 0) return;
+    const float bg = ld_elem(a.gate_up_bias, a.bias_dtype, wr);
+    const float bl = ld_elem(a.gate_up_bias, a.bias_dtype, wr + 1);
+    const uint32_t lane4 = (uint32_t)lane * 4u;
+    const char *lut = (const char *)mm_lut;
+    // Running pointers and counters (4c + t - nb < 0: block 4c + t exists), so a chunk adds no
+    // index arithmetic: scale bytes, x quads, the next copy's source.
+    const uint8_t *s0p = sc + 2 * g * nb + t;
+    const uint4 *xl = (const uint4 *)(xs + 16 * t);
+    const uint8_t *pn = p + 64 * G1_DEPTH;
+    int kb = t - nb, kn = 4 * G1_DEPTH + t - nb;
+    float acc[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            acc[h][i] = 0.0f;
+#pragma unroll 1
+    for (int c0 = 0; c0 < nch; c0 += G1_DEPTH) {
+#pragma unroll
+        for (int d = 0; d < G1_DEPTH; d++) {
+            if (c0 + d >= nch) break;
+            cp_async_wait<G1_DEPTH - 1>(); // chunk c0 + d (the oldest group) has landed
+            if (c0 + d == 0) __syncwarp(); // ... and with it every lane's scale copies
+            uint4 v0, v1;
+            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(v0.x), "=r"(v0.y), "=r"(v0.z), "=r"(v0.w)
+                         : "r"(my + d * G1_STAGE));
+            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(v1.x), "=r"(v1.y), "=r"(v1.z), "=r"(v1.w)
+                         : "r"(my + d * G1_STAGE + 512));
+            // Past the row (the last chunk when nb % 4 != 0) the bytes read belong to the next
+            // row or area of shared memory and are replaced by 127 (the codes there are zeros).
+            const bool bok = kb < 0;
+            const uint32_t s0 = s0p[0], s1 = s0p[nb];
+            const uint32_t sc0 = mm_scale2(bok ? s0 : 127u), sc1 = mm_scale2(bok ? s1 : 127u);
+            const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w};
+            const uint32_t w1[4] = {v1.x, v1.y, v1.z, v1.w};
+            uint4 bv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) bv[i] = xl[4 * i];
+            uint32_t A[8][4];
+#pragma unroll
+            for (int m = 0; m < 8; m++) mm_decode_a(lut, w0, w1, m, lane4, sc0, sc1, A[m]);
+#pragma unroll
+            for (int m = 0; m < 8; m++)
+                mma_bf16(acc[m & 1], A[m], u4_word(bv, 2 * m), u4_word(bv, 2 * m + 1));
+            // Refill this stage with chunk c + DEPTH (its words are in registers now).
+            const bool ok = kn < 0;
+            cp_async16(my + d * G1_STAGE, ok ? pn : p, ok);
+            cp_async16(my + d * G1_STAGE + 512, ok ? pn + row_b : p, ok);
+            cp_async_commit();
+            pn += 64, kn += 4, kb += 4, s0p += 4, xl += 16;
+        }
+    }
+    cp_async_wait<0>();
+    if (t != 0) return; // column 0 (the token) lives in lanes t = 0: rows 2g (acc[.][0]), 2g + 1
+    const float gg = __fadd_rn(__fadd_rn(acc[0][0], acc[1][0]), bg);
+    const float ll = __fadd_rn(__fadd_rn(acc[0][2], acc[1][2]), bl);
+    const float h = swiglu_clamped(gg, ll, a.swiglu_alpha, a.swiglu_limit);
+    const ds_bf16 hi = ds_f32_to_bf16(h);
+    const ds_bf16 lo = ds_f32_to_bf16(__fsub_rn(h, ds_bf16_to_f32(hi)));
+    const int unit = r0 / 2 + g;
+    hh[(size_t)slot * I + unit] = hi;
+    hh[(size_t)KE * I + (size_t)slot * I + unit] = lo;
+}
+
 template <int NT>
 static void mm_launch(const struct ds_moe_args *a, dim3 g1, dim3 g2, cudaStream_t st,
                       const int32_t *groups, const struct moe_ws &w) {
@@ -1303,10 +1466,22 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
         if (T == 1 && KE <= 4) {
             static int set_gu = 0, set_dn = 0;
             const int s1 = mm_smem_bytes(MM_WARPS, C), s2 = mm_smem_bytes(8, I);
-            ds_smem_attr(bf16_mxfp4w_moe_gate_up_mma<1>, &set_gu, s1);
+            // gate_up: one block per SM, the (slot, row tile) pairs spread evenly over them.
+            static int set_g1 = 0;
+            const int tiles = KE * (2 * I / MM_ROWS), sms = moe_sm_count();
+            int wg = (tiles + sms - 1) / sms;
+            wg = wg < 1 ? 1 : wg;
+            if (wg <= G1_MAX_WARPS && g1_smem_bytes(wg, C) <= 227 * 1024) {
+                const int s0 = g1_smem_bytes(wg, C);
+                ds_smem_attr(bf16_mxfp4w_moe_gate_up_1tok_mma, &set_g1, s0);
+                ds_launch(bf16_mxfp4w_moe_gate_up_1tok_mma, dim3((unsigned)((tiles + wg - 1) / wg)),
+                          dim3((unsigned)(wg * DS_WARP)), s0, st, *a, (uint16_t *)w.h);
+            } else {
+                ds_smem_attr(bf16_mxfp4w_moe_gate_up_mma<1>, &set_gu, s1);
+                ds_launch(bf16_mxfp4w_moe_gate_up_mma<1>, m1, dim3(MM_THREADS), s1, st, *a,
+                          (const int32_t *)NULL, (const int32_t *)w.pairs, (uint16_t *)w.h);
+            }
             ds_smem_attr(bf16_mxfp4w_moe_down_combine_1tok_mma, &set_dn, s2);
-            ds_launch(bf16_mxfp4w_moe_gate_up_mma<1>, m1, dim3(MM_THREADS), s1, st, *a,
-                      (const int32_t *)NULL, (const int32_t *)w.pairs, (uint16_t *)w.h);
             ds_launch(bf16_mxfp4w_moe_down_combine_1tok_mma, dim3((unsigned)(C / MM_ROWS)),
                       dim3(MM_FUSED_THREADS), s2, st, *a, (const uint16_t *)w.h);
             return DS_OK;
