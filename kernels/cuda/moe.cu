@@ -56,8 +56,8 @@
 // the router's order. No atomics anywhere.
 //
 // Workspace (device, from the caller; ds_moe_cuda_workspace_bytes): h (T·KE·I f32), y (T·KE·C
-// f32), the grouping (E+1 offsets, E experts in use, their count: int32) and the grouped pair list
-// (T·KE int32), each 256-byte aligned.
+// f32; 2·KE·C at T = 1), the grouping (E+1 offsets, E experts in use, their count: int32; at
+// least C/16) and the grouped pair list (T·KE int32), each 256-byte aligned.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -629,9 +629,13 @@ struct moe_ws {
 // Byte offsets of the four areas; base == NULL only sizes the plan.
 static struct moe_ws moe_ws_plan(void *base, int T, int C, int I, int E, int KE) {
     const size_t np = (size_t)T * KE;
+    // One token (T = 1): y holds the down kernel's 2·KE·C partial sums and the grouping area its
+    // C/16 arrival counters (bf16_mxfp4w_moe_down_1tok_mma; T >= 2 needs at least as much).
+    const size_t ny = (size_t)(T > 1 ? T : 2) * KE * C;
+    const size_t ng = 2 * (size_t)E + 2 > (size_t)C / 16 ? 2 * (size_t)E + 2 : (size_t)C / 16;
     const size_t o_h = 0, o_y = o_h + align256(np * I * sizeof(float));
-    const size_t o_grp = o_y + align256(np * C * sizeof(float));
-    const size_t o_pairs = o_grp + align256((2 * (size_t)E + 2) * sizeof(int32_t));
+    const size_t o_grp = o_y + align256(ny * sizeof(float));
+    const size_t o_pairs = o_grp + align256(ng * sizeof(int32_t));
     struct moe_ws w = {NULL, NULL, NULL, NULL, o_pairs + align256(np * sizeof(int32_t))};
     if (base) {
         char *b = (char *)base;
@@ -1230,8 +1234,121 @@ static __host__ __device__ __forceinline__ int g1_smem_bytes(int warps, int K) {
     return MM_LUT_BYTES + warps * (G1_DEPTH * G1_STAGE + mm_scale_area(K)) + g1_x_bytes(K);
 }
 
+// Piece q (16 bytes: elements 8q .. 8q + 7) of a bf16 row of K elements into its G1 place.
+static __device__ __forceinline__ void g1_x_put(char *xs, int q, uint4 v) {
+    const int blk = q >> 2, i = q & 3;
+    *(uint4 *)(xs + 256 * (blk >> 2) + 64 * i + 16 * (blk & 3)) = v;
+}
+
+// The start of a warp's stream over chunks [c_lo, c_hi) of its 16 rows (p: row 2g's bytes at
+// block t, row 2g + 1 at + row_b; tile_s: the tile's 16 rows of scales): the scale bytes join
+// the first chunk's commit group, then the first DEPTH chunks go into the ring at my.
+template <int DEPTH>
+static __device__ __forceinline__ void g1_start(uint32_t my, uint8_t *sc, const uint8_t *tile_s,
+                                                const uint8_t *p, size_t row_b, int nb, int c_lo,
+                                                int c_hi) {
+    const int lane = threadIdx.x % DS_WARP, t = lane & 3;
+    if ((((uintptr_t)tile_s | (uintptr_t)sc) & 15) == 0) {
+        const uint32_t dst = (uint32_t)__cvta_generic_to_shared(sc);
+        for (int i = lane; i < nb; i += DS_WARP) cp_async16(dst + 16 * i, tile_s + 16 * i, true);
+    } else {
+        for (int i = lane; i < 16 * nb; i += DS_WARP) sc[i] = __ldg(tile_s + i);
+    }
+#pragma unroll
+    for (int d = 0; d < DEPTH; d++) {
+        const int c = c_lo + d;
+        const bool ok = c < c_hi && 4 * c + t < nb;
+        cp_async16(my + d * G1_STAGE, ok ? p + 64 * c : p, ok);
+        cp_async16(my + d * G1_STAGE + 512, ok ? p + 64 * c + row_b : p, ok);
+        cp_async_commit();
+    }
+}
+
+// The stream itself, after g1_start and a barrier that published the table and the staged
+// activations xs[s] (G1 layout): for each chunk, the A fragments of mm_rows' decode times NB
+// activation rows, in mm_rows' mma sequence (m = 0..7 into the even / odd accumulator, the B sets
+// in order), so out (= acc_even + acc_odd, lane t = 0 holding column 0) has mm_rows' bits.
+// Running pointers and counters (4c + t - nb < 0: block 4c + t of the row exists) keep index
+// arithmetic out of the chunk.
+template <int NB, int DEPTH>
+static __device__ __forceinline__ void g1_stream(const char *lut, uint32_t my, const uint8_t *sc,
+                                                 const uint8_t *p, size_t row_b, int nb, int c_lo,
+                                                 int c_hi, const char *const xs[NB],
+                                                 float out[4]) {
+    const int lane = threadIdx.x % DS_WARP, g = lane >> 2, t = lane & 3;
+    const uint32_t lane4 = (uint32_t)lane * 4u;
+    const uint8_t *s0p = sc + 2 * g * nb + t + 4 * c_lo;
+    const uint4 *xl[NB];
+#pragma unroll
+    for (int s = 0; s < NB; s++) xl[s] = (const uint4 *)(xs[s] + 16 * t + 256 * c_lo);
+    const uint8_t *pn = p + 64 * (c_lo + DEPTH);
+    // Refill of chunk cn: cn < c_hi and 4cn + t < nb, i.e. 4cn < lim.
+    const int lim = min(nb - t, 4 * c_hi);
+    int kb = 4 * c_lo + t - nb, kn = 4 * (c_lo + DEPTH) - lim;
+    float acc[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            acc[h][i] = 0.0f;
+#pragma unroll 1
+    for (int c0 = c_lo; c0 < c_hi; c0 += DEPTH) {
+#pragma unroll
+        for (int d = 0; d < DEPTH; d++) {
+            if (c0 + d >= c_hi) break;
+            cp_async_wait<DEPTH - 1>();     // chunk c0 + d (the oldest group) has landed
+            if (c0 + d == c_lo) __syncwarp(); // ... and with it every lane's scale copies
+            uint4 v0, v1;
+            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(v0.x), "=r"(v0.y), "=r"(v0.z), "=r"(v0.w)
+                         : "r"(my + d * G1_STAGE));
+            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(v1.x), "=r"(v1.y), "=r"(v1.z), "=r"(v1.w)
+                         : "r"(my + d * G1_STAGE + 512));
+            // Past the row (the last chunk when nb % 4 != 0) the bytes read belong to the next
+            // row or area of shared memory and are replaced by 127 (the codes there are zeros).
+            const bool bok = kb < 0;
+            const uint32_t s0 = s0p[0], s1 = s0p[nb];
+            const uint32_t sc0 = mm_scale2(bok ? s0 : 127u), sc1 = mm_scale2(bok ? s1 : 127u);
+            const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w};
+            const uint32_t w1[4] = {v1.x, v1.y, v1.z, v1.w};
+            uint4 bv[NB][4];
+#pragma unroll
+            for (int s = 0; s < NB; s++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    bv[s][i] = xl[s][4 * i];
+            // One B set: the 8 fragments first (their table loads issued together); two: each
+            // just before its mma's (registers), as mm_rows does. Same mma sequence.
+            uint32_t A[NB == 1 ? 8 : 1][4];
+            if constexpr (NB == 1)
+#pragma unroll
+                for (int m = 0; m < 8; m++) mm_decode_a(lut, w0, w1, m, lane4, sc0, sc1, A[m]);
+#pragma unroll
+            for (int m = 0; m < 8; m++) {
+                if constexpr (NB != 1) mm_decode_a(lut, w0, w1, m, lane4, sc0, sc1, A[0]);
+#pragma unroll
+                for (int s = 0; s < NB; s++)
+                    mma_bf16(acc[m & 1], A[NB == 1 ? m : 0], u4_word(bv[s], 2 * m),
+                             u4_word(bv[s], 2 * m + 1));
+            }
+            // Refill this stage with chunk c + DEPTH (its words are in registers now).
+            const bool ok = kn < 0;
+            cp_async16(my + d * G1_STAGE, ok ? pn : p, ok);
+            cp_async16(my + d * G1_STAGE + 512, ok ? pn + row_b : p, ok);
+            cp_async_commit();
+            pn += 64, kn += 4, kb += 4, s0p += 4;
+#pragma unroll
+            for (int s = 0; s < NB; s++) xl[s] += 16;
+        }
+    }
+    cp_async_wait<0>(); // nothing of this warp stays in flight into its ring
+#pragma unroll
+    for (int i = 0; i < 4; i++) out[i] = __fadd_rn(acc[0][i], acc[1][i]);
+}
+
 __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
-    bf16_mxfp4w_moe_gate_up_1tok_mma(const struct ds_moe_args a, uint16_t *hh) {
+    bf16_mxfp4w_moe_gate_up_1tok_mma(const struct ds_moe_args a, uint16_t *hh, int32_t *cnt) {
     extern __shared__ uint4 mm_lut[];
     const int W = blockDim.x / DS_WARP, warp = threadIdx.x / DS_WARP;
     const int lane = threadIdx.x % DS_WARP, g = lane >> 2, t = lane & 3;
@@ -1245,6 +1362,9 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
     char *const xs = sm + MM_LUT_BYTES + W * (G1_DEPTH * G1_STAGE + mm_scale_area(C));
     mm_lut_fill(mm_lut);
     DS_GRID_DEPENDENCY();
+    // The down kernel's arrival counters start at zero (it runs next; see d1).
+    if (cnt && blockIdx.x == 0)
+        for (int i = threadIdx.x; i < C / MM_ROWS; i += blockDim.x) cnt[i] = 0;
     // The token's x pieces (16 bytes, 8 elements) of this thread, loaded before the expert id so
     // both round trips overlap; stored below, after the weight copies are on their way.
     const int n_pieces = nch * 16;
@@ -1264,102 +1384,122 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
     const size_t row_b = (size_t)C / 2, row_s = (size_t)C / 32;
     const size_t wr = (size_t)(e >= 0 ? e : 0) * 2 * I + r0 + 2 * g; // gate row; wr + 1 linear
     const uint8_t *p = a.gate_up_blocks + wr * row_b + 16 * t;
-    if (e >= 0) {
-        // The tile's scales join chunk 0's commit group, as in mm_rows.
-        const uint8_t *tl = a.gate_up_scales + (wr - 2 * g) * row_s;
-        if ((((uintptr_t)tl | (uintptr_t)sc) & 15) == 0) {
-            const uint32_t dst = (uint32_t)__cvta_generic_to_shared(sc);
-            for (int i = lane; i < nb; i += DS_WARP) cp_async16(dst + 16 * i, tl + 16 * i, true);
-        } else {
-            for (int i = lane; i < 16 * nb; i += DS_WARP) sc[i] = __ldg(tl + i);
-        }
-#pragma unroll
-        for (int d = 0; d < G1_DEPTH; d++) {
-            const bool ok = d < nch && 4 * d + t < nb;
-            cp_async16(my + d * G1_STAGE, ok ? p + 64 * d : p, ok);
-            cp_async16(my + d * G1_STAGE + 512, ok ? p + 64 * d + row_b : p, ok);
-            cp_async_commit();
-        }
-    }
+    if (e >= 0)
+        g1_start<G1_DEPTH>(my, sc, a.gate_up_scales + (wr - 2 * g) * row_s, p, row_b, nb, 0, nch);
 #pragma unroll
     for (int j = 0; j < 2; j++) {
         const int q = (int)threadIdx.x + j * (int)blockDim.x;
-        if (q < n_pieces) { // piece q = block q / 4, elements 8(q % 4) ..
-            const int blk = q >> 2, i = q & 3;
-            *(uint4 *)(xs + 256 * (blk >> 2) + 64 * i + 16 * (blk & 3)) = xq[j];
-        }
+        if (q < n_pieces) g1_x_put(xs, q, xq[j]);
     }
-    for (int q = (int)threadIdx.x + 2 * (int)blockDim.x; q < n_pieces; q += (int)blockDim.x) {
-        const int blk = q >> 2, i = q & 3; // rows longer than 2 pieces per thread
-        *(uint4 *)(xs + 256 * (blk >> 2) + 64 * i + 16 * (blk & 3)) =
-            q * 8 < C ? __ldg((const uint4 *)a.x + q) : make_uint4(0, 0, 0, 0);
-    }
+    for (int q = (int)threadIdx.x + 2 * (int)blockDim.x; q < n_pieces; q += (int)blockDim.x)
+        g1_x_put(xs, q, q * 8 < C ? __ldg((const uint4 *)a.x + q) : make_uint4(0, 0, 0, 0));
     __syncthreads(); // the table and x
     if (e < 0) return;
     const float bg = ld_elem(a.gate_up_bias, a.bias_dtype, wr);
     const float bl = ld_elem(a.gate_up_bias, a.bias_dtype, wr + 1);
-    const uint32_t lane4 = (uint32_t)lane * 4u;
-    const char *lut = (const char *)mm_lut;
-    // Running pointers and counters (4c + t - nb < 0: block 4c + t exists), so a chunk adds no
-    // index arithmetic: scale bytes, x quads, the next copy's source.
-    const uint8_t *s0p = sc + 2 * g * nb + t;
-    const uint4 *xl = (const uint4 *)(xs + 16 * t);
-    const uint8_t *pn = p + 64 * G1_DEPTH;
-    int kb = t - nb, kn = 4 * G1_DEPTH + t - nb;
-    float acc[2][4];
-#pragma unroll
-    for (int h = 0; h < 2; h++)
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            acc[h][i] = 0.0f;
-#pragma unroll 1
-    for (int c0 = 0; c0 < nch; c0 += G1_DEPTH) {
-#pragma unroll
-        for (int d = 0; d < G1_DEPTH; d++) {
-            if (c0 + d >= nch) break;
-            cp_async_wait<G1_DEPTH - 1>(); // chunk c0 + d (the oldest group) has landed
-            if (c0 + d == 0) __syncwarp(); // ... and with it every lane's scale copies
-            uint4 v0, v1;
-            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
-                         : "=r"(v0.x), "=r"(v0.y), "=r"(v0.z), "=r"(v0.w)
-                         : "r"(my + d * G1_STAGE));
-            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
-                         : "=r"(v1.x), "=r"(v1.y), "=r"(v1.z), "=r"(v1.w)
-                         : "r"(my + d * G1_STAGE + 512));
-            // Past the row (the last chunk when nb % 4 != 0) the bytes read belong to the next
-            // row or area of shared memory and are replaced by 127 (the codes there are zeros).
-            const bool bok = kb < 0;
-            const uint32_t s0 = s0p[0], s1 = s0p[nb];
-            const uint32_t sc0 = mm_scale2(bok ? s0 : 127u), sc1 = mm_scale2(bok ? s1 : 127u);
-            const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w};
-            const uint32_t w1[4] = {v1.x, v1.y, v1.z, v1.w};
-            uint4 bv[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) bv[i] = xl[4 * i];
-            uint32_t A[8][4];
-#pragma unroll
-            for (int m = 0; m < 8; m++) mm_decode_a(lut, w0, w1, m, lane4, sc0, sc1, A[m]);
-#pragma unroll
-            for (int m = 0; m < 8; m++)
-                mma_bf16(acc[m & 1], A[m], u4_word(bv, 2 * m), u4_word(bv, 2 * m + 1));
-            // Refill this stage with chunk c + DEPTH (its words are in registers now).
-            const bool ok = kn < 0;
-            cp_async16(my + d * G1_STAGE, ok ? pn : p, ok);
-            cp_async16(my + d * G1_STAGE + 512, ok ? pn + row_b : p, ok);
-            cp_async_commit();
-            pn += 64, kn += 4, kb += 4, s0p += 4, xl += 16;
-        }
-    }
-    cp_async_wait<0>();
-    if (t != 0) return; // column 0 (the token) lives in lanes t = 0: rows 2g (acc[.][0]), 2g + 1
-    const float gg = __fadd_rn(__fadd_rn(acc[0][0], acc[1][0]), bg);
-    const float ll = __fadd_rn(__fadd_rn(acc[0][2], acc[1][2]), bl);
+    const char *const xsv[1] = {xs};
+    float acc[4];
+    g1_stream<1, G1_DEPTH>((const char *)mm_lut, my, sc, p, row_b, nb, 0, nch, xsv, acc);
+    if (t != 0) return; // column 0 (the token) lives in lanes t = 0: rows 2g (acc[0]), 2g + 1
+    const float gg = __fadd_rn(acc[0], bg), ll = __fadd_rn(acc[2], bl);
     const float h = swiglu_clamped(gg, ll, a.swiglu_alpha, a.swiglu_limit);
     const ds_bf16 hi = ds_f32_to_bf16(h);
     const ds_bf16 lo = ds_f32_to_bf16(__fsub_rn(h, ds_bf16_to_f32(hi)));
     const int unit = r0 / 2 + g;
     hh[(size_t)slot * I + unit] = hi;
     hh[(size_t)KE * I + (size_t)slot * I + unit] = lo;
+}
+
+// One token (T = 1, KE <= 4): down + combine with the bits of bf16_mxfp4w_moe_down_combine_1tok_mma
+// (each (slot, 16-feature tile, K half) streamed as that kernel's warp does, the halves added
+// first half first, the bias, then combine_1tok's operations), spread like the gate_up above:
+// warp w of block b owns unit u = b·W + w = (tile u / 2KE, slot u / 2 % KE, half u % 2), one
+// block per SM, every slot's h (hi and lo) staged in shared memory. A unit leaves its 16 sums in
+// part[u] (global), then counts itself in cnt[tile] (zeroed by the gate_up kernel); the warp that
+// completes a tile's 2·KE units combines its 16 features from part (in L2) in the fixed order, so
+// which warp does it does not change a bit.
+#ifndef D1_DEPTH
+#define D1_DEPTH 4
+#endif
+
+static __host__ __device__ __forceinline__ int d1_smem_bytes(int warps, int I, int KE) {
+    return MM_LUT_BYTES + warps * (D1_DEPTH * G1_STAGE + mm_scale_area(I)) +
+           2 * KE * g1_x_bytes(I);
+}
+
+__global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
+    bf16_mxfp4w_moe_down_1tok_mma(const struct ds_moe_args a, const uint16_t *hh, float *part,
+                                  int32_t *cnt) {
+    extern __shared__ uint4 mm_lut[];
+    const int W = blockDim.x / DS_WARP, warp = threadIdx.x / DS_WARP;
+    const int lane = threadIdx.x % DS_WARP, g = lane >> 2, t = lane & 3;
+    const int C = a.dim, I = a.inter, KE = a.top_k, nb = I / DS_MXFP4_BLOCK, nch = mm_chunks(I);
+    char *const sm = (char *)mm_lut;
+    const uint32_t my = (uint32_t)__cvta_generic_to_shared(sm + MM_LUT_BYTES) +
+                        (uint32_t)(warp * D1_DEPTH * G1_STAGE) + 16u * (uint32_t)lane;
+    uint8_t *const sc = (uint8_t *)sm + MM_LUT_BYTES + W * D1_DEPTH * G1_STAGE +
+                        warp * mm_scale_area(I);
+    char *const xs = sm + MM_LUT_BYTES + W * (D1_DEPTH * G1_STAGE + mm_scale_area(I));
+    const int xb = g1_x_bytes(I); // one staged row: xs + (2s + lo)·xb
+    mm_lut_fill(mm_lut);
+    DS_GRID_DEPENDENCY();
+    const int u = (int)blockIdx.x * W + warp, n_units = C / MM_ROWS * 2 * KE;
+    const int tile = u / (2 * KE), slot = u / 2 % KE, half = u % 2;
+    int e = -1;
+    if (u < n_units) {
+        e = __ldg(a.expert_ids + slot);
+        if (e >= a.n_experts) e = -1;
+    }
+    const int r0 = tile * MM_ROWS, hc = mm_half(I);
+    const int c_lo = half ? hc : 0, c_hi = half ? nch : hc;
+    const size_t row_b = (size_t)I / 2, row_s = (size_t)I / 32;
+    const size_t wr = (size_t)(e >= 0 ? e : 0) * C + r0 + 2 * g;
+    const uint8_t *p = a.down_blocks + wr * row_b + 16 * t;
+    if (e >= 0)
+        g1_start<D1_DEPTH>(my, sc, a.down_scales + (wr - 2 * g) * row_s, p, row_b, nb, c_lo,
+                           c_hi);
+    // Every slot's h rows (hi at hh + s·I, lo at hh + (KE + s)·I), zero-padded to whole chunks.
+    const int per = nch * 16, n_pieces = 2 * KE * per;
+    for (int q = threadIdx.x; q < n_pieces; q += blockDim.x) {
+        const int r = q / per, qq = q % per; // r = 2s + lo
+        const uint16_t *src = hh + (size_t)((r & 1) * KE + (r >> 1)) * I;
+        g1_x_put(xs + r * xb, qq,
+                 qq * 8 < I ? __ldg((const uint4 *)src + qq) : make_uint4(0, 0, 0, 0));
+    }
+    __syncthreads(); // the table and h
+    if (u >= n_units) return;
+    if (e >= 0) {
+        const char *const xsv[2] = {xs + 2 * slot * xb, xs + (2 * slot + 1) * xb};
+        float acc[4];
+        g1_stream<2, D1_DEPTH>((const char *)mm_lut, my, sc, p, row_b, nb, c_lo, c_hi, xsv, acc);
+        if (t == 0) { // column 0: rows 2g, 2g + 1
+            part[(size_t)u * MM_ROWS + 2 * g] = acc[0];
+            part[(size_t)u * MM_ROWS + 2 * g + 1] = acc[2];
+        }
+    }
+    // Arrival (an invalid slot's units arrive with nothing written: the combine skips them).
+    __syncwarp();
+    int last = 0;
+    if (lane == 0) {
+        __threadfence(); // this warp's sums before its count
+        last = atomicAdd(cnt + tile, 1) == 2 * KE - 1;
+        if (last) __threadfence(); // every other unit's sums before the reads below
+    }
+    if (!__shfl_sync(DS_FULL_MASK, last, 0) || lane >= MM_ROWS) return;
+    // Feature r0 + lane: y_s = (half 0 + half 1) + b2, then combine_1tok's sum.
+    const int c = r0 + lane;
+    float sum = 0.0f;
+    for (int s = 0; s < KE; s++) {
+        const int ee = a.expert_ids[s];
+        if (ee < 0 || ee >= a.n_experts) continue;
+        const size_t u0 = (size_t)tile * 2 * KE + 2 * s;
+        const float v = __fadd_rn(__ldcg(part + u0 * MM_ROWS + lane),
+                                  __ldcg(part + (u0 + 1) * MM_ROWS + lane));
+        const float y = __fadd_rn(v, ld_elem(a.down_bias, a.bias_dtype, (size_t)ee * C + c));
+        sum = __fmaf_rn(a.expert_weights[s], y, sum);
+    }
+    if (a.residual) sum = __fadd_rn(sum, ld_elem(a.residual, a.act, (size_t)c));
+    st_elem(a.out, a.act, (size_t)c, sum);
 }
 
 template <int NT>
@@ -1466,20 +1606,33 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
         if (T == 1 && KE <= 4) {
             static int set_gu = 0, set_dn = 0;
             const int s1 = mm_smem_bytes(MM_WARPS, C), s2 = mm_smem_bytes(8, I);
-            // gate_up: one block per SM, the (slot, row tile) pairs spread evenly over them.
-            static int set_g1 = 0;
-            const int tiles = KE * (2 * I / MM_ROWS), sms = moe_sm_count();
-            int wg = (tiles + sms - 1) / sms;
-            wg = wg < 1 ? 1 : wg;
-            if (wg <= G1_MAX_WARPS && g1_smem_bytes(wg, C) <= 227 * 1024) {
+            // One block per SM for both products, their work spread evenly over the SMs (gate_up:
+            // (slot, row tile) pairs; down: (tile, slot, K half) units), when their shared memory
+            // fits; the down kernel needs the gate_up kernel's zeroed counters.
+            static int set_g1 = 0, set_d1 = 0;
+            const int sms = moe_sm_count();
+            const int tiles = KE * (2 * I / MM_ROWS), units = C / MM_ROWS * 2 * KE;
+            const int wg = (tiles + sms - 1) / sms, wd = (units + sms - 1) / sms;
+            const bool g1 = wg <= G1_MAX_WARPS && g1_smem_bytes(wg, C) <= 227 * 1024;
+            const bool d1 = g1 && wd <= G1_MAX_WARPS && d1_smem_bytes(wd, I, KE) <= 227 * 1024;
+            int32_t *cnt = d1 ? w.groups : NULL;
+            if (g1) {
                 const int s0 = g1_smem_bytes(wg, C);
                 ds_smem_attr(bf16_mxfp4w_moe_gate_up_1tok_mma, &set_g1, s0);
                 ds_launch(bf16_mxfp4w_moe_gate_up_1tok_mma, dim3((unsigned)((tiles + wg - 1) / wg)),
-                          dim3((unsigned)(wg * DS_WARP)), s0, st, *a, (uint16_t *)w.h);
+                          dim3((unsigned)(wg * DS_WARP)), s0, st, *a, (uint16_t *)w.h, cnt);
             } else {
                 ds_smem_attr(bf16_mxfp4w_moe_gate_up_mma<1>, &set_gu, s1);
                 ds_launch(bf16_mxfp4w_moe_gate_up_mma<1>, m1, dim3(MM_THREADS), s1, st, *a,
                           (const int32_t *)NULL, (const int32_t *)w.pairs, (uint16_t *)w.h);
+            }
+            if (d1) {
+                const int s3 = d1_smem_bytes(wd, I, KE);
+                ds_smem_attr(bf16_mxfp4w_moe_down_1tok_mma, &set_d1, s3);
+                ds_launch(bf16_mxfp4w_moe_down_1tok_mma, dim3((unsigned)((units + wd - 1) / wd)),
+                          dim3((unsigned)(wd * DS_WARP)), s3, st, *a, (const uint16_t *)w.h, w.y,
+                          cnt);
+                return DS_OK;
             }
             ds_smem_attr(bf16_mxfp4w_moe_down_combine_1tok_mma, &set_dn, s2);
             ds_launch(bf16_mxfp4w_moe_down_combine_1tok_mma, dim3((unsigned)(C / MM_ROWS)),
