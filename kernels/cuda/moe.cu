@@ -1413,19 +1413,28 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
 // One token (T = 1, KE <= 4): down + combine with the bits of bf16_mxfp4w_moe_down_combine_1tok_mma
 // (each (slot, 16-feature tile, K half) streamed as that kernel's warp does, the halves added
 // first half first, the bias, then combine_1tok's operations), spread like the gate_up above:
-// warp w of block b owns unit u = b·W + w = (tile u / 2KE, slot u / 2 % KE, half u % 2), one
-// block per SM, every slot's h (hi and lo) staged in shared memory. A unit leaves its 16 sums in
-// part[u] (global), then counts itself in cnt[tile] (zeroed by the gate_up kernel); the warp that
-// completes a tile's 2·KE units combines its 16 features from part (in L2) in the fixed order, so
-// which warp does it does not change a bit.
+// warp w of block b owns unit u = b·W + w (slot u / (2C/16), 16-feature tile, K half), one
+// block per SM, the h (hi and lo) of the block's slots staged in shared memory. A unit leaves its
+// 16 sums in part[u] (global), then counts itself in cnt[tile] (zeroed by the gate_up kernel);
+// the warp that completes a tile's 2·KE units combines its 16 features from part (in L2) in the
+// fixed order, so which warp does it does not change a bit.
 #ifndef D1_DEPTH
 #define D1_DEPTH 4
 #endif
 
-static __host__ __device__ __forceinline__ int d1_smem_bytes(int warps, int I, int KE) {
-    return MM_LUT_BYTES + warps * (D1_DEPTH * G1_STAGE + mm_scale_area(I)) +
-           2 * KE * g1_x_bytes(I);
+// Slots whose h a block stages: its W consecutive units span at most this many (units are
+// slot-major, 2·C/16 per slot).
+static __host__ __device__ __forceinline__ int d1_slots(int warps, int C, int KE) {
+    const int n = (warps - 1) / (2 * (C / MM_ROWS)) + 2;
+    return n < KE ? n : KE;
 }
+
+static __host__ __device__ __forceinline__ int d1_smem_bytes(int warps, int C, int I, int KE) {
+    return MM_LUT_BYTES + warps * (D1_DEPTH * G1_STAGE + mm_scale_area(I)) +
+           2 * d1_slots(warps, C, KE) * g1_x_bytes(I);
+}
+
+#define D1_PIECES 6 // staged h pieces a thread loads at once (one round trip for ~2 slots at 11 warps)
 
 __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
     bf16_mxfp4w_moe_down_1tok_mma(const struct ds_moe_args a, const uint16_t *hh, float *part,
@@ -1440,11 +1449,14 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
     uint8_t *const sc = (uint8_t *)sm + MM_LUT_BYTES + W * D1_DEPTH * G1_STAGE +
                         warp * mm_scale_area(I);
     char *const xs = sm + MM_LUT_BYTES + W * (D1_DEPTH * G1_STAGE + mm_scale_area(I));
-    const int xb = g1_x_bytes(I); // one staged row: xs + (2s + lo)·xb
+    const int xb = g1_x_bytes(I); // one staged row
     mm_lut_fill(mm_lut);
     DS_GRID_DEPENDENCY();
-    const int u = (int)blockIdx.x * W + warp, n_units = C / MM_ROWS * 2 * KE;
-    const int tile = u / (2 * KE), slot = u / 2 % KE, half = u % 2;
+    // Unit u = (slot, tile, half), slot-major: neighbouring warps stream neighbouring row tiles
+    // of one expert, and a block needs the h of one or two slots only.
+    const int per_slot = 2 * (C / MM_ROWS), n_units = per_slot * KE;
+    const int u = (int)blockIdx.x * W + warp;
+    const int slot = u / per_slot, tile = u % per_slot / 2, half = u % 2;
     int e = -1;
     if (u < n_units) {
         e = __ldg(a.expert_ids + slot);
@@ -1458,18 +1470,34 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
     if (e >= 0)
         g1_start<D1_DEPTH>(my, sc, a.down_scales + (wr - 2 * g) * row_s, p, row_b, nb, c_lo,
                            c_hi);
-    // Every slot's h rows (hi at hh + s·I, lo at hh + (KE + s)·I), zero-padded to whole chunks.
-    const int per = nch * 16, n_pieces = 2 * KE * per;
-    for (int q = threadIdx.x; q < n_pieces; q += blockDim.x) {
-        const int r = q / per, qq = q % per; // r = 2s + lo
-        const uint16_t *src = hh + (size_t)((r & 1) * KE + (r >> 1)) * I;
+    // The block's slots s0 .. s1: staged row 2(s - s0) + lo holds hi (hh + s·I) or lo
+    // (hh + (KE + s)·I), zero-padded to whole chunks. The loads go out together (one round trip).
+    const int s0 = (int)blockIdx.x * W / per_slot;
+    const int s1 = min(KE - 1, ((int)blockIdx.x * W + W - 1) / per_slot);
+    const int per = nch * 16, n_pieces = 2 * (s1 - s0 + 1) * per;
+    uint4 v[D1_PIECES];
+#pragma unroll
+    for (int j = 0; j < D1_PIECES; j++) {
+        const int q = (int)threadIdx.x + j * (int)blockDim.x, r = q / per, qq = q % per;
+        const uint16_t *src = hh + (size_t)((r & 1) * KE + s0 + (r >> 1)) * I;
+        v[j] = q < n_pieces && qq * 8 < I ? __ldg((const uint4 *)src + qq) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < D1_PIECES; j++) {
+        const int q = (int)threadIdx.x + j * (int)blockDim.x;
+        if (q < n_pieces) g1_x_put(xs + q / per * xb, q % per, v[j]);
+    }
+    for (int q = (int)threadIdx.x + D1_PIECES * (int)blockDim.x; q < n_pieces;
+         q += (int)blockDim.x) {
+        const int r = q / per, qq = q % per;
+        const uint16_t *src = hh + (size_t)((r & 1) * KE + s0 + (r >> 1)) * I;
         g1_x_put(xs + r * xb, qq,
                  qq * 8 < I ? __ldg((const uint4 *)src + qq) : make_uint4(0, 0, 0, 0));
     }
     __syncthreads(); // the table and h
     if (u >= n_units) return;
     if (e >= 0) {
-        const char *const xsv[2] = {xs + 2 * slot * xb, xs + (2 * slot + 1) * xb};
+        const char *const xsv[2] = {xs + 2 * (slot - s0) * xb, xs + (2 * (slot - s0) + 1) * xb};
         float acc[4];
         g1_stream<2, D1_DEPTH>((const char *)mm_lut, my, sc, p, row_b, nb, c_lo, c_hi, xsv, acc);
         if (t == 0) { // column 0: rows 2g, 2g + 1
@@ -1492,7 +1520,7 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
     for (int s = 0; s < KE; s++) {
         const int ee = a.expert_ids[s];
         if (ee < 0 || ee >= a.n_experts) continue;
-        const size_t u0 = (size_t)tile * 2 * KE + 2 * s;
+        const size_t u0 = (size_t)s * per_slot + 2 * tile;
         const float v = __fadd_rn(__ldcg(part + u0 * MM_ROWS + lane),
                                   __ldcg(part + (u0 + 1) * MM_ROWS + lane));
         const float y = __fadd_rn(v, ld_elem(a.down_bias, a.bias_dtype, (size_t)ee * C + c));
@@ -1614,7 +1642,7 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
             const int tiles = KE * (2 * I / MM_ROWS), units = C / MM_ROWS * 2 * KE;
             const int wg = (tiles + sms - 1) / sms, wd = (units + sms - 1) / sms;
             const bool g1 = wg <= G1_MAX_WARPS && g1_smem_bytes(wg, C) <= 227 * 1024;
-            const bool d1 = g1 && wd <= G1_MAX_WARPS && d1_smem_bytes(wd, I, KE) <= 227 * 1024;
+            const bool d1 = g1 && wd <= G1_MAX_WARPS && d1_smem_bytes(wd, C, I, KE) <= 227 * 1024;
             int32_t *cnt = d1 ? w.groups : NULL;
             if (g1) {
                 const int s0 = g1_smem_bytes(wg, C);
@@ -1627,7 +1655,7 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
                           (const int32_t *)NULL, (const int32_t *)w.pairs, (uint16_t *)w.h);
             }
             if (d1) {
-                const int s3 = d1_smem_bytes(wd, I, KE);
+                const int s3 = d1_smem_bytes(wd, C, I, KE);
                 ds_smem_attr(bf16_mxfp4w_moe_down_1tok_mma, &set_d1, s3);
                 ds_launch(bf16_mxfp4w_moe_down_1tok_mma, dim3((unsigned)((units + wd - 1) / wd)),
                           dim3((unsigned)(wd * DS_WARP)), s3, st, *a, (const uint16_t *)w.h, w.y,
