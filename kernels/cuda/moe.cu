@@ -1218,7 +1218,8 @@ __global__ void __launch_bounds__(MM_FUSED_THREADS, 2)
 // A slot with an expert id outside [0, E) writes nothing (the grouped kernels drop it too); a
 // repeated expert is computed once per slot (same bits as its column in the grouped tile).
 #ifndef G1_DEPTH
-#define G1_DEPTH 5 // chunks (1 KB per warp each) in flight per warp (8, 6, 5: 2.63, 2.58, 2.56 ms decode)
+#define G1_DEPTH 3 // chunks (1 KB per warp each) in flight per warp: fewer in flight, sooner first
+                   // chunks (decode ms at 8, 6, 5, 4, 3: 2.63, 2.58, 2.56, 2.57, 2.545)
 #endif
 #define G1_STAGE 1024       // one stage of a warp's ring
 #define G1_MAX_WARPS 16
@@ -1419,7 +1420,7 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
 // the warp that completes a tile's 2·KE units combines its 16 features from part (in L2) in the
 // fixed order, so which warp does it does not change a bit.
 #ifndef D1_DEPTH
-#define D1_DEPTH 2 // (4, 3, 2 with G1_DEPTH 8, 6, 5 above)
+#define D1_DEPTH 2 // (4, 3, 2, 1 with G1_DEPTH 8, 6, 5, 4 above: 2.63, 2.58, 2.56, 2.69 ms)
 #endif
 
 // Slots whose h a block stages: its W consecutive units span at most this many (units are
