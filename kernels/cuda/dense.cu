@@ -591,6 +591,9 @@ __global__ void __launch_bounds__(WM *WT *WK *DS_WARP)
 #define TS_BK 256 // K per stage: 32 chunks of 16 bytes per row
 #define TS_THREADS 256
 #define TS_ROW_BYTES (TS_BK * 2)
+#ifndef TS_STAGES8
+#define TS_STAGES8 6 // ring stages of the 8-token tile (decode): 5 × 8 KB of W in flight
+#endif
 
 static __device__ __forceinline__ void cp_async16_s(uint32_t dst, const void *src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
@@ -954,7 +957,7 @@ extern "C" enum ds_status ds_matmul_cuda(const struct ds_matmul_args *a, void *s
         // either way (ds_rope_pair).
         if (a->act == DS_ELEM_BF16 && a->w_dtype == DS_ELEM_BF16 && a->in_dim % 8 == 0 &&
             aligned16(a->x) && aligned16(a->w) && a->n_rows <= 8 && a->rope_head_dim % 16 == 0) {
-            CU_TRY((ts_launch<8, 6, true>(a, s)));
+            CU_TRY((ts_launch<8, TS_STAGES8, true>(a, s)));
             DS_KERNEL_CHECK();
             return DS_OK;
         }
@@ -971,7 +974,7 @@ extern "C" enum ds_status ds_matmul_cuda(const struct ds_matmul_args *a, void *s
         // features per block, 5 × 8 KB of W in flight each. Otherwise T <= 8: the 16 × 8 tile
         // (element loads); T <= 64 (verify): 32 × 64 tiles; larger T (prefill): 64 × 128 tiles.
         const int T = a->n_rows;
-        if (vec && T <= 8) CU_TRY((ts_launch<8, 6>(a, s)));
+        if (vec && T <= 8) CU_TRY((ts_launch<8, TS_STAGES8>(a, s)));
         else if (vec && T <= 16) CU_TRY((ts_launch<16, 6>(a, s)));
         else if (T <= 8) CU_TRY((mm_launch<16, 8, 256, 1, 1, 2, 4>(a, vec, s)));
         else if (T <= 64) CU_TRY((mm_launch<32, 64, 128, 2, 2, 2, 4>(a, vec, s)));

@@ -730,9 +730,16 @@ static unsigned moe_v0_grid_x(unsigned tiles, unsigned n_used) {
 #define MM_STAGE_STRIDE 2048               // a stage (32 lanes × 2 rows × 16 bytes) = 8 holes
 // Dynamic shared memory of every kernel: the table, every warp's ring of stages in its holes,
 // then every warp's scale area (mm_smem_bytes).
-#define MM_GU_DEPTH(NT)                                                                            \
-    ((NT) == 1 ? 8 : 4) // gate_up: 1 token (decode) keeps 8 KB per warp in flight
+#ifndef MM_GU_DEPTH1
+#define MM_GU_DEPTH1 8 // gate_up with one token tile keeps 8 KB per warp in flight
+#endif
+#ifndef MM_GU_DEPTH2
+#define MM_GU_DEPTH2 4
+#endif
+#define MM_GU_DEPTH(NT) ((NT) == 1 ? MM_GU_DEPTH1 : MM_GU_DEPTH2)
+#ifndef MM_DN_DEPTH
 #define MM_DN_DEPTH 4
+#endif
 static_assert(MM_WARPS * MM_GU_DEPTH(1) <= MM_STAGES && MM_WARPS * MM_GU_DEPTH(2) <= MM_STAGES &&
                   8 * MM_DN_DEPTH <= MM_STAGES,
               "the rings of a block's warps must fit the table's holes");
