@@ -470,6 +470,9 @@ static void moe_matches_reference_over_a_shape_matrix(void) {
              12, 0);
     moe_case("T=15 E=4 k=4 (wide: tiles 8+4+2+1, grouping kernel)", 15, 64, 64, 4, 4, 4, 0);
     moe_case("T=150 E=2 k=2 (150 tokens per expert: 3 chunks)", 150, 32, 32, 2, 2, 5, 0);
+    // One token with more row tiles than the one-block-per-SM kernels take (2·I/16 · k = 4096
+    // tiles > 16 warps × SMs up to 256): the grouped gate_up and the fused down + combine run.
+    moe_case("T=1 C=64 I=8192 E=4 k=4 (one token, fallback kernels)", 1, 64, 8192, 4, 4, 14, 0);
     moe_case("20b T=1 C=I=2880 E=32 k=4", 1, 2880, 2880, 32, 4, 8, 1);
     moe_case("20b T=4 C=I=2880 E=32 k=4", 4, 2880, 2880, 32, 4, 6, 1);
     moe_case("120b T=1 C=I=2880 E=128 k=4", 1, 2880, 2880, 128, 4, 9, 1);

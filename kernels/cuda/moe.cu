@@ -742,8 +742,11 @@ static unsigned moe_v0_grid_x(unsigned tiles, unsigned n_used) {
 #ifndef MM_DN_DEPTH
 #define MM_DN_DEPTH 2
 #endif
+// The fused one-token down + combine (the fallback of the one-token kernels below) keeps 4: at 2
+// its 128 registers spill 16 bytes.
+#define MM_FUSED_DN_DEPTH 4
 static_assert(MM_WARPS * MM_GU_DEPTH(1) <= MM_STAGES && MM_WARPS * MM_GU_DEPTH(2) <= MM_STAGES &&
-                  8 * MM_DN_DEPTH <= MM_STAGES,
+                  MM_WARPS * MM_DN_DEPTH <= MM_STAGES && 8 * MM_FUSED_DN_DEPTH <= MM_STAGES,
               "the rings of a block's warps must fit the table's holes");
 
 // bf16 bits of the E2M1 code c (exact: at most two significant bits).
@@ -1186,7 +1189,8 @@ __global__ void __launch_bounds__(MM_FUSED_THREADS, 2)
         const size_t row_b = (size_t)I / 2, row_s = (size_t)I / 32;
         const uint16_t *bm[2] = {hh, hh + (size_t)KE * I};
         const int hc = mm_half(I), nch = mm_chunks(I);
-        mm_rows<1, 2, MM_DN_DEPTH>((const char *)mm_lut, mm_slot(mm_lut, warp, MM_DN_DEPTH),
+        mm_rows<1, 2, MM_FUSED_DN_DEPTH>((const char *)mm_lut,
+                                         mm_slot(mm_lut, warp, MM_FUSED_DN_DEPTH),
                                    (uint8_t *)mm_lut + MM_LUT_BYTES + warp * mm_scale_area(I),
                                    a.down_blocks + wr * row_b, a.down_scales + wr * row_s, I,
                                    half ? hc : 0, half ? nch : hc, bm, brow, acc);
