@@ -27,6 +27,11 @@
 //                                  bf16 activations (every T): the same products on tensor cores
 //                                  (mma.sync m16n8k16), see "bf16 activations" below; the
 //                                  kernels above then serve f32 activations only.
+//   bf16_mxfp4w_moe_gate_up_1tok_mma, bf16_mxfp4w_moe_down_1tok_mma
+//                                  bf16, T = 1, KE <= 4 (decode): the same bits as the two grouped
+//                                  products and the fused down + combine, one block per SM with
+//                                  the work spread evenly (see "One token" below); the fused
+//                                  kernel and gate_up_mma<1> remain their fallback.
 // Every kernel starts with DS_GRID_DEPENDENCY() and is launched with programmatic dependent
 // launch (ds_launch).
 //   mxfp4_dequant_f32              test/inspection decode (ds_mxfp4_dequant_cuda).
