@@ -809,6 +809,15 @@ static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src,
                  "r"(ok ? 16 : 0)
                  : "memory"); // src size 0: the 16 bytes are zero-filled (code 0 = +0)
 }
+// 16 bytes of shared memory at a shared-space address (a cp.async stage, read back by the lane
+// that copied it; volatile: after the wait_group before it).
+static __device__ __forceinline__ uint4 lds128(uint32_t a) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(a));
+    return v;
+}
 static __device__ __forceinline__ void cp_async_commit(void) {
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
@@ -920,13 +929,8 @@ mm_rows(const char *lut, uint32_t ring_sm, uint8_t *sc, const uint8_t *wb, const
             const bool bok = 4 * c + t < nb;
             cp_async_wait<DEPTH - 1>(); // chunk c (the oldest group) has landed
             if (c == c_lo) __syncwarp(); // ... and with it every lane's scale copies
-            uint4 v0, v1;
-            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
-                         : "=r"(v0.x), "=r"(v0.y), "=r"(v0.z), "=r"(v0.w)
-                         : "r"(my + d * MM_STAGE_STRIDE));
-            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
-                         : "=r"(v1.x), "=r"(v1.y), "=r"(v1.z), "=r"(v1.w)
-                         : "r"(my + d * MM_STAGE_STRIDE + 1024));
+            const uint4 v0 = lds128(my + d * MM_STAGE_STRIDE);
+            const uint4 v1 = lds128(my + d * MM_STAGE_STRIDE + 1024);
             // Scale bytes of block 4c + t of both rows (127, i.e. 1.0, past the row: zero codes).
             const uint32_t sc0 = mm_scale2(bok ? s_row0[4 * c] : 127u);
             const uint32_t sc1 = mm_scale2(bok ? s_row1[4 * c] : 127u);
@@ -1317,13 +1321,7 @@ static __device__ __forceinline__ void g1_stream(const char *lut, uint32_t my, c
             if (c0 + d >= c_hi) break;
             cp_async_wait<DEPTH - 1>();     // chunk c0 + d (the oldest group) has landed
             if (c0 + d == c_lo) __syncwarp(); // ... and with it every lane's scale copies
-            uint4 v0, v1;
-            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
-                         : "=r"(v0.x), "=r"(v0.y), "=r"(v0.z), "=r"(v0.w)
-                         : "r"(my + d * G1_STAGE));
-            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
-                         : "=r"(v1.x), "=r"(v1.y), "=r"(v1.z), "=r"(v1.w)
-                         : "r"(my + d * G1_STAGE + 512));
+            const uint4 v0 = lds128(my + d * G1_STAGE), v1 = lds128(my + d * G1_STAGE + 512);
             // Past the row (the last chunk when nb % 4 != 0) the bytes read belong to the next
             // row or area of shared memory and are replaced by 127 (the codes there are zeros).
             const bool bok = kb < 0;
