@@ -597,6 +597,9 @@ static enum ds_status forward_ops(void *user) {
         .out = d->attn,
         .workspace = d->attn_ws,
         .workspace_bytes = d->attn_ws_bytes,
+        // The cache below pos0 was written by an earlier call of this layer, with the q/k/v
+        // product (at least) between it and this call.
+        .cache_settled = 1,
     };
     if ((s = be->attention(be, &a))) return s;
     // h1 = o + r, r = g (raw) or hidden_norm(g) with norm_before_residual.

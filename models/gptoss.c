@@ -545,6 +545,9 @@ static enum ds_status attention_block(ds_gptoss_t *m, int l, int T, int n_seq) {
         .out = m->attn,
         .workspace = m->attn_ws,
         .workspace_bytes = m->attn_ws_bytes,
+        // The cache below pos0 was written by an earlier call of this layer, with the q/k/v
+        // product (at least) between it and this call.
+        .cache_settled = 1,
     };
     if ((s = be->attention(be, &a))) return s;
     return matmul(m, T, QD, m->H, m->attn, &w->o_w, &w->o_b, m->x, m->x);

@@ -4,10 +4,11 @@
 // 64, 128, the real gpt-oss shapes (64 q heads, 8 KV heads, D 64, window 128 / full, positions up
 // to 2900); f32 and bf16 activations and caches. The cache after the call must hold the call's k/v
 // rows exactly, and stale cache entries (NaN here) outside a row's key range must not leak.
-// Every case runs twice on the GPU: with a workspace (the split-key path: one block per split of
-// a row's keys, the last block of a row to finish merges the splits) and without (one block walks
-// a row's splits); the outputs must be bitwise equal, since both perform the same operations in
-// the same order. bf16 activations and caches with D = 64 or 128 run the tensor-core kernel (8
+// Every case runs three times on the GPU: with a workspace (the split-key path: one block per
+// split of a row's keys, the last block of a row to finish merges the splits), the same with
+// cache_settled (cached keys copied before the grid dependency), and without a workspace (one
+// block walks a row's splits); the outputs must be bitwise equal, since all perform the same
+// operations in the same order. bf16 activations and caches with D = 64 or 128 run the tensor-core kernel (8
 // query heads per block); the other pairs run the FFMA kernel, with 1, 2 or 4 query heads per
 // block in small calls and 8 (after the separate append kernel) in calls of many rows: the
 // batch-invariance batches cover both, compared bitwise.
@@ -93,6 +94,10 @@ static void *g_upload_skewed(const float *x, size_t n, enum ds_elem e, int skew,
     return base + (size_t)skew * es;
 }
 
+// cache_settled of the next gpu_run calls: the inputs are uploaded by synchronous copies, so the
+// op may copy cached keys before its grid dependency (it must give the same bits either way).
+static int g_settled;
+
 // Runs the CUDA op with the given dtypes, with a workspace (split path) or without; returns out
 // (as floats and as raw bytes) and the caches after the call as floats. skew 1 misaligns k and v,
 // which makes the op append with a kernel of its own instead of inside the attention kernel.
@@ -103,6 +108,7 @@ static void gpu_run(const struct aprob *p, enum ds_elem act, enum ds_elem cdt, e
     struct ds_attention_args a = args_of(p);
     void *k_base, *v_base;
     a.act = act, a.cache_dtype = cdt, a.sinks_dtype = sdt;
+    a.cache_settled = g_settled;
     a.seqs = g_upload(p->seqs, sizeof(struct ds_attn_seq) * p->n_seq);
     a.q = g_upload_as(p->q, nq, act), a.k = g_upload_skewed(p->k, nkv, act, skew, &k_base);
     a.v = g_upload_skewed(p->v, nkv, act, skew, &v_base);
@@ -154,6 +160,26 @@ static void check_case(struct aprob *p) {
             snprintf(what, sizeof what, "%s act %s: split path vs whole-row path (element = "
                      "row * %zu + head * %d + dim)", p->name, dt_name(act), row, p->D);
             g_same_bytes(what, raw, raw1, nq * esize(act), esize(act));
+        }
+        // The split path again with cache_settled (the model's setting: cached keys copied
+        // before the grid dependency): the same output and caches, bit for bit.
+        {
+            float *got2, *gk2, *gv2;
+            unsigned char *raw2;
+            g_settled = 1;
+            gpu_run(p, act, cdt, act, 1, 0, &got2, &raw2, &gk2, &gv2);
+            g_settled = 0;
+            char what[160];
+            snprintf(what, sizeof what, "%s act %s: cache_settled 1 vs 0 (element = row * %zu + "
+                     "head * %d + dim)", p->name, dt_name(act), row, p->D);
+            g_same_bytes(what, raw2, raw, nq * esize(act), esize(act));
+            snprintf(what, sizeof what, "%s act %s: k cache after the call, cache_settled 1 vs 0",
+                     p->name, dt_name(act));
+            g_same_bytes(what, gk2, gk, sizeof(float) * cache_elems(p), sizeof(float));
+            snprintf(what, sizeof what, "%s act %s: v cache after the call, cache_settled 1 vs 0",
+                     p->name, dt_name(act));
+            g_same_bytes(what, gv2, gv, sizeof(float) * cache_elems(p), sizeof(float));
+            free(got2), free(gk2), free(gv2), free(raw2);
         }
         for (int t = 0; t < p->T; t++) {
             char what[160];

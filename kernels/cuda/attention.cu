@@ -214,12 +214,15 @@ struct att_geom {
     int cps;                // chunks per split
     int s_first, s_last;    // splits of the range
     int call0, row0;        // keys j >= call0 come from k/v row row0 + (j − call0) (fused append)
+    int pos0;               // the sequence's first position in this call: keys below it are in
+                            // the cache since an earlier call, whatever `fused`
 };
 
 // fused: this call's keys are read from k/v (rounded to the cache dtype), not from the cache.
 static __device__ bool att_geom_of(const struct ds_attention_args &a, int t, bool fused,
                                    struct att_geom *g) {
     if (!row_place(a, t, &g->slot, &g->p, &g->call0, &g->row0)) return false;
+    g->pos0 = g->call0;
     if (!fused) g->call0 = INT_MAX;
     g->first = a.window > 0 ? max(0, g->p - a.window + 1) : 0;
     g->c_first = g->first / ATT_CHUNK, g->c_last = g->p / ATT_CHUNK;
@@ -687,6 +690,16 @@ act_sdpa_sink_gqa_d(const struct ds_attention_args a, float *ws, int nspl) {
 
 #define ATT_TC_HEADS 8        // query heads per block: the used rows of the MMA's 16-row A tile
 #define ATT_TC_SMALL_GRID 264 // grids up to ~2 blocks per SM get up to 4 stages per warp
+// 1: the sequence lookup and the copies of cached chunks go out before the grid dependency (see
+// the kernel); 0: after it. The bits do not depend on it.
+#ifndef ATT_TC_EARLY
+#define ATT_TC_EARLY 1
+#endif
+// Most stages per warp in split mode (the smem of a block, so how many fit beside the previous
+// kernel's blocks). The bits do not depend on it.
+#ifndef ATT_TC_STAGES_MAX
+#define ATT_TC_STAGES_MAX 4
+#endif
 
 // 16 bytes global -> shared, asynchronous; nothing is read and zeros land when !valid.
 static __device__ __forceinline__ void att_cp16(uint32_t dst, const void *src, bool valid) {
@@ -785,7 +798,6 @@ template <int D, bool SPLIT>
 __global__ void __launch_bounds__(ATT_THREADS)
 bf16_sdpa_sink_gqa_tc(const struct ds_attention_args a, float *ws, int nspl, int fused,
                       int ns) {
-    DS_GRID_DEPENDENCY();
     constexpr int HB = ATT_TC_HEADS, RB = D * 2, CB = ATT_CHUNK * RB, KS = D / 16, NT = D / 8;
     constexpr int TPH = ATT_THREADS / HB; // merge threads per head
     constexpr int EPT = D / TPH;          // ... each owning EPT consecutive dims
@@ -803,9 +815,13 @@ bf16_sdpa_sink_gqa_tc(const struct ds_attention_args a, float *ws, int nspl, int
     const int hq = lane / 4, kq = 2 * (lane % 4); // MMA fragment row (head) and column pair
     // Merge threads: head th, dims td .. td + EPT − 1.
     const int th = threadIdx.x / TPH, td = (threadIdx.x % TPH) * EPT;
-    // The critical path: the sequence lookup, then the chunk copies. q's loads and the append go
-    // out just before the copies (measured: issued after the copies, they cost more than they
-    // delay the copies); the sinks and the exit of blocks past the row's splits come after.
+    // Before the grid dependency (ATT_TC_EARLY): the sequence lookup (the call's table is written
+    // before the step's first kernel) and, when the caller vouches for it (cache_settled), the
+    // copies of the chunks whose keys all lie below the sequence's first position in this call:
+    // cache entries that earlier calls wrote (this call's append, fused or not, writes positions
+    // >= pos0 only). So those copies are in flight while the q/k/v product still runs. After the
+    // dependency: q's loads, the append, the remaining copies.
+    if constexpr (!ATT_TC_EARLY) DS_GRID_DEPENDENCY();
     struct att_geom geo;
     if (!att_geom_of(a, t, fused != 0, &geo)) return; // the whole block leaves: padding row
     struct att_tc_src src;
@@ -819,6 +835,19 @@ bf16_sdpa_sink_gqa_tc(const struct ds_attention_args a, float *ws, int nspl, int
     if constexpr (SPLIT) s_beg += blockIdx.z, s_end = s_beg; // past the row's splits: no chunks
     const int c_beg = max(s_beg * geo.cps, geo.c_first);
     const int c_end = min(s_end * geo.cps + geo.cps - 1, geo.c_last);
+    // This warp's chunks: c ≡ warp (mod 4) in c_beg .. c_end, increasing; the warp's chunk
+    // number i lives in stage st = i mod ns. Every issue commits a group (an empty one past the
+    // end), so before chunk i at most ns − 1 newer groups are pending; the early copies are the
+    // first groups, in the same order.
+    const uint32_t stage0 = (uint32_t)__cvta_generic_to_shared(att_smem) + warp * ns * 2 * CB;
+    int c = c_beg + (warp - c_beg % ATT_WARPS + ATT_WARPS) % ATT_WARPS, next = c, st = 0, k0 = 0;
+    if constexpr (ATT_TC_EARLY) {
+        const int early = a.cache_settled ? geo.pos0 : 0;
+        for (; k0 < ns && next <= c_end && next * ATT_CHUNK + ATT_CHUNK - 1 < early;
+             k0++, next += ATT_WARPS)
+            att_tc_issue<D>(src, next, stage0 + k0 * 2 * CB, lane);
+        DS_GRID_DEPENDENCY();
+    }
     // q as the A operand (rows 8..15 zero): k-step kk holds dims 16kk + kq + 0, 1 (qa[kk][0]) and
     // + 8 (qa[kk][1]).
     uint32_t qa[KS][2];
@@ -842,12 +871,7 @@ bf16_sdpa_sink_gqa_tc(const struct ds_attention_args a, float *ws, int nspl, int
         *(uint4 *)((ds_bf16 *)(isv ? a.v_cache : a.k_cache) + to) =
                 *(const uint4 *)((isv ? src.v : src.k) + from);
     }
-    // This warp's chunks: c ≡ warp (mod 4) in c_beg .. c_end, increasing; the warp's chunk
-    // number i lives in stage st = i mod ns. Every issue commits a group (an empty one past the
-    // end), so before chunk i at most ns − 1 newer groups are pending.
-    const uint32_t stage0 = (uint32_t)__cvta_generic_to_shared(att_smem) + warp * ns * 2 * CB;
-    int c = c_beg + (warp - c_beg % ATT_WARPS + ATT_WARPS) % ATT_WARPS, next = c, st = 0;
-    for (int k = 0; k < ns; k++, next += ATT_WARPS) {
+    for (int k = k0; k < ns; k++, next += ATT_WARPS) {
         if (next <= c_end) att_tc_issue<D>(src, next, stage0 + k * 2 * CB, lane);
         else att_cp_commit();
     }
@@ -1235,7 +1259,8 @@ extern "C" enum ds_status ds_attention_cuda(const struct ds_attention_args *a, v
         const int per = ATT_BASE_CHUNKS * ATT_MAX_SPLITS;
         const int cpw = (att_max_chunks(a->max_pos, a->window) + per - 1) / per; // per warp
         const long long blocks = (long long)grid.x * grid.y * grid.z;
-        const int ns = ws ? min(cpw, blocks <= ATT_TC_SMALL_GRID ? att_tc_max_stages(D) : 2) : 2;
+        const int ns_max = min(att_tc_max_stages(D), ATT_TC_STAGES_MAX);
+        const int ns = ws ? max(1, min(cpw, blocks <= ATT_TC_SMALL_GRID ? ns_max : 2)) : 2;
         if (D == 64) att_tc_launch<64>(a, ws, nspl, fused, ns, grid, st);
         else att_tc_launch<128>(a, ws, nspl, fused, ns, grid, st);
         return DS_OK;

@@ -238,6 +238,10 @@ static __device__ __forceinline__ void ds_rope_pair(float x0, float x1, float c,
 // completed and its writes are visible, so the kernel's semantics stay exactly stream-ordered;
 // only the launch and the block set-up overlap. The same macro then lets the next kernel start
 // its own launch. Kernels that do not start with the macro must be launched with <<<>>>.
+// The one exception: memory that no kernel of the two before it on the stream writes may be
+// read before the macro (the previous kernel has passed its own wait, so the one before that is
+// done): weights (the small-T matmul's first stages, TS_EARLY), the call's sequence table, and
+// the attention cache below each sequence's pos0 when the caller says so (cache_settled).
 // DS_PDL=0 in the environment turns the overlap off (for measuring what it gains).
 
 #define DS_GRID_DEPENDENCY()                                                                       \

@@ -594,6 +594,13 @@ __global__ void __launch_bounds__(WM *WT *WK *DS_WARP)
 #ifndef TS_STAGES8
 #define TS_STAGES8 6 // ring stages of the 8-token tile (decode): 5 × 8 KB of W in flight
 #endif
+// 1: the W halves of the first STAGES − 1 stages are copied before the grid dependency (weights:
+// no kernel writes them), the x halves after it, so a block's weight stream starts while the
+// previous kernel still runs; 0: whole stages after the dependency (with the L2 prefetch of the
+// rows' heads instead). The bits do not depend on it.
+#ifndef TS_EARLY
+#define TS_EARLY 1
+#endif
 
 static __device__ __forceinline__ void cp_async16_s(uint32_t dst, const void *src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
@@ -601,21 +608,34 @@ static __device__ __forceinline__ void cp_async16_s(uint32_t dst, const void *sr
                  : "memory");
 }
 
-// Issues this thread's copies of the stage at shared address st for k = k0 .. k0 + TS_BK − 1.
-// w0, w1, x[j]: this lane's chunk of its W rows and x rows at k = 0; nx of the x rows exist.
-// A chunk at or past K is zero-filled (only read when K % 16 == 8, as the last step's upper half).
+// Issues this thread's copies of the stage at shared address st for k = k0 .. k0 + TS_BK − 1:
+// its W half (ts_load_w) and its x half (ts_load_x). w0, w1, x[j]: this lane's chunk of its W
+// rows and x rows at k = 0; nx of the x rows exist. A chunk at or past K is zero-filled (only
+// read when K % 16 == 8, as the last step's upper half).
+static __device__ __forceinline__ void ts_load_w(uint32_t st, uint32_t w_off, const ds_bf16 *w0,
+                                                 const ds_bf16 *w1, int k0, int k_lane, int K) {
+    const bool in = k0 + k_lane < K;
+    const int k = in ? k0 : 0, nb = in ? 16 : 0;
+    cp_async16_s(st + w_off, w0 + k, nb);
+    cp_async16_s(st + w_off + 8 * TS_ROW_BYTES, w1 + k, nb);
+}
+template <int NX>
+static __device__ __forceinline__ void ts_load_x(uint32_t st, uint32_t x_off,
+                                                 const ds_bf16 *const x[NX], int nx, int k0,
+                                                 int k_lane, int K) {
+    const bool in = k0 + k_lane < K;
+    const int k = in ? k0 : 0, nb = in ? 16 : 0;
+#pragma unroll
+    for (int j = 0; j < NX; j++)
+        if (j < nx) cp_async16_s(st + x_off + j * 8 * TS_ROW_BYTES, x[j] + k, nb);
+}
 template <int NX>
 static __device__ __forceinline__ void ts_load_stage(uint32_t st, uint32_t w_off, uint32_t x_off,
                                                      const ds_bf16 *w0, const ds_bf16 *w1,
                                                      const ds_bf16 *const x[NX], int nx, int k0,
                                                      int k_lane, int K) {
-    const bool in = k0 + k_lane < K;
-    const int k = in ? k0 : 0, nb = in ? 16 : 0;
-    cp_async16_s(st + w_off, w0 + k, nb);
-    cp_async16_s(st + w_off + 8 * TS_ROW_BYTES, w1 + k, nb);
-#pragma unroll
-    for (int j = 0; j < NX; j++)
-        if (j < nx) cp_async16_s(st + x_off + j * 8 * TS_ROW_BYTES, x[j] + k, nb);
+    ts_load_w(st, w_off, w0, w1, k0, k_lane, K);
+    ts_load_x<NX>(st, x_off, x, nx, k0, k_lane, K);
 }
 
 // Shared offsets of an mma warp's fragments in a stage. Warp w runs steps i = 2ii + w (ii = 0..7)
@@ -708,17 +728,31 @@ __global__ void __launch_bounds__(TS_THREADS)
                 *(uint4 *)(mm_smem + s * STAGE_BYTES + x_off + j * 8 * TS_ROW_BYTES) =
                     make_uint4(0u, 0u, 0u, 0u);
 
-    // Everything above is registers and shared memory; the weight prefetch is a cache hint (see
-    // mm_prefetch_w). From here on global memory is read: wait for the previous kernel.
-    mm_prefetch_w(W, f0, TS_BN, N, K);
-    DS_GRID_DEPENDENCY();
-
+    // Everything above is registers and shared memory. TS_EARLY: the first stages' weights, one
+    // group per stage, then (after the previous kernel) their x rows in one more group; the k
+    // loop's first wait takes them all. Otherwise the L2 prefetch (a cache hint, see
+    // mm_prefetch_w), then whole stages once the previous kernel is done.
+    if constexpr (TS_EARLY) {
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (s < KT)
-            ts_load_stage<NI>(ring + s * STAGE_BYTES, w_off, x_off, w0, w1, xr, nx, s * TS_BK,
-                              lane * 8, K);
+        for (int s = 0; s < STAGES - 1; s++) {
+            if (s < KT) ts_load_w(ring + s * STAGE_BYTES, w_off, w0, w1, s * TS_BK, lane * 8, K);
+            cp_async_commit();
+        }
+        DS_GRID_DEPENDENCY();
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; s++)
+            if (s < KT) ts_load_x<NI>(ring + s * STAGE_BYTES, x_off, xr, nx, s * TS_BK, lane * 8, K);
         cp_async_commit();
+    } else {
+        mm_prefetch_w(W, f0, TS_BN, N, K);
+        DS_GRID_DEPENDENCY();
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; s++) {
+            if (s < KT)
+                ts_load_stage<NI>(ring + s * STAGE_BYTES, w_off, x_off, w0, w1, xr, nx, s * TS_BK,
+                                  lane * 8, K);
+            cp_async_commit();
+        }
     }
 
     float acc[NI][4];
@@ -757,8 +791,11 @@ __global__ void __launch_bounds__(TS_THREADS)
         }
 
     for (int kt = 0; kt < KT; kt++) {
-        cp_async_wait<STAGES - 2>(); // this thread's copies of k-tile kt have landed
-        __syncthreads();             // everyone's have, and k-tile kt − 1 is no longer read
+        // This thread's copies of k-tile kt have landed (TS_EARLY: the prologue has one group
+        // more, the x rows of its stages, and the first wait takes all of its groups).
+        if (TS_EARLY && kt == 0) cp_async_wait<0>();
+        else cp_async_wait<STAGES - 2>();
+        __syncthreads(); // everyone's have, and k-tile kt − 1 is no longer read
         const int nk = kt + STAGES - 1;
         if (nk < KT)
             ts_load_stage<NI>(ring + (nk % STAGES) * STAGE_BYTES, w_off, x_off, w0, w1, xr, nx,

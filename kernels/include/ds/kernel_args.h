@@ -247,6 +247,11 @@ struct ds_attention_args {
     // reference ignores both fields.
     void *workspace;
     size_t workspace_bytes;
+    // Nonzero: every cache entry below a sequence's pos0 was written before the op preceding this
+    // call on the stream began (the model's calls: at least the q/k/v product lies between two
+    // attention calls of a layer), so the CUDA op may copy those entries before the grid
+    // dependency resolves. 0 (the default) keeps every read after it. Same results either way.
+    int cache_settled;
 };
 
 // ---------------------------------------------------------------------------------------------
