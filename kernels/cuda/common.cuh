@@ -240,8 +240,10 @@ static __device__ __forceinline__ void ds_rope_pair(float x0, float x1, float c,
 // its own launch. Kernels that do not start with the macro must be launched with <<<>>>.
 // The one exception: memory that no kernel of the two before it on the stream writes may be
 // read before the macro (the previous kernel has passed its own wait, so the one before that is
-// done): weights (the small-T matmul's first stages, TS_EARLY), the call's sequence table, and
-// the attention cache below each sequence's pos0 when the caller says so (cache_settled).
+// done): weights (the small-T matmul's first stages, TS_EARLY; the one-token MoE down kernel's,
+// D1_EARLY), the expert ids in that kernel (the router wrote them before the MoE op's first
+// kernel began), the call's sequence table, and the attention cache below each sequence's pos0
+// when the caller says so (cache_settled).
 // DS_PDL=0 in the environment turns the overlap off (for measuring what it gains).
 
 #define DS_GRID_DEPENDENCY()                                                                       \

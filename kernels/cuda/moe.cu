@@ -1435,6 +1435,11 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
 // 16 sums in part[u] (global), then counts itself in cnt[tile] (zeroed by the gate_up kernel);
 // the warp that completes a tile's 2·KE units combines its 16 features from part (in L2) in the
 // fixed order, so which warp does it does not change a bit.
+// 1: the one-token down kernel looks up its experts and issues its first weight copies before
+// the grid dependency (see the kernel); 0: after it. The bits do not depend on it.
+#ifndef D1_EARLY
+#define D1_EARLY 1
+#endif
 #ifndef D1_DEPTH
 #define D1_DEPTH 2 // (4, 3, 2, 1 with G1_DEPTH 8, 6, 5, 4 above: 2.63, 2.58, 2.56, 2.69 ms)
 #endif
@@ -1468,7 +1473,10 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
     char *const xs = sm + MM_LUT_BYTES + W * (D1_DEPTH * G1_STAGE + mm_scale_area(I));
     const int xb = g1_x_bytes(I); // one staged row
     mm_lut_fill(mm_lut);
-    DS_GRID_DEPENDENCY();
+    // D1_EARLY: the expert lookup and the first chunks' copies go out before the grid
+    // dependency: the router wrote expert_ids before gate_up (this op's first kernel) began, and
+    // the weights no kernel writes; h (gate_up's output) and the counters only after it.
+    if constexpr (!D1_EARLY) DS_GRID_DEPENDENCY();
     // Unit u = (slot, tile, half), slot-major: neighbouring warps stream neighbouring row tiles
     // of one expert, and a block needs the h of one or two slots only.
     const int per_slot = 2 * (C / MM_ROWS), n_units = per_slot * KE;
@@ -1487,6 +1495,7 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
     if (e >= 0)
         g1_start<D1_DEPTH>(my, sc, a.down_scales + (wr - 2 * g) * row_s, p, row_b, nb, c_lo,
                            c_hi);
+    if constexpr (D1_EARLY) DS_GRID_DEPENDENCY();
     // The block's slots s0 .. s1: staged row 2(s - s0) + lo holds hi (hh + s·I) or lo
     // (hh + (KE + s)·I), zero-padded to whole chunks. The loads go out together (one round trip).
     const int s0 = (int)blockIdx.x * W / per_slot;
