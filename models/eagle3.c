@@ -71,6 +71,10 @@ struct ds_eagle3 {
 
     int32_t *h_map;             // (Dv) host copy of map
     int32_t *h_pos;             // (T) host scratch
+    // The per-call tables (d_tokens, d_pos, d_rows, d_hidx, d_seqs) lie in one device block of
+    // step_bytes, and h_step mirrors its layout: one upload per call, not five.
+    unsigned char *h_step;
+    size_t step_bytes;
     int32_t *h_rows;            // (T) host scratch (step: logit rows; identity hidden rows)
     struct ds_attn_seq *h_seqs; // (S) host scratch for step
     unsigned char *h_slot_used; // (S)
@@ -230,11 +234,13 @@ static size_t carve_activations(ds_eagle3_t *d, char *base) {
     size_t rope = (size_t)d->plan.max_pos * (size_t)(d->D / 2) * sizeof(float);
     d->rope_cos = carve(base, &off, rope);
     d->rope_sin = carve(base, &off, rope);
+    const size_t step0 = off; // the call tables: last, one block (see h_step)
     d->d_tokens = carve(base, &off, T * sizeof(int32_t));
     d->d_pos = carve(base, &off, T * sizeof(int32_t));
     d->d_rows = carve(base, &off, R * sizeof(int32_t));
     d->d_hidx = carve(base, &off, T * sizeof(int32_t));
     d->d_seqs = carve(base, &off, (size_t)d->plan.max_slots * sizeof(struct ds_attn_seq));
+    d->step_bytes = off - step0;
     return off;
 }
 
@@ -364,6 +370,11 @@ static enum ds_status create_impl(const char *dir, const struct ds_draft_config 
     d->mem.activations = carve_activations(d, NULL);
     if ((s = be->alloc(be, d->mem.activations, &d->act_arena)) != DS_OK) goto fail;
     carve_activations(d, d->act_arena);
+    d->h_step = calloc(d->step_bytes, 1);
+    if (!d->h_step) {
+        s = ds_error_set(DS_ERR_NOMEM, "%s: out of memory", d->label);
+        goto fail;
+    }
     if ((s = be->upload(be, d->map, d->h_map, (size_t)d->Dv * sizeof(int32_t)))) goto fail;
 
     struct ds_rope_spec rs = {
@@ -425,6 +436,7 @@ void ds_eagle3_release(ds_eagle3_t *d) {
     }
     free(d->h_map);
     free(d->h_pos);
+    free(d->h_step);
     free(d->h_rows);
     free(d->h_seqs);
     free(d->h_slot_used);
@@ -656,12 +668,20 @@ static enum ds_status forward(ds_eagle3_t *d, const struct ds_batch *b, enum dra
     const int T = b->n_rows;
     d->last_rows = d->last_logit_rows = 0;
     enum ds_status s;
-    if ((s = be->upload(be, d->d_tokens, b->tokens, (size_t)T * sizeof(int32_t)))) return s;
-    if ((s = be->upload(be, d->d_pos, d->h_pos, (size_t)T * sizeof(int32_t)))) return s;
-    if ((s = be->upload(be, d->d_seqs, b->seqs, (size_t)b->n_seq * sizeof *b->seqs))) return s;
-    if ((s = be->upload(be, d->d_hidx, hidden_rows, (size_t)T * sizeof(int32_t)))) return s;
-    if (b->n_logit_rows > 0 &&
-        (s = be->upload(be, d->d_rows, b->logit_rows, (size_t)b->n_logit_rows * sizeof(int32_t))))
+    // The tables staged at their device offsets in h_step, then one upload of the block up to
+    // the end of the sequence table.
+    unsigned char *const d0 = (unsigned char *)d->d_tokens;
+    memcpy(d->h_step, b->tokens, (size_t)T * sizeof(int32_t));
+    memcpy(d->h_step + ((unsigned char *)d->d_pos - d0), d->h_pos, (size_t)T * sizeof(int32_t));
+    if (b->n_logit_rows > 0)
+        memcpy(d->h_step + ((unsigned char *)d->d_rows - d0), b->logit_rows,
+               (size_t)b->n_logit_rows * sizeof(int32_t));
+    if (hidden_rows)
+        memcpy(d->h_step + ((unsigned char *)d->d_hidx - d0), hidden_rows,
+               (size_t)T * sizeof(int32_t));
+    const size_t seq_off = (size_t)((unsigned char *)d->d_seqs - d0);
+    memcpy(d->h_step + seq_off, b->seqs, (size_t)b->n_seq * sizeof *b->seqs);
+    if ((s = be->upload(be, d0, d->h_step, seq_off + (size_t)b->n_seq * sizeof *b->seqs)))
         return s;
     d->cur_T = T;
     d->cur_seq = b->n_seq;

@@ -79,6 +79,11 @@ struct ds_gptoss {
     struct ds_attn_seq *d_seqs; // (S)
 
     int32_t *h_pos;             // (T) host scratch
+    // The per-step tables (d_tokens, d_pos, d_rows, d_seqs) lie in one device block of
+    // step_bytes, and h_step mirrors its layout on the host: one upload per step, not four (each
+    // copy is a transfer of its own in front of the step's first kernel).
+    unsigned char *h_step;
+    size_t step_bytes;
     unsigned char *h_slot_used; // (S) host scratch
     int last_rows, last_logit_rows;
     struct ds_gptoss_memory mem;
@@ -245,10 +250,12 @@ static size_t carve_activations(ds_gptoss_t *m, char *base) {
     size_t rope = (size_t)m->plan.max_pos * (size_t)(m->D / 2) * sizeof(float);
     m->rope_cos = carve(base, &off, rope);
     m->rope_sin = carve(base, &off, rope);
+    const size_t step0 = off; // the step tables: last, one block (see h_step)
     m->d_tokens = carve(base, &off, T * sizeof(int32_t));
     m->d_pos = carve(base, &off, T * sizeof(int32_t));
     m->d_rows = carve(base, &off, (R ? R : 1) * sizeof(int32_t));
     m->d_seqs = carve(base, &off, (size_t)m->plan.max_slots * sizeof(struct ds_attn_seq));
+    m->step_bytes = off - step0;
     return off;
 }
 
@@ -345,6 +352,11 @@ static enum ds_status create_impl(const struct ds_target_config *cfg, const ds_s
         goto fail;
     }
     carve_activations(m, m->act_arena);
+    m->h_step = calloc(m->step_bytes, 1);
+    if (!m->h_step) {
+        s = ds_error_set(DS_ERR_NOMEM, "%s: out of memory", label);
+        goto fail;
+    }
 
     struct ds_rope_spec rs = {
         .yarn = cfg->rope.type == DS_ROPE_YARN,
@@ -426,6 +438,7 @@ void ds_gptoss_release(ds_gptoss_t *m) {
     free(m->k_cache);
     free(m->v_cache);
     free(m->h_pos);
+    free(m->h_step);
     free(m->h_slot_used);
     ds_safetensors_close(m->st_own);
     free(m);
@@ -659,12 +672,17 @@ enum ds_status ds_gptoss_forward(ds_gptoss_t *m, const struct ds_batch *b) {
     struct ds_backend *be = m->be;
     const int T = b->n_rows;
 
-    // Small per-step tables.
-    if ((s = be->upload(be, m->d_tokens, b->tokens, (size_t)T * sizeof(int32_t)))) return s;
-    if ((s = be->upload(be, m->d_pos, m->h_pos, (size_t)T * sizeof(int32_t)))) return s;
-    if ((s = be->upload(be, m->d_seqs, b->seqs, (size_t)b->n_seq * sizeof *b->seqs))) return s;
-    if (b->n_logit_rows > 0 &&
-        (s = be->upload(be, m->d_rows, b->logit_rows, (size_t)b->n_logit_rows * sizeof(int32_t))))
+    // Small per-step tables: staged at their device offsets in h_step, then one upload of the
+    // block up to the end of the sequence table.
+    unsigned char *const d0 = (unsigned char *)m->d_tokens;
+    memcpy(m->h_step, b->tokens, (size_t)T * sizeof(int32_t));
+    memcpy(m->h_step + ((unsigned char *)m->d_pos - d0), m->h_pos, (size_t)T * sizeof(int32_t));
+    if (b->n_logit_rows > 0)
+        memcpy(m->h_step + ((unsigned char *)m->d_rows - d0), b->logit_rows,
+               (size_t)b->n_logit_rows * sizeof(int32_t));
+    const size_t seq_off = (size_t)((unsigned char *)m->d_seqs - d0);
+    memcpy(m->h_step + seq_off, b->seqs, (size_t)b->n_seq * sizeof *b->seqs);
+    if ((s = be->upload(be, d0, m->h_step, seq_off + (size_t)b->n_seq * sizeof *b->seqs)))
         return s;
 
     m->cur_T = T;
