@@ -676,9 +676,7 @@ static enum ds_status forward(ds_eagle3_t *d, const struct ds_batch *b, enum dra
     if (b->n_logit_rows > 0)
         memcpy(d->h_step + ((unsigned char *)d->d_rows - d0), b->logit_rows,
                (size_t)b->n_logit_rows * sizeof(int32_t));
-    if (hidden_rows)
-        memcpy(d->h_step + ((unsigned char *)d->d_hidx - d0), hidden_rows,
-               (size_t)T * sizeof(int32_t));
+    memcpy(d->h_step + ((unsigned char *)d->d_hidx - d0), hidden_rows, (size_t)T * sizeof(int32_t));
     const size_t seq_off = (size_t)((unsigned char *)d->d_seqs - d0);
     memcpy(d->h_step + seq_off, b->seqs, (size_t)b->n_seq * sizeof *b->seqs);
     if ((s = be->upload(be, d0, d->h_step, seq_off + (size_t)b->n_seq * sizeof *b->seqs)))
