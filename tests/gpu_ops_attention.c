@@ -651,15 +651,17 @@ static void attention_rejects_bad_arguments(void) {
     EXPECT_OK(ds_attention_cuda(&a, NULL));
 }
 
-// The workspace formula, by hand: P = 4096 keys are 128 chunks of 32; the formula allows 32 splits
-// of >= 4 chunks, 33 when a range starts mid-split (the CUDA op uses at most 17 of these records);
-// each split state is NH·(D+2) floats. P = 80: 3 chunks, at most ceil(3/4) + 1 = 2 splits.
-// P = 100000: 3125 chunks > 128, the cap of 33.
+// The workspace formula, by hand: P = 4096 keys are 128 chunks of 32; a row has at most 16
+// splits of >= 4 chunks, 17 when its range starts mid-split (the records the CUDA op uses); each
+// split state is NH·(D+2) floats. P = 2048: 64 chunks, 16 + 1. P = 1024: 32 chunks, 8 + 1. P = 80:
+// 3 chunks, ceil(3/4) + 1 = 2. P = 100000: 3125 chunks, the cap of 17.
 static void attention_workspace_formula(void) {
-    EXPECT(ds_attention_workspace_bytes(1, 64, 64, 4096) == (size_t)33 * 64 * 66 * 4);
-    EXPECT(ds_attention_workspace_bytes(256, 64, 64, 4096) == (size_t)256 * 33 * 64 * 66 * 4);
+    EXPECT(ds_attention_workspace_bytes(1, 64, 64, 4096) == (size_t)17 * 64 * 66 * 4);
+    EXPECT(ds_attention_workspace_bytes(256, 64, 64, 4096) == (size_t)256 * 17 * 64 * 66 * 4);
+    EXPECT(ds_attention_workspace_bytes(1, 64, 64, 2048) == (size_t)17 * 64 * 66 * 4);
+    EXPECT(ds_attention_workspace_bytes(1, 64, 64, 1024) == (size_t)9 * 64 * 66 * 4);
     EXPECT(ds_attention_workspace_bytes(3, 4, 32, 80) == (size_t)3 * 2 * 4 * 34 * 4);
-    EXPECT(ds_attention_workspace_bytes(1, 64, 64, 100000) == (size_t)33 * 64 * 66 * 4);
+    EXPECT(ds_attention_workspace_bytes(1, 64, 64, 100000) == (size_t)17 * 64 * 66 * 4);
     EXPECT(ds_attention_workspace_bytes(1, 64, 64, 128) == (size_t)2 * 64 * 66 * 4);
     EXPECT(ds_attention_workspace_bytes(0, 64, 64, 4096) == 0);
     EXPECT(ds_attention_workspace_bytes(1, 64, 64, 0) == 0);

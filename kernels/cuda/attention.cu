@@ -79,7 +79,7 @@
 // copied to shared memory with cp.async (16 B per lane, coalesced) while the keys are scored.
 //
 // Workspace (split mode): per row, ds_attention_workspace_bytes(1, NH, D, P) / (NH·(D+2)·4)
-// records (that formula allows 33; at most 17 are used) of NH·D f32 accumulators followed by NH
+// records (at most ATT_SLOTS = 17, what a row can use) of NH·D f32 accumulators followed by NH
 // (m, l) pairs. The arrival counters live in static device memory (zero at module load, left at
 // zero by every call): two split-mode calls on one device must not run at the same time (all ops
 // of a backend share one stream).
