@@ -550,28 +550,6 @@ static enum ds_status forward_ops(void *user) {
     if ((s = be->copy_2d(be, (char *)d->u + row, 2 * row, d->gn, row, row, (size_t)T))) return s;
 
     // Attention over the draft's KV cache: plain causal, no sinks, no window.
-    if (d->qkv_fused) {
-        // One launch streams [q_w; k_w; v_w]: bitwise the three calls (split outputs).
-        struct ds_matmul_args qkv = {
-            .act = d->act,
-            .w_dtype = d->q_w.e,
-            .bias_dtype = DS_ELEM_F32, // no biases
-            .n_rows = T,
-            .in_dim = 2 * H,
-            .out_dim = QD + 2 * KD,
-            .x = d->u,
-            .w = d->q_w.p,
-            .out = d->q,
-            .part_dim = {QD, KD, KD},
-            .out1 = d->k,
-            .out2 = d->v,
-        };
-        if ((s = be->matmul(be, &qkv))) return s;
-    } else {
-        if ((s = matmul(d, T, 2 * H, QD, d->u, &d->q_w, NULL, NULL, d->q))) return s;
-        if ((s = matmul(d, T, 2 * H, KD, d->u, &d->k_w, NULL, NULL, d->k))) return s;
-        if ((s = matmul(d, T, 2 * H, KD, d->u, &d->v_w, NULL, NULL, d->v))) return s;
-    }
     struct ds_rope_args r = {
         .act = d->act,
         .n_rows = T,
@@ -585,7 +563,36 @@ static enum ds_status forward_ops(void *user) {
         .sin = d->rope_sin,
         .table_len = d->plan.max_pos,
     };
-    if ((s = be->rope(be, &r))) return s;
+    if (d->qkv_fused) {
+        // One launch streams [q_w; k_w; v_w] (bitwise the three calls: split outputs) and rotates
+        // q and k (its RoPE fields: the bits of the rope op after it; on CUDA inside the small-T
+        // product, one launch fewer).
+        struct ds_matmul_args qkv = {
+            .act = d->act,
+            .w_dtype = d->q_w.e,
+            .bias_dtype = DS_ELEM_F32, // no biases
+            .n_rows = T,
+            .in_dim = 2 * H,
+            .out_dim = QD + 2 * KD,
+            .x = d->u,
+            .w = d->q_w.p,
+            .out = d->q,
+            .part_dim = {QD, KD, KD},
+            .out1 = d->k,
+            .out2 = d->v,
+            .rope_head_dim = r.head_dim,
+            .rope_positions = r.positions,
+            .rope_cos = r.cos,
+            .rope_sin = r.sin,
+            .rope_table_len = r.table_len,
+        };
+        if ((s = be->matmul(be, &qkv))) return s;
+    } else {
+        if ((s = matmul(d, T, 2 * H, QD, d->u, &d->q_w, NULL, NULL, d->q))) return s;
+        if ((s = matmul(d, T, 2 * H, KD, d->u, &d->k_w, NULL, NULL, d->k))) return s;
+        if ((s = matmul(d, T, 2 * H, KD, d->u, &d->v_w, NULL, NULL, d->v))) return s;
+        if ((s = be->rope(be, &r))) return s;
+    }
     struct ds_attention_args a = {
         .act = d->act,
         .cache_dtype = d->act,
