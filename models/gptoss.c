@@ -57,7 +57,10 @@ struct ds_gptoss {
 
     void *act_arena;
     void *x;             // (T, H) act, the residual stream
-    void *xn;            // (T, H) act, normed stream (after the step: final post-norm hidden)
+    void *xn;            // (T, H) act, g ⊙ x for the attention norm (deferred, see below); after
+                         // the step: the final post-norm hidden
+    void *xg;            // (T, H) act, g ⊙ x for the MLP norm (deferred)
+    float *row_scale;    // (T) the MLP norm's 1/rms of each row, from the router to the MoE
     void *q;             // (T, NH·D) act
     void *k, *v;         // (T, NKV·D) act
     void *attn;          // (T, NH·D) act
@@ -232,6 +235,8 @@ static size_t carve_activations(ds_gptoss_t *m, char *base) {
     size_t off = 0;
     m->x = carve(base, &off, T * H * e);
     m->xn = carve(base, &off, T * H * e);
+    m->xg = carve(base, &off, T * H * e);
+    m->row_scale = carve(base, &off, T * sizeof(float));
     m->q = carve(base, &off, T * QD * e);
     m->k = carve(base, &off, T * KD * e);
     m->v = carve(base, &off, T * KD * e);
@@ -483,12 +488,19 @@ static enum ds_status rmsnorm(ds_gptoss_t *m, int T, const void *x, const struct
 }
 
 // x += o_proj(attention(rope(q, k), v)) for layer l (spec §4.3).
+//
+// The two norms of a layer are deferred (ds/kernel_args.h, Deferred RMSNorm): the op that writes
+// x also writes g ⊙ x for the next norm (the embedding and each MoE: xn for the attention norm;
+// o_proj: xg for the MLP norm), and q/k/v and the router read g ⊙ x and scale each row's sums by
+// 1/rms(x) before their bias; the MoE takes that scale from the router (row_scale). No norm op
+// runs between a producer and its consumers. Only the final norm is a plain ds_rmsnorm (its
+// output is the post-norm hidden state the drafts read).
 static enum ds_status attention_block(ds_gptoss_t *m, int l, int T, int n_seq) {
     const struct layer_weights *w = &m->layers[l];
     struct ds_backend *be = m->be;
     const int QD = m->NH * m->D, KD = m->NKV * m->D;
+    const float eps = m->cfg.rms_norm_eps;
     enum ds_status s;
-    if ((s = rmsnorm(m, T, m->x, &w->attn_norm, m->xn))) return s;
     struct ds_rope_args r = {
         .act = m->act,
         .n_rows = T,
@@ -527,12 +539,30 @@ static enum ds_status attention_block(ds_gptoss_t *m, int l, int T, int n_seq) {
             .rope_cos = r.cos,
             .rope_sin = r.sin,
             .rope_table_len = r.table_len,
+            .rms_of = m->x,
+            .rms_eps = eps,
         };
         if ((s = be->matmul(be, &qkv))) return s;
     } else {
-        if ((s = matmul(m, T, m->H, QD, m->xn, &w->q_w, &w->q_b, NULL, m->q))) return s;
-        if ((s = matmul(m, T, m->H, KD, m->xn, &w->k_w, &w->k_b, NULL, m->k))) return s;
-        if ((s = matmul(m, T, m->H, KD, m->xn, &w->v_w, &w->v_b, NULL, m->v))) return s;
+        const struct ds_wt *pw[3] = {&w->q_w, &w->k_w, &w->v_w}, *pb[3] = {&w->q_b, &w->k_b, &w->v_b};
+        void *po[3] = {m->q, m->k, m->v};
+        for (int j = 0; j < 3; j++) {
+            struct ds_matmul_args p = {
+                .act = m->act,
+                .w_dtype = pw[j]->e,
+                .bias_dtype = pb[j]->e,
+                .n_rows = T,
+                .in_dim = m->H,
+                .out_dim = j ? KD : QD,
+                .x = m->xn,
+                .w = pw[j]->p,
+                .bias = pb[j]->p,
+                .out = po[j],
+                .rms_of = m->x,
+                .rms_eps = eps,
+            };
+            if ((s = be->matmul(be, &p))) return s;
+        }
         if ((s = be->rope(be, &r))) return s;
     }
     struct ds_attention_args a = {
@@ -563,7 +593,24 @@ static enum ds_status attention_block(ds_gptoss_t *m, int l, int T, int n_seq) {
         .cache_settled = 1,
     };
     if ((s = be->attention(be, &a))) return s;
-    return matmul(m, T, QD, m->H, m->attn, &w->o_w, &w->o_b, m->x, m->x);
+    // x += o_proj(attn), and xg = g ⊙ x for the MLP norm.
+    struct ds_matmul_args o = {
+        .act = m->act,
+        .w_dtype = w->o_w.e,
+        .bias_dtype = w->o_b.e,
+        .n_rows = T,
+        .in_dim = QD,
+        .out_dim = m->H,
+        .x = m->attn,
+        .w = w->o_w.p,
+        .bias = w->o_b.p,
+        .residual = m->x,
+        .out = m->x,
+        .norm_gain = w->mlp_norm.p,
+        .norm_gain_dtype = w->mlp_norm.e,
+        .norm_out = m->xg,
+    };
+    return be->matmul(be, &o);
 }
 
 // x += Σ_s w_s · expert_s(rmsnorm(x)) over the router's top-k (spec §4.5-§4.6).
@@ -572,7 +619,6 @@ static enum ds_status moe_block(ds_gptoss_t *m, int l, int T) {
     struct ds_backend *be = m->be;
     int32_t *ids = m->expert_ids + (size_t)l * (size_t)m->plan.max_rows * (size_t)m->KE;
     enum ds_status s;
-    if ((s = rmsnorm(m, T, m->x, &w->mlp_norm, m->xn))) return s;
     struct ds_router_args r = {
         .act = m->act,
         .w_dtype = w->router_w.e,
@@ -581,13 +627,16 @@ static enum ds_status moe_block(ds_gptoss_t *m, int l, int T) {
         .dim = m->H,
         .n_experts = m->E,
         .top_k = m->KE,
-        .x = m->xn,
+        .x = m->xg,
         .w = w->router_w.p,
         .bias = w->router_b.p,
         .expert_ids = ids,
         .expert_weights = m->expert_w,
         .workspace = m->router_ws,
         .workspace_bytes = m->router_ws_bytes,
+        .rms_of = m->x,
+        .rms_eps = m->cfg.rms_norm_eps,
+        .row_scale = m->row_scale,
     };
     if ((s = be->router(be, &r))) return s;
     struct ds_moe_args a = {
@@ -600,7 +649,7 @@ static enum ds_status moe_block(ds_gptoss_t *m, int l, int T) {
         .top_k = m->KE,
         .swiglu_alpha = (float)m->cfg.swiglu_alpha,
         .swiglu_limit = (float)m->cfg.swiglu_limit,
-        .x = m->xn,
+        .x = m->xg,
         .expert_ids = ids,
         .expert_weights = m->expert_w,
         .gate_up_blocks = w->gu_blocks,
@@ -613,7 +662,13 @@ static enum ds_status moe_block(ds_gptoss_t *m, int l, int T) {
         .out = m->x,
         .workspace = m->moe_ws,
         .workspace_bytes = m->moe_ws_bytes,
+        .row_scale = m->row_scale,
     };
+    if (l + 1 < m->L) { // the next layer's attention norm input (the final norm is a plain op)
+        a.norm_gain = m->layers[l + 1].attn_norm.p;
+        a.norm_gain_dtype = m->layers[l + 1].attn_norm.e;
+        a.norm_out = m->xn;
+    }
     return be->moe(be, &a);
 }
 
@@ -635,6 +690,9 @@ static enum ds_status forward_ops(void *user) {
         .table = m->embed.p,
         .ids = m->d_tokens,
         .out = m->x,
+        .norm_gain = m->layers[0].attn_norm.p, // layer 0's attention norm input (deferred)
+        .norm_gain_dtype = m->layers[0].attn_norm.e,
+        .norm_out = m->xn,
     };
     if ((s = be->embed(be, &e))) return s;
     if ((s = capture_aux(m, 0, T))) return s;

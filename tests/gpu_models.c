@@ -44,6 +44,17 @@
 // a wrong position), and the fp32 run above checks the math to 2e-4.
 #define BF16_LOGIT_REL 0.08
 #define BF16_HIDDEN_REL 0.08
+// The target's boundary states (the residual stream after layers b) take the flips in full, with
+// no lm_head to average them: with the deferred norms (ds/kernel_args.h: g ⊙ x rounded to bf16
+// instead of g ⊙ x · s, the same error per rounding) model B prompt 0 measured 8.3% (0.382 of
+// 4.6), while prompt 2 fell from 4.4% to 3.4% and model A stayed within 1%: the same rounding
+// error landing on other near ties. So their largest error may reach 12%, and a second bound
+// holds where a flip cannot reach: the rms error over all rows, which a flip confined to a few
+// rows barely moves but a mistake that moves one row of 20 by a fifth of its size already lifts
+// to ~4.5% (sqrt(0.2² / 20); a mistake in every row: far more). Measured rms error / rms (logits, boundary states): deferred norms at most 2.3% and
+// 1.35%, the rmsnorm op before them 1.7% and 1.2%; the bound is 4%.
+#define BF16_BOUNDARY_REL 0.12
+#define BF16_RMS_REL 0.04
 // CPU reference (double accumulation) against CUDA fp32 (fp32 accumulation) on identical
 // synthetic weights: a relative 1e-5 per op over a few ops; 1e-4 of the scale leaves 10x margin,
 // while weights that differ between the host and device fills move logits by O(1).
@@ -61,6 +72,16 @@ static const struct ds_tensor_info *gget(const ds_safetensors_t *g, const char *
     const struct ds_tensor_info *t = ds_safetensors_find(g, name);
     if (!t) DS_FAILF("golden tensor %s missing", name);
     return t;
+}
+
+// ‖got − want‖ / ‖want‖ over n values (root mean squares).
+static double rel_rms(const float *got, const float *want, size_t n) {
+    double e = 0, w = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = (double)got[i] - want[i];
+        e += d * d, w += (double)want[i] * want[i];
+    }
+    return w > 0 ? sqrt(e / w) : sqrt(e);
 }
 
 static double max_abs(const float *x, size_t n) {
@@ -145,24 +166,32 @@ static void golden_target(const char *name, enum ds_act_choice act) {
         const double scale = max_abs(lg->data, (size_t)n * V);
         const double tol = f32 ? GOLDEN_LOGIT_ATOL : BF16_LOGIT_REL * scale;
         double err = nv_max_diff_f32(got, lg->data, (size_t)n * V);
-        printf("  %s %s prompt %d (%d tokens): logits max |err| %.3g (tol %.3g, scale %.3g)\n",
-               name, act_name(act), p, n, err, tol, scale);
+        const double lrms = rel_rms(got, lg->data, (size_t)n * V);
+        printf("  %s %s prompt %d (%d tokens): logits max |err| %.3g (tol %.3g, scale %.3g), "
+               "rms err / rms %.3g\n",
+               name, act_name(act), p, n, err, tol, scale, lrms);
         EXPECT(err <= tol);
+        if (!f32) EXPECT(lrms <= BF16_RMS_REL);
         memcpy(last, got + (size_t)(n - 1) * V, sizeof(float) * (size_t)V);
 
         EXPECT_OK(ds_gptoss_download_aux(m, n, got));
-        double herr = 0, hscale = 0;
+        double herr = 0, hscale = 0, he2 = 0, hw2 = 0;
         for (int j = 0; j < 3; j++)
             for (int t = 0; t < n; t++)
                 for (int i = 0; i < H; i++) {
                     size_t k = ((size_t)plan.aux_boundaries[j] * n + t) * H + i;
                     double want = ((const float *)hs->data)[k];
-                    herr = fmax(herr, fabs(got[((size_t)t * 3 + j) * H + i] - want));
+                    const double d = got[((size_t)t * 3 + j) * H + i] - want;
+                    herr = fmax(herr, fabs(d));
                     hscale = fmax(hscale, fabs(want));
+                    he2 += d * d, hw2 += want * want;
                 }
-        const double htol = f32 ? GOLDEN_HIDDEN_ATOL : BF16_HIDDEN_REL * hscale;
-        printf("    boundary states: max |err| %.3g (tol %.3g, scale %.3g)\n", herr, htol, hscale);
+        const double htol = f32 ? GOLDEN_HIDDEN_ATOL : BF16_BOUNDARY_REL * hscale;
+        const double hrms = hw2 > 0 ? sqrt(he2 / hw2) : sqrt(he2);
+        printf("    boundary states: max |err| %.3g (tol %.3g, scale %.3g), rms err / rms %.3g\n",
+               herr, htol, hscale, hrms);
         EXPECT(herr <= htol);
+        if (!f32) EXPECT(hrms <= BF16_RMS_REL);
 
         // Greedy continuation, teacher-forced with the golden ids (so every position is judged on
         // its own): fp32 token for token; bf16 where the golden's margin exceeds 2·tol.

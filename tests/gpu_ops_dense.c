@@ -1,6 +1,7 @@
 // CUDA dense ops and RoPE against the CPU reference (ds_<op>_ref) on identical seeded inputs, over
 // a shape matrix (1 row, partial tiles, the tiny test configs, the real gpt-oss / EAGLE-3 shapes),
-// plus batch invariance: a row's bits alone and inside batches of 8, 32, 64, 256 and 300 rows.
+// plus batch invariance: a row's bits alone and inside batches of 8, 32, 64, 256 and 300 rows;
+// the same for the deferred RMSNorm fields (rms_of, norm_gain / norm_out of ds/kernel_args.h).
 // Under DS_GPU_TEST_SMALL the matmuls of real weight shapes (K·N >= 2880², the smallest real
 // layer) are skipped; every synthetic, partial-tile and row-op case still runs.
 //
@@ -548,6 +549,464 @@ static void matmul_rejects_bad_arguments(void) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Deferred RMSNorm (ds/kernel_args.h): the matmul's rms_of (THE ROW SCALE s times the product)
+// and norm_gain / norm_out (g ⊙ the stored out), embed's norm_out.
+
+// rms_of rows. exact_s = 1: entries ±2 (random signs), used with eps 0: Σx² = 4K, and ss / K = 4,
+// sqrt, reciprocal are exact, so s = 0.5 on both sides and s·acc stays exact: the file's exact
+// tolerances apply unchanged. exact_s = 0: multiples of 1/64 in [-1, 1] (t_fill) with eps 1e-5:
+// the fp32 s of the GPU and the double s of the reference differ by rounding (rms_compare).
+static void rms_rows(float *x0, size_t n, uint64_t seed, int exact_s) {
+    if (!exact_s) {
+        t_fill(x0, n, seed, 1.0f);
+        return;
+    }
+    uint64_t s = seed;
+    for (size_t i = 0; i < n; i++) x0[i] = (t_next(&s) & 1) ? 2.0f : -2.0f;
+}
+
+// The allowed error of a GPU output against the reference when s is not exact. The sum of squares
+// is exact for these inputs (multiples of 2^-12 below 2^12), so the GPU's s (four correctly
+// rounded fp32 operations) is within 3·2^-24 of the reference's double s; s·acc, + bias and
+// + residual round once each: before its final rounding the GPU's value lies within 6·2^-24·mag
+// of the reference's, mag = |s·acc| + |bias| + |residual|. Rounding is monotone, so a bf16 output
+// is within 1 bf16 ulp of the reference rounded to bf16 plus that distance, an f32 output within
+// one f32 rounding (2^-23·|want|) plus it; both checked with the distance doubled: 2^-20·mag.
+static double rms_allowed(float want, double mag, enum ds_elem act) {
+    if (act == DS_ELEM_BF16)
+        return g_bf16_ulp(ds_bf16_to_f32(ds_f32_to_bf16(want))) + 0x1p-20 * mag;
+    return 0x1p-23 * fabs((double)want) + 0x1p-20 * mag;
+}
+
+// got against want within rms_allowed (bf16: against want rounded to bf16); one line on failure.
+static size_t rms_compare(const char *what, const float *got, const float *want, const double *mag,
+                          size_t n, size_t row_len, enum ds_elem act) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double w = act == DS_ELEM_BF16 ? ds_bf16_to_f32(ds_f32_to_bf16(want[i])) : want[i];
+        if (!(fabs((double)got[i] - w) <= rms_allowed(want[i], mag[i], act)) && bad++ == 0)
+            first = i;
+    }
+    if (bad)
+        DS_FAILF("%s: %zu of %zu beyond the row-scale bound; first at row %zu col %zu: got %.9g "
+                 "want %.9g (allowed %.3g)", what, bad, n, first / row_len, first % row_len,
+                 (double)got[first], (double)want[first],
+                 rms_allowed(want[first], mag[first], act));
+    return bad;
+}
+
+// norm_out must be act(g ⊙ out) of the GPU's own stored out: one fp32 multiply (exact for a bf16
+// gain and bf16 out, one rounding for f32 out), then the rounding to act. Recomputed here, bitwise.
+static void expect_norm_out(const char *what, const float *nout, const float *out, const float *g,
+                            size_t n, size_t C, enum ds_elem act) {
+    for (size_t i = 0; i < n; i++) {
+        float w = g[i % C] * out[i];
+        if (act == DS_ELEM_BF16) w = ds_bf16_to_f32(ds_f32_to_bf16(w));
+        if (!t_same_bits(&nout[i], &w, 1)) {
+            DS_FAILF("%s: norm_out at row %zu col %zu = %.9g, g·out = %.9g (out %.9g)", what,
+                     i / C, i % C, (double)nout[i], (double)w, (double)out[i]);
+            return;
+        }
+    }
+}
+
+struct rms_case {
+    int K, N;
+    int bias, residual, rms, norm; // 0/1: which fields the call sets
+    const char *why;
+};
+
+// K % 8 == 0 everywhere (THE ROW SCALE reads 16-byte groups of each row of rms_of).
+static const struct rms_case rms_cases[] = {
+    {64, 64, 1, 1, 1, 1, "tiny config, every field"},
+    {200, 100, 1, 1, 1, 1, "partial K chunk (K % 16 = 8), partial feature tiles"},
+    {8, 19, 1, 1, 1, 1, "K = 8: one group per row of rms_of"},
+    {520, 33, 0, 1, 1, 1, "partial K tile and features, no bias"},
+    {2880, 5120, 1, 0, 1, 0, "gpt-oss q/k/v as one output on a deferred norm"},
+    {4096, 2880, 1, 1, 0, 1, "gpt-oss o_proj: residual in place, the next norm's g ⊙ x"},
+    {2880, 2880, 1, 1, 1, 1, "C x C: rms_of, residual and norm_out together"},
+};
+
+static const int rms_Ts[] = {1, 3, 8, 16, 33, 64, 100, 256};
+
+// One case at T rows: the reference (f32, double inside) once, then the GPU in bf16 and f32
+// activations (bf16 weights, f32 bias, bf16 gain; the residual, when present, is also the output).
+static void run_rms_case(const struct rms_case *c, int T, int exact_s) {
+    const int K = c->K, N = c->N;
+    const double eps = exact_s ? 0.0 : 1e-5f;
+    float *x = t_alloc((size_t)T * K * 4), *x0 = t_alloc((size_t)T * K * 4);
+    float *w = t_alloc((size_t)N * K * 4), *b = t_alloc((size_t)N * 4), *g = t_alloc((size_t)N * 4);
+    float *res = t_alloc((size_t)T * N * 4), *want = t_alloc((size_t)T * N * 4);
+    float *want_n = t_alloc((size_t)T * N * 4), *sacc = t_alloc((size_t)T * N * 4);
+    double *mag = t_alloc((size_t)T * N * sizeof(double));
+    t_fill(x, (size_t)T * K, 5000 + T, 1.0f);
+    rms_rows(x0, (size_t)T * K, 5100 + T, exact_s);
+    t_fill(w, (size_t)N * K, 5200 + N, 1.0f);
+    t_fill(b, N, 5300 + N, 1.0f);
+    t_fill(g, N, 5400 + N, 2.0f);
+    t_fill(res, (size_t)T * N, 5500 + T, 4.0f);
+    struct ds_matmul_args r = {.act = DS_ELEM_F32, .w_dtype = DS_ELEM_F32,
+                               .bias_dtype = DS_ELEM_F32, .n_rows = T, .in_dim = K, .out_dim = N,
+                               .x = x, .w = w, .bias = c->bias ? b : NULL,
+                               .residual = c->residual ? res : NULL, .out = want,
+                               .rms_of = c->rms ? x0 : NULL, .rms_eps = (float)eps,
+                               .norm_gain = c->norm ? g : NULL, .norm_gain_dtype = DS_ELEM_F32,
+                               .norm_out = want_n};
+    EXPECT_OK(ds_matmul_ref(&r));
+    struct ds_matmul_args rs = r; // s·acc alone, for mag
+    rs.bias = NULL, rs.residual = NULL, rs.norm_gain = NULL, rs.out = sacc;
+    EXPECT_OK(ds_matmul_ref(&rs));
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++)
+            mag[(size_t)t * N + n] = fabs(sacc[(size_t)t * N + n]) + (c->bias ? fabs(b[n]) : 0) +
+                                     (c->residual ? fabs(res[(size_t)t * N + n]) : 0);
+    void *d_w = g_upload_as(w, (size_t)N * K, DS_ELEM_BF16), *d_b = g_upload_as(b, N, DS_ELEM_F32);
+    void *d_g = g_upload_as(g, N, DS_ELEM_BF16);
+    for (int ai = 0; ai < 2; ai++) {
+        const enum ds_elem act = dt[ai];
+        void *d_x = g_upload_as(x, (size_t)T * K, act), *d_x0 = g_upload_as(x0, (size_t)T * K, act);
+        void *d_res = g_upload_as(res, (size_t)T * N, act), *d_n = g_alloc((size_t)T * N * 4);
+        void *d_out = c->residual ? d_res : g_alloc((size_t)T * N * 4);
+        struct ds_matmul_args a = {.act = act, .w_dtype = DS_ELEM_BF16, .bias_dtype = DS_ELEM_F32,
+                                   .n_rows = T, .in_dim = K, .out_dim = N, .x = d_x, .w = d_w,
+                                   .bias = c->bias ? d_b : NULL,
+                                   .residual = c->residual ? d_res : NULL, .out = d_out,
+                                   .rms_of = c->rms ? d_x0 : NULL, .rms_eps = (float)eps,
+                                   .norm_gain = c->norm ? d_g : NULL,
+                                   .norm_gain_dtype = DS_ELEM_BF16, .norm_out = d_n};
+        EXPECT_OK(ds_matmul_cuda(&a, NULL));
+        float *got = g_download_f(d_out, (size_t)T * N, act);
+        char what[192];
+        snprintf(what, sizeof what, "deferred-norm matmul T=%d K=%d N=%d (%s) act %s, %s s", T, K,
+                 N, c->why, dt_name(act), exact_s ? "exact" : "rounded");
+        if (exact_s || !c->rms) { // exact inputs, exact s: the plain matrix's tolerances
+            if (act == DS_ELEM_F32) g_compare(what, got, want, (size_t)T * N, N, 0.0, 0.0);
+            else g_compare_bf16(what, got, want, (size_t)T * N, N, 1.0);
+        } else {
+            rms_compare(what, got, want, mag, (size_t)T * N, N, act);
+        }
+        if (c->norm) {
+            float *gn = g_download_f(d_n, (size_t)T * N, act);
+            expect_norm_out(what, gn, got, g, (size_t)T * N, N, act);
+            free(gn);
+        }
+        free(got);
+        if (!c->residual) g_free(d_out);
+        g_free(d_x), g_free(d_x0), g_free(d_res), g_free(d_n);
+    }
+    g_free(d_w), g_free(d_b), g_free(d_g);
+    free(x), free(x0), free(w), free(b), free(g), free(res), free(want), free(want_n), free(sacc);
+    free(mag);
+}
+
+static void matmul_deferred_norm_matches_reference(void) {
+    for (size_t i = 0; i < sizeof rms_cases / sizeof rms_cases[0]; i++) {
+        const struct rms_case *c = &rms_cases[i];
+        char name[160];
+        snprintf(name, sizeof name, "deferred-norm matmul K=%d N=%d (%s)", c->K, c->N, c->why);
+        if (mm_is_real(c->K, c->N) && g_small_skip(name)) continue;
+        for (size_t ti = 0; ti < sizeof rms_Ts / sizeof rms_Ts[0]; ti++)
+            for (int exact_s = 1; exact_s >= (c->rms ? 0 : 1); exact_s--)
+                run_rms_case(c, rms_Ts[ti], exact_s);
+        printf("  %s done\n", name);
+        fflush(stdout);
+    }
+}
+
+// A row's out and norm_out bits alone and inside batches of 8, 12, 16, 32, 64 and 256 rows (every
+// tile shape: the 16 × 8 and 16 × 16 stream tiles, 32 × 64, 64 × 128; the CUDA-core kernel for
+// f32), at other positions with other neighbours: THE ROW SCALE must have the same bits in every
+// kernel and tile. Continuous values (the sums and s do round); the residual is the output.
+static void matmul_deferred_norm_is_batch_invariant(void) {
+    static const struct rms_case shapes[] = {
+        {2880, 2880, 1, 1, 1, 1, "C x C, every field"},
+        {4096, 2880, 1, 1, 0, 1, "o_proj: residual and norm_out"},
+        {2880, 5120, 1, 0, 1, 0, "q/k/v: rms_of"},
+        {128, 40, 1, 1, 1, 1, "small, every field"},
+    };
+    const int batches[] = {8, 12, 16, 32, 64, 256};
+    enum { NB = sizeof batches / sizeof batches[0], POOL = 256 };
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const struct rms_case *c = &shapes[si];
+        const int K = c->K, N = c->N;
+        char name[128];
+        snprintf(name, sizeof name, "deferred-norm batch invariance K=%d N=%d (%s)", K, N, c->why);
+        if (mm_is_real(K, N) && g_small_skip(name)) continue;
+        float *px = t_alloc((size_t)POOL * K * 4), *px0 = t_alloc((size_t)POOL * K * 4);
+        float *pr = t_alloc((size_t)POOL * N * 4), *w = t_alloc((size_t)N * K * 4);
+        float *b = t_alloc((size_t)N * 4), *g = t_alloc((size_t)N * 4);
+        g_fill_cont(px, (size_t)POOL * K, 60 + si, -2.0f, 2.0f);
+        g_fill_cont(px0, (size_t)POOL * K, 61 + si, -3.0f, 3.0f);
+        g_fill_cont(pr, (size_t)POOL * N, 62 + si, -4.0f, 4.0f);
+        g_fill_cont(w, (size_t)N * K, 63 + si, -0.1f, 0.1f);
+        g_fill_cont(b, N, 64 + si, -1.0f, 1.0f);
+        g_fill_cont(g, N, 65 + si, 0.5f, 1.5f);
+        void *d_w = g_upload_as(w, (size_t)N * K, DS_ELEM_BF16);
+        void *d_b = g_upload_as(b, N, DS_ELEM_F32), *d_g = g_upload_as(g, N, DS_ELEM_BF16);
+        for (int ai = 0; ai < 2; ai++) {
+            const enum ds_elem act = dt[ai];
+            const size_t es = act == DS_ELEM_BF16 ? 2 : 4, xr = (size_t)K * es;
+            const size_t orow = (size_t)N * es;
+            char *d_px = g_upload_as(px, (size_t)POOL * K, act);
+            char *d_px0 = g_upload_as(px0, (size_t)POOL * K, act);
+            char *d_pr = g_upload_as(pr, (size_t)POOL * N, act);
+            char *d_x = g_alloc(POOL * xr), *d_x0 = g_alloc(POOL * xr);
+            char *d_out = g_alloc(POOL * orow), *d_n = g_alloc(POOL * orow);
+            unsigned char *alone = t_alloc(orow), *alone_n = t_alloc(orow), *in = t_alloc(orow),
+                          *in_n = t_alloc(orow);
+            struct ds_matmul_args a = {.act = act, .w_dtype = DS_ELEM_BF16,
+                                       .bias_dtype = DS_ELEM_F32, .in_dim = K, .out_dim = N,
+                                       .x = d_x, .w = d_w, .bias = c->bias ? d_b : NULL,
+                                       .residual = c->residual ? d_out : NULL, .out = d_out,
+                                       .rms_of = c->rms ? d_x0 : NULL, .rms_eps = 1e-5f,
+                                       .norm_gain = c->norm ? d_g : NULL,
+                                       .norm_gain_dtype = DS_ELEM_BF16, .norm_out = d_n};
+            const int probe[] = {0, 7, 63, 64, 255};
+            for (int pi = 0; pi < 5; pi++) {
+                const int r = probe[pi];
+                for (int bi = -1; bi < NB; bi++) {
+                    const int B = bi < 0 ? 1 : batches[bi], at = bi < 0 ? 0 : (r * 7) % B;
+                    for (int j = 0; j < B; j++) { // row r at `at`, others rotated from the pool
+                        const int src = j == at ? r : (r + 1 + j * 13) % POOL;
+                        G_CHECK(cudaMemcpy(d_x + j * xr, d_px + src * xr, xr,
+                                           cudaMemcpyDeviceToDevice));
+                        G_CHECK(cudaMemcpy(d_x0 + j * xr, d_px0 + src * xr, xr,
+                                           cudaMemcpyDeviceToDevice));
+                        G_CHECK(cudaMemcpy(d_out + j * orow, d_pr + src * orow, orow,
+                                           cudaMemcpyDeviceToDevice));
+                    }
+                    a.n_rows = B;
+                    EXPECT_OK(ds_matmul_cuda(&a, NULL));
+                    g_download(bi < 0 ? alone : in, d_out + at * orow, orow);
+                    g_download(bi < 0 ? alone_n : in_n, d_n + at * orow, orow);
+                    if (bi < 0) continue;
+                    char what[192];
+                    snprintf(what, sizeof what, "%s act %s: row %d alone vs at %d of %d: out",
+                             name, dt_name(act), r, at, B);
+                    g_same_bytes(what, alone, in, orow, es);
+                    if (c->norm) {
+                        snprintf(what, sizeof what, "%s act %s: row %d alone vs at %d of %d: "
+                                 "norm_out", name, dt_name(act), r, at, B);
+                        g_same_bytes(what, alone_n, in_n, orow, es);
+                    }
+                }
+            }
+            free(alone), free(alone_n), free(in), free(in_n);
+            g_free(d_px), g_free(d_px0), g_free(d_pr), g_free(d_x), g_free(d_x0), g_free(d_out);
+            g_free(d_n);
+        }
+        g_free(d_w), g_free(d_b), g_free(d_g);
+        free(px), free(px0), free(pr), free(w), free(b), free(g);
+    }
+}
+
+// q/k/v of a deferred norm: one split call with rms_of and the RoPE fields. (1) The product
+// without RoPE against the reference's split call with rms_of (rms_compare); (2) the fused call
+// bitwise equal to that product followed by ds_rope_cuda (as for the plain fused RoPE); (3) the
+// fused call against the reference's own fused call (product with the scale, then ds_rope_ref).
+// For (3) the GPU rounds the product to act before rotating (bf16: 2^-9 relative), the reference
+// to f32; a rotation by a table entry (|cos|, |sin| <= the YaRN concentration, 1.35 for gpt-oss)
+// carries each input's error into the result: allowed = 1 ulp of the result + 2^-8·(|a| + |b|) +
+// 2^-19·(mag_a + mag_b), (a, b) the pair's unrotated reference values (2^-8 and 2^-19: the 2^-9
+// rounding and rms_allowed's 2^-20, each doubled for the concentration). Cases: gpt-oss qkv (2880
+// -> 4096 + 512 + 512, D = 64, YaRN) at T = 1 .. 8 (rotation inside the stream tile), 9 and 33
+// (two ops); the tiny config (256 -> 256 + 64 + 64, D = 32) at T = 1, 5, 16; f32 at T = 2.
+static void run_rms_rope_case(int T, int K, const int d[3], int D, int yarn, enum ds_elem act) {
+    enum { P = 4096 };
+    const int N = d[0] + d[1] + d[2], H = D / 2;
+    const size_t es = act == DS_ELEM_BF16 ? 2 : 4;
+    const struct ds_rope_table_config ycfg = {.kind = DS_ROPE_TABLE_YARN, .head_dim = D,
+                                              .theta = 150000.0, .factor = 32.0,
+                                              .beta_fast = 32.0, .beta_slow = 1.0,
+                                              .original_max_pos = 4096};
+    const struct ds_rope_table_config pcfg = {.kind = DS_ROPE_TABLE_PLAIN, .head_dim = D,
+                                              .theta = 10000.0};
+    float *cs = t_alloc((size_t)P * H * 4), *sn = t_alloc((size_t)P * H * 4);
+    EXPECT_OK(ds_rope_table_fill(yarn ? &ycfg : &pcfg, P, cs, sn));
+    float *x = t_alloc((size_t)T * K * 4), *x0 = t_alloc((size_t)T * K * 4);
+    float *w = t_alloc((size_t)N * K * 4), *b = t_alloc((size_t)N * 4);
+    t_fill(x, (size_t)T * K, 720 + T, 1.0f);
+    rms_rows(x0, (size_t)T * K, 730 + T, 0);
+    t_fill(w, (size_t)N * K, 820 + N, 1.0f);
+    t_fill(b, N, 920 + N, 1.0f);
+    int32_t *pos = t_alloc((size_t)T * 4);
+    uint64_t seed = 41 + T;
+    for (int t = 0; t < T; t++) pos[t] = t_int(&seed, 0, P - 1);
+    float *pre[3], *sacc[3], *want[3];
+    void *two[3], *fused[3];
+    int first[3];
+    for (int j = 0, f = 0; j < 3; f += d[j], j++) {
+        first[j] = f;
+        pre[j] = t_alloc((size_t)T * d[j] * 4), sacc[j] = t_alloc((size_t)T * d[j] * 4);
+        want[j] = t_alloc((size_t)T * d[j] * 4);
+        two[j] = g_alloc((size_t)T * d[j] * es), fused[j] = g_alloc((size_t)T * d[j] * es);
+    }
+    struct ds_matmul_args r = {.act = DS_ELEM_F32, .w_dtype = DS_ELEM_F32,
+                               .bias_dtype = DS_ELEM_F32, .n_rows = T, .in_dim = K, .out_dim = N,
+                               .x = x, .w = w, .bias = b, .out = pre[0],
+                               .part_dim = {d[0], d[1], d[2]}, .out1 = pre[1], .out2 = pre[2],
+                               .bias1 = b + first[1], .bias2 = b + first[2], .rms_of = x0,
+                               .rms_eps = 1e-5f};
+    EXPECT_OK(ds_matmul_ref(&r)); // the product
+    struct ds_matmul_args rs = r;
+    rs.bias = rs.bias1 = rs.bias2 = NULL, rs.out = sacc[0], rs.out1 = sacc[1], rs.out2 = sacc[2];
+    EXPECT_OK(ds_matmul_ref(&rs)); // s·acc, for mag
+    struct ds_matmul_args rr = r;
+    rr.out = want[0], rr.out1 = want[1], rr.out2 = want[2], rr.rope_head_dim = D;
+    rr.rope_positions = pos, rr.rope_cos = cs, rr.rope_sin = sn, rr.rope_table_len = P;
+    EXPECT_OK(ds_matmul_ref(&rr)); // the fused call of the reference
+    void *d_x = g_upload_as(x, (size_t)T * K, act), *d_x0 = g_upload_as(x0, (size_t)T * K, act);
+    void *d_w = g_upload_as(w, (size_t)N * K, DS_ELEM_BF16), *d_b = g_upload_as(b, N, DS_ELEM_F32);
+    void *d_cs = g_upload(cs, (size_t)P * H * 4), *d_sn = g_upload(sn, (size_t)P * H * 4);
+    int32_t *d_pos = g_upload(pos, (size_t)T * 4);
+    struct ds_matmul_args a = {.act = act, .w_dtype = DS_ELEM_BF16, .bias_dtype = DS_ELEM_F32,
+                               .n_rows = T, .in_dim = K, .out_dim = N, .x = d_x, .w = d_w,
+                               .bias = d_b, .out = two[0], .part_dim = {d[0], d[1], d[2]},
+                               .out1 = two[1], .out2 = two[2], .bias1 = (float *)d_b + first[1],
+                               .bias2 = (float *)d_b + first[2], .rms_of = d_x0, .rms_eps = 1e-5f};
+    EXPECT_OK(ds_matmul_cuda(&a, NULL)); // (1) the product alone
+    char what[192];
+    for (int j = 0; j < 3; j++) {
+        const size_t n = (size_t)T * d[j];
+        float *got = g_download_f(two[j], n, act);
+        double *mag = t_alloc(n * sizeof(double));
+        for (size_t i = 0; i < n; i++) mag[i] = fabs(sacc[j][i]) + fabs(b[first[j] + i % d[j]]);
+        snprintf(what, sizeof what, "deferred-norm q/k/v T=%d K=%d D=%d act %s: part %d product vs "
+                 "reference", T, K, D, dt_name(act), j);
+        rms_compare(what, got, pre[j], mag, n, d[j], act);
+        free(got), free(mag);
+    }
+    struct ds_rope_args ro = {.act = act, .n_rows = T, .head_dim = D, .n_q_heads = d[0] / D,
+                              .n_k_heads = d[1] / D, .q = two[0], .k = two[1], .positions = d_pos,
+                              .cos = (const float *)d_cs, .sin = (const float *)d_sn,
+                              .table_len = P};
+    EXPECT_OK(ds_rope_cuda(&ro, NULL));
+    a.out = fused[0], a.out1 = fused[1], a.out2 = fused[2], a.rope_head_dim = D;
+    a.rope_positions = d_pos, a.rope_cos = (const float *)d_cs, a.rope_sin = (const float *)d_sn;
+    a.rope_table_len = P;
+    EXPECT_OK(ds_matmul_cuda(&a, NULL)); // one call
+    for (int j = 0; j < 3; j++) {
+        const size_t n = (size_t)T * d[j], bytes = n * es;
+        unsigned char *hf = t_alloc(bytes), *ht = t_alloc(bytes);
+        g_download(hf, fused[j], bytes);
+        g_download(ht, two[j], bytes);
+        snprintf(what, sizeof what, "deferred-norm q/k/v T=%d K=%d D=%d act %s: part %d fused vs "
+                 "product then rope", T, K, D, dt_name(act), j);
+        g_same_bytes(what, hf, ht, bytes, es); // (2)
+        free(hf), free(ht);
+        float *got = g_download_f(fused[j], n, act);
+        size_t bad = 0, fi = 0;
+        double fa = 0;
+        for (size_t i = 0; i < n; i++) { // (3)
+            const size_t c = i % d[j], h0 = i - c % D, ci = c % D;
+            const size_t pi = h0 + (ci < (size_t)H ? ci + H : ci - H); // the rotation partner
+            const double wr = act == DS_ELEM_BF16 ? ds_bf16_to_f32(ds_f32_to_bf16(want[j][i]))
+                                                  : want[j][i];
+            double al = rms_allowed(want[j][i], 0.0, act);
+            if (j < 2) {
+                const size_t c2 = pi % d[j];
+                al += 0x1p-8 * (fabs(pre[j][i]) + fabs(pre[j][pi])) +
+                      0x1p-19 * (fabs(sacc[j][i]) + fabs(b[first[j] + c]) + fabs(sacc[j][pi]) +
+                                 fabs(b[first[j] + c2]));
+            } else {
+                al = rms_allowed(want[j][i], fabs(sacc[j][i]) + fabs(b[first[j] + c]), act);
+            }
+            if (!(fabs((double)got[i] - wr) <= al) && bad++ == 0) fi = i, fa = al;
+        }
+        if (bad)
+            DS_FAILF("deferred-norm q/k/v T=%d K=%d D=%d act %s: part %d fused vs the reference's "
+                     "fused call: %zu of %zu beyond the bound; first at row %zu col %zu: got %.9g "
+                     "want %.9g (allowed %.3g)", T, K, D, dt_name(act), j, bad, n, fi / d[j],
+                     fi % d[j], (double)got[fi], (double)want[j][fi], fa);
+        free(got);
+    }
+    for (int j = 0; j < 3; j++) {
+        free(pre[j]), free(sacc[j]), free(want[j]);
+        g_free(two[j]), g_free(fused[j]);
+    }
+    g_free(d_x), g_free(d_x0), g_free(d_w), g_free(d_b), g_free(d_cs), g_free(d_sn), g_free(d_pos);
+    free(cs), free(sn), free(x), free(x0), free(w), free(b), free(pos);
+}
+
+static void matmul_deferred_norm_qkv_with_rope(void) {
+    static const int qkv[3] = {4096, 512, 512}, tiny[3] = {256, 64, 64};
+    if (!g_small_skip("deferred-norm q/k/v at the gpt-oss shapes")) {
+        for (int T = 1; T <= 9; T++) run_rms_rope_case(T, 2880, qkv, 64, 1, DS_ELEM_BF16);
+        run_rms_rope_case(33, 2880, qkv, 64, 1, DS_ELEM_BF16);
+    }
+    run_rms_rope_case(1, 256, tiny, 32, 0, DS_ELEM_BF16);
+    run_rms_rope_case(5, 256, tiny, 32, 0, DS_ELEM_BF16);
+    run_rms_rope_case(16, 256, tiny, 32, 0, DS_ELEM_BF16);
+    run_rms_rope_case(2, 256, tiny, 32, 0, DS_ELEM_F32);
+}
+
+// embed's norm_out against the reference: table values (multiples of 1/16) times a bf16 gain
+// (multiples of 1/32) are exact in fp32, so f32 must match bitwise and bf16 must be the reference
+// rounded once (0 ulp). C = 2880: 16-byte groups; C = 45: element copies.
+static void embed_norm_out_matches_reference(void) {
+    enum { V = 1000, T = 9 };
+    const int widths[2] = {2880, 45};
+    for (int wi = 0; wi < 2; wi++) {
+        const int C = widths[wi];
+        float *table = t_alloc((size_t)V * C * 4), *g = t_alloc((size_t)C * 4);
+        float *want = t_alloc((size_t)T * C * 4), *want_n = t_alloc((size_t)T * C * 4);
+        t_fill(table, (size_t)V * C, 21, 4.0f);
+        t_fill(g, C, 22, 2.0f);
+        int32_t ids[T] = {0, 999, 5, 5, 512, 1, 998, 0, 7};
+        struct ds_embed_args r = {.act = DS_ELEM_F32, .table_dtype = DS_ELEM_F32, .n_rows = T,
+                                  .vocab = V, .dim = C, .table = table, .ids = ids, .out = want,
+                                  .norm_gain = g, .norm_gain_dtype = DS_ELEM_F32,
+                                  .norm_out = want_n};
+        EXPECT_OK(ds_embed_ref(&r));
+        int32_t *d_ids = g_upload(ids, sizeof ids);
+        void *d_g = g_upload_as(g, C, DS_ELEM_BF16);
+        for (int ti = 0; ti < 2; ti++) {
+            void *d_table = g_upload_as(table, (size_t)V * C, dt[ti]);
+            for (int ai = 0; ai < 2; ai++) {
+                void *d_out = g_alloc((size_t)T * C * 4), *d_n = g_alloc((size_t)T * C * 4);
+                struct ds_embed_args a = {.act = dt[ai], .table_dtype = dt[ti], .n_rows = T,
+                                          .vocab = V, .dim = C, .table = d_table, .ids = d_ids,
+                                          .out = d_out, .norm_gain = d_g,
+                                          .norm_gain_dtype = DS_ELEM_BF16, .norm_out = d_n};
+                EXPECT_OK(ds_embed_cuda(&a, NULL));
+                float *got = g_download_f(d_out, (size_t)T * C, dt[ai]);
+                float *gn = g_download_f(d_n, (size_t)T * C, dt[ai]);
+                char what[96];
+                snprintf(what, sizeof what, "embed norm_out C=%d act %s table %s", C,
+                         dt_name(dt[ai]), dt_name(dt[ti]));
+                g_compare(what, got, want, (size_t)T * C, C, 0.0, 0.0);
+                if (dt[ai] == DS_ELEM_F32) g_compare(what, gn, want_n, (size_t)T * C, C, 0.0, 0.0);
+                else g_compare_bf16(what, gn, want_n, (size_t)T * C, C, 0.0);
+                free(got), free(gn);
+                g_free(d_out), g_free(d_n);
+            }
+            g_free(d_table);
+        }
+        g_free(d_ids), g_free(d_g);
+        free(table), free(g), free(want), free(want_n);
+    }
+}
+
+// Host checks of the deferred-norm fields (each call is refused before any launch).
+static void matmul_deferred_norm_rejects_bad_arguments(void) {
+    struct ds_matmul_args a = {.act = DS_ELEM_BF16, .w_dtype = DS_ELEM_BF16, .n_rows = 1,
+                               .in_dim = 8, .out_dim = 8, .x = (void *)16, .w = (void *)32,
+                               .out = (void *)64, .part_dim = {4, 4, 0}, .out1 = (void *)128,
+                               .norm_gain = (void *)256, .norm_gain_dtype = DS_ELEM_BF16,
+                               .norm_out = (void *)512};
+    EXPECT_STATUS(ds_matmul_cuda(&a, NULL), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("matmul: a split output takes no norm_gain");
+    a.part_dim[0] = a.part_dim[1] = 0, a.out1 = NULL, a.norm_out = NULL;
+    EXPECT_STATUS(ds_matmul_cuda(&a, NULL), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("norm_out");
+    a.norm_gain = NULL, a.rms_of = (void *)1024, a.rms_eps = -1.0f;
+    EXPECT_STATUS(ds_matmul_cuda(&a, NULL), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("rms_eps");
+    a.rms_eps = 1e-5f, a.in_dim = 12; // THE ROW SCALE needs K % 8 == 0
+    EXPECT(ds_matmul_cuda(&a, NULL) != DS_OK);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Elementwise ops and gather
 
 static void add_silu_gather_match_reference(void) {
@@ -856,6 +1315,11 @@ int main(void) {
     DS_RUN(matmul_is_batch_invariant);
     DS_RUN(matmul_split_outputs_equal_separate_calls);
     DS_RUN(matmul_fused_rope_equals_two_ops);
+    DS_RUN(matmul_deferred_norm_rejects_bad_arguments);
+    DS_RUN(matmul_deferred_norm_matches_reference);
+    DS_RUN(matmul_deferred_norm_is_batch_invariant);
+    DS_RUN(matmul_deferred_norm_qkv_with_rope);
+    DS_RUN(embed_norm_out_matches_reference);
     DS_RUN(add_silu_gather_match_reference);
     DS_RUN(rope_matches_reference);
     G_RUN_LARGE(dense_chain_with_dependent_launches_equals_synced_chain); // 2880² weight, 63 runs

@@ -258,6 +258,263 @@ static void matmul_rope_fields_equal_matmul_then_rope(void) {
     EXPECT_STATUS(ds_matmul_ref(&a), DS_ERR_RANGE);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Deferred RMSNorm (ds/kernel_args.h): out = s(rms_of)·(W·x) + b + r with x = g ⊙ rms_of, and the
+// producers' norm_out = g ⊙ out.
+
+// Hand-worked, K = N = 2, W = [[1, 1], [1, -1]], bias [0.5, 0.25], gain g = [1, 3], eps 0:
+//   row 0: x0 = [2, 2]: mean(x0²) = 4, s = 1/2; x = g ⊙ x0 = [2, 6]; W·x = [8, -4];
+//          s·W·x = [4, -2]; + bias = [4.5, -1.75]; + residual [1, -1] = [5.5, -2.75].
+//          (rmsnorm first: x0·s ⊙ g = [1, 3], W·[1, 3] = [4, -2]: the same.)
+//   row 1: x0 = [1, 7]: mean = 25, s = 1/5; x = [1, 21]; W·x = [22, -20]; s·W·x = [4.4, -4];
+//          + bias = [4.9, -3.75]; + residual [2, 0] = [6.9, -3.75].
+// norm_out with gain [2, 0.5]: row 0 [11, -1.375], row 1 [2·6.9f, -1.875].
+// eps enters under the root: x0 = [1, 1], eps 3: mean + eps = 4, s = 1/2; x = [1, 3];
+// W·x = [4, -2]; s·W·x + bias (no residual) = [2.5, -0.75].
+static void matmul_rms_of_hand_case(void) {
+    float w[4] = {1, 1, 1, -1}, b[2] = {0.5f, 0.25f}, gn[2] = {2, 0.5f};
+    float x0[4] = {2, 2, 1, 7}, x[4] = {2, 6, 1, 21}, res[4] = {1, -1, 2, 0};
+    float out[4], nout[4];
+    struct ds_matmul_args a = {.act = DS_ELEM_F32, .w_dtype = DS_ELEM_F32,
+                               .bias_dtype = DS_ELEM_F32, .n_rows = 2, .in_dim = 2, .out_dim = 2,
+                               .x = x, .w = w, .bias = b, .residual = res, .out = out,
+                               .rms_of = x0, .rms_eps = 0.0f, .norm_gain = gn,
+                               .norm_gain_dtype = DS_ELEM_F32, .norm_out = nout};
+    EXPECT_OK(ds_matmul_ref(&a));
+    EXPECT(out[0] == 5.5f && out[1] == -2.75f);
+    EXPECT(out[2] == 6.9f && out[3] == -3.75f);
+    EXPECT(nout[0] == 11.0f && nout[1] == -1.375f && nout[2] == 2 * 6.9f && nout[3] == -1.875f);
+    float x1[2] = {1, 1}, xg1[2] = {1, 3};
+    struct ds_matmul_args e = {.act = DS_ELEM_F32, .w_dtype = DS_ELEM_F32,
+                               .bias_dtype = DS_ELEM_F32, .n_rows = 1, .in_dim = 2, .out_dim = 2,
+                               .x = xg1, .w = w, .bias = b, .out = out, .rms_of = x1,
+                               .rms_eps = 3.0f};
+    EXPECT_OK(ds_matmul_ref(&e));
+    EXPECT(out[0] == 2.5f && out[1] == -0.75f);
+}
+
+// n floats uniform in [lo, hi] (continuous: products and sums of them round).
+static void fill_cont(float *x, size_t n, uint64_t seed, float lo, float hi) {
+    uint64_t s = seed;
+    for (size_t i = 0; i < n; i++)
+        x[i] = lo + (hi - lo) * (float)((double)(t_next(&s) >> 11) * 0x1p-53);
+}
+
+// One deferred-norm matmul problem: rms_of x0 (T, K), gain g (K, bf16-exact), x = f32(g ⊙ x0)
+// computed here, w (N, K), bias, residual. exact = 1: every input a multiple of 1/64 (t_fill), so
+// g ⊙ x0 is exact in f32 and every sum below is exact in double; else x0 is continuous.
+static void check_rms_of_problem(int T, int K, int N, int exact, uint64_t seed) {
+    const double eps = 1e-5f;
+    float *x0 = t_alloc(sizeof(float) * T * K), *x = t_alloc(sizeof(float) * T * K);
+    float *g = t_alloc(sizeof(float) * K), *w = t_alloc(sizeof(float) * N * K);
+    float *b = t_alloc(sizeof(float) * N), *r = t_alloc(sizeof(float) * T * N);
+    float *y = t_alloc(sizeof(float) * T * N), *y2 = t_alloc(sizeof(float) * T * N);
+    float *xn = t_alloc(sizeof(float) * T * K), *r2 = t_alloc(sizeof(float) * T * N);
+    uint16_t *g16 = t_alloc(2 * (size_t)K);
+    if (exact) t_fill(x0, (size_t)T * K, seed, 1.0f);
+    else fill_cont(x0, (size_t)T * K, seed, -3.0f, 3.0f);
+    t_fill(g, K, seed + 1, 2.0f);
+    t_fill(w, (size_t)N * K, seed + 2, 1.0f);
+    t_fill(b, N, seed + 3, 1.0f);
+    t_fill(r, (size_t)T * N, seed + 4, 4.0f);
+    t_to_bf16(g, g16, K);
+    for (int i = 0; i < T * K; i++) x[i] = g[i % K] * x0[i]; // the producer's norm_out
+    struct ds_matmul_args a = {.act = DS_ELEM_F32, .w_dtype = DS_ELEM_F32,
+                               .bias_dtype = DS_ELEM_F32, .n_rows = T, .in_dim = K, .out_dim = N,
+                               .x = x, .w = w, .bias = b, .residual = r, .out = y, .rms_of = x0,
+                               .rms_eps = (float)eps};
+    EXPECT_OK(ds_matmul_ref(&a));
+
+    // (1) Exact inputs: the formula of ds/kernel_args.h evaluated here in double. Every sum is
+    // exact, and s, s·Σ, + b, + r are the same double operations, so the bits must agree.
+    if (exact)
+        for (int t = 0; t < T; t++) {
+            double ss = 0;
+            for (int k = 0; k < K; k++) ss += (double)x0[t * K + k] * x0[t * K + k];
+            const double st = 1.0 / sqrt(ss / K + eps);
+            for (int n = 0; n < N; n++) {
+                double d = 0;
+                for (int k = 0; k < K; k++) d += (double)x[t * K + k] * w[n * K + k];
+                const float want = (float)(d * st + b[n] + r[t * N + n]);
+                if (y[t * N + n] != want) {
+                    DS_FAILF("T=%d K=%d N=%d: out[%d][%d] = %.9g, formula %.9g", T, K, N, t, n,
+                             y[t * N + n], want);
+                    t = T;
+                    break;
+                }
+            }
+        }
+
+    // (2) rmsnorm(x0) with gain g, then the plain matmul: equal up to rounding. The deferred path
+    // rounds g ⊙ x0 to f32 (exact when exact = 1), the other g ⊙ x0 · s (2^-24 relative each), so
+    // the products differ by at most 2^-24·Σ_k |xn_k·w_k| per rounded input path, and each output
+    // is rounded once on each side (2^-24·|y| each). Tolerance per element, twice that bound:
+    // 2^-22·(Σ_k |xn_k·w_k| + |y|).
+    struct ds_rmsnorm_args nm = {.act = DS_ELEM_F32, .w_dtype = DS_ELEM_BF16, .n_rows = T,
+                                 .dim = K, .eps = (float)eps, .x = x0, .w = g16, .out = xn};
+    EXPECT_OK(ds_rmsnorm_ref(&nm));
+    struct ds_matmul_args p = a;
+    p.x = xn, p.rms_of = NULL, p.out = y2;
+    EXPECT_OK(ds_matmul_ref(&p));
+    // Also the row-relative size: the roundings have random signs, so the differences grow like
+    // sqrt(K)·2^-24 of a term rather than the bound's K·2^-24; measured here (K up to 2880) at
+    // most 1.1e-7 of the row's largest |y|, checked against 1e-6.
+    double worst = 0;
+    for (int t = 0; t < T; t++) {
+        double ymax = 0;
+        for (int n = 0; n < N; n++) ymax = fmax(ymax, fabs(y2[t * N + n]));
+        for (int n = 0; n < N; n++) {
+            double mag = 0;
+            for (int k = 0; k < K; k++) mag += fabs((double)xn[t * K + k] * w[n * K + k]);
+            const double d = fabs((double)y[t * N + n] - y2[t * N + n]);
+            worst = fmax(worst, d / ymax);
+            if (!(d <= 0x1p-22 * (mag + fabs(y2[t * N + n])))) {
+                DS_FAILF("T=%d K=%d N=%d exact=%d: deferred out[%d][%d] = %.9g, rmsnorm then "
+                         "matmul %.9g (bound %.3g)", T, K, N, exact, t, n, y[t * N + n],
+                         y2[t * N + n], 0x1p-22 * (mag + fabs(y2[t * N + n])));
+                t = T;
+                break;
+            }
+        }
+    }
+    if (worst > 1e-6) DS_FAILF("T=%d K=%d N=%d: worst error %.3g of the row's largest |out|", T, K,
+                               N, worst);
+
+    // (3) In place over the residual, and each row alone: the same bits.
+    memcpy(r2, r, sizeof(float) * T * N);
+    a.residual = r2, a.out = r2;
+    EXPECT_OK(ds_matmul_ref(&a));
+    EXPECT(t_same_bits(r2, y, (size_t)T * N));
+    a.residual = r;
+    for (int t = 0; t < T; t++) {
+        struct ds_matmul_args one = a;
+        one.n_rows = 1, one.x = x + (size_t)t * K, one.rms_of = x0 + (size_t)t * K;
+        one.residual = r + (size_t)t * N, one.out = y2;
+        EXPECT_OK(ds_matmul_ref(&one));
+        EXPECT(t_same_bits(y2, y + (size_t)t * N, N));
+    }
+    free(x0), free(x), free(g), free(w), free(b), free(r), free(y), free(y2), free(xn), free(r2);
+    free(g16);
+}
+
+static void matmul_rms_of_equals_formula_and_rmsnorm_then_matmul(void) {
+    check_rms_of_problem(1, 64, 13, 1, 70);
+    check_rms_of_problem(5, 72, 33, 1, 71);
+    check_rms_of_problem(3, 37, 9, 1, 72); // K % 8 != 0 (the reference has no such limit)
+    check_rms_of_problem(4, 2880, 24, 1, 73);
+    check_rms_of_problem(5, 72, 33, 0, 74);
+    check_rms_of_problem(3, 2880, 24, 0, 75);
+}
+
+// norm_out is g ⊙ out with out as stored: each element one f32 multiply of the stored output
+// (recomputed here), bitwise, for f32 and bf16 gains, with a residual written in place, with and
+// without rms_of (continuous values, so the products do round); the rows' out is unchanged by it.
+static void matmul_norm_out_is_gain_times_stored_out(void) {
+    enum { T = 4, K = 40, N = 24 };
+    float x[T * K], x0[T * K], w[N * K], b[N], r[T * N], r0[T * N], y[T * N], ny[T * N], g[N];
+    uint16_t g16[N];
+    fill_cont(x, T * K, 80, -2.0f, 2.0f);
+    fill_cont(x0, T * K, 81, -2.0f, 2.0f);
+    fill_cont(w, N * K, 82, -0.5f, 0.5f);
+    fill_cont(b, N, 83, -1.0f, 1.0f);
+    fill_cont(r0, T * N, 84, -4.0f, 4.0f);
+    t_fill(g, N, 85, 2.0f);
+    t_to_bf16(g, g16, N);
+    for (int rms = 0; rms < 2; rms++)
+        for (int gi = 0; gi < 2; gi++) {
+            float plain[T * N];
+            memcpy(r, r0, sizeof r);
+            struct ds_matmul_args a = {.act = DS_ELEM_F32, .w_dtype = DS_ELEM_F32,
+                                       .bias_dtype = DS_ELEM_F32, .n_rows = T, .in_dim = K,
+                                       .out_dim = N, .x = x, .w = w, .bias = b, .residual = r0,
+                                       .out = plain, .rms_of = rms ? x0 : NULL, .rms_eps = 1e-5f};
+            EXPECT_OK(ds_matmul_ref(&a));
+            a.residual = r, a.out = r, a.norm_gain = gi ? (const void *)g16 : (const void *)g;
+            a.norm_gain_dtype = gi ? DS_ELEM_BF16 : DS_ELEM_F32, a.norm_out = ny;
+            EXPECT_OK(ds_matmul_ref(&a));
+            EXPECT(t_same_bits(r, plain, T * N));
+            memcpy(y, r, sizeof y);
+            for (int i = 0; i < T * N; i++) {
+                const float want = g[i % N] * y[i];
+                if (!t_same_bits(&ny[i], &want, 1)) {
+                    DS_FAILF("rms_of %d gain %s: norm_out[%d] = %.9g, g·out = %.9g", rms,
+                             gi ? "bf16" : "f32", i, ny[i], want);
+                    break;
+                }
+            }
+        }
+}
+
+// embed's norm_out: g ⊙ (the copied row), bitwise, both table dtypes, f32 and bf16 gains.
+static void embed_norm_out_is_gain_times_row(void) {
+    enum { V = 7, C = 21, T = 5 };
+    float table[V * C], out[T * C], nout[T * C], g[C], gc[C];
+    uint16_t table16[V * C], g16[C];
+    t_fill(table, V * C, 90, 4.0f);
+    t_to_bf16(table, table16, V * C);
+    t_fill(g, C, 91, 2.0f);
+    t_to_bf16(g, g16, C);
+    fill_cont(gc, C, 92, 0.5f, 1.5f);
+    int32_t ids[T] = {3, 0, 6, 3, 1};
+    for (int ti = 0; ti < 2; ti++)
+        for (int gi = 0; gi < 2; gi++) {
+            const float *gv = gi ? g : gc;
+            struct ds_embed_args a = {.act = DS_ELEM_F32,
+                                      .table_dtype = ti ? DS_ELEM_BF16 : DS_ELEM_F32, .n_rows = T,
+                                      .vocab = V, .dim = C,
+                                      .table = ti ? (const void *)table16 : (const void *)table,
+                                      .ids = ids, .out = out,
+                                      .norm_gain = gi ? (const void *)g16 : (const void *)gc,
+                                      .norm_gain_dtype = gi ? DS_ELEM_BF16 : DS_ELEM_F32,
+                                      .norm_out = nout};
+            EXPECT_OK(ds_embed_ref(&a));
+            for (int t = 0; t < T; t++) {
+                EXPECT(t_same_bits(out + t * C, table + ids[t] * C, C));
+                float want[C];
+                for (int c = 0; c < C; c++) want[c] = gv[c] * table[ids[t] * C + c];
+                EXPECT(t_same_bits(nout + t * C, want, C));
+            }
+        }
+}
+
+// Argument errors of the deferred-norm fields, each named.
+static void deferred_norm_rejects_bad_arguments(void) {
+    float x[16] = {0}, x0[16], w[64] = {0}, g[8] = {1}, y[16], y1[16], ny[16];
+    for (int i = 0; i < 16; i++) x0[i] = 1.0f;
+    struct ds_matmul_args a = {.act = DS_ELEM_F32, .w_dtype = DS_ELEM_F32, .n_rows = 2,
+                               .in_dim = 8, .out_dim = 8, .x = x, .w = w, .out = y,
+                               .part_dim = {4, 4, 0}, .out1 = y1, .norm_gain = g,
+                               .norm_gain_dtype = DS_ELEM_F32, .norm_out = ny};
+    EXPECT_STATUS(ds_matmul_ref(&a), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("matmul: a split output takes no norm_gain");
+    a.part_dim[0] = a.part_dim[1] = 0, a.out1 = NULL, a.norm_out = NULL;
+    EXPECT_STATUS(ds_matmul_ref(&a), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("matmul: norm_out buffer is NULL");
+    a.norm_out = y;
+    EXPECT_STATUS(ds_matmul_ref(&a), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("matmul: norm_out must not alias out");
+    a.norm_out = ny, a.norm_gain_dtype = (enum ds_elem)9;
+    EXPECT_STATUS(ds_matmul_ref(&a), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("norm gain dtype 9");
+    a.norm_gain_dtype = DS_ELEM_F32, a.rms_of = y;
+    EXPECT_STATUS(ds_matmul_ref(&a), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("matmul: rms_of must not alias out");
+    a.rms_of = x0, a.rms_eps = -1.0f;
+    EXPECT_STATUS(ds_matmul_ref(&a), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("matmul: rms_eps -1 is negative");
+    a.rms_eps = 0.0f;
+    EXPECT_OK(ds_matmul_ref(&a));
+    // The split with rms_of alone is fine (q/k/v of a deferred norm).
+    a.norm_gain = NULL, a.part_dim[0] = a.part_dim[1] = 4, a.out1 = y1;
+    EXPECT_OK(ds_matmul_ref(&a));
+    int32_t ids[2] = {0, 1};
+    struct ds_embed_args e = {.act = DS_ELEM_F32, .table_dtype = DS_ELEM_F32, .n_rows = 2,
+                              .vocab = 2, .dim = 8, .table = x, .ids = ids, .out = y,
+                              .norm_gain = g, .norm_gain_dtype = DS_ELEM_F32};
+    EXPECT_STATUS(ds_embed_ref(&e), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("embed: norm_out buffer is NULL");
+}
+
 static void add_silu_mul_and_gather(void) {
     enum { T = 3, C = 11 };
     float a[T * C], b[T * C], y[T * C];
@@ -291,6 +548,11 @@ int main(void) {
     DS_RUN(matmul_rejects_bad_arguments);
     DS_RUN(matmul_split_outputs_match_separate_calls);
     DS_RUN(matmul_rope_fields_equal_matmul_then_rope);
+    DS_RUN(matmul_rms_of_hand_case);
+    DS_RUN(matmul_rms_of_equals_formula_and_rmsnorm_then_matmul);
+    DS_RUN(matmul_norm_out_is_gain_times_stored_out);
+    DS_RUN(embed_norm_out_is_gain_times_row);
+    DS_RUN(deferred_norm_rejects_bad_arguments);
     DS_RUN(add_silu_mul_and_gather);
     return ds_test_end();
 }

@@ -78,6 +78,99 @@ static void router_matches_naive_and_is_batch_invariant(void) {
     }
 }
 
+// The RMSNorm scale of a row, computed here: 1/sqrt(mean(x²) + eps) in double.
+static double row_rms_scale(const float *x, int C, double eps) {
+    double ss = 0;
+    for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
+    return 1.0 / sqrt(ss / C + eps);
+}
+
+// Deferred norm in the router (ds/kernel_args.h): logit = s(rms_of)·(w·x) + bias with x = g ⊙ x0.
+// (1) Exact inputs (multiples of 1/64: g ⊙ x0 exact in f32, every sum exact in double): ids equal
+//     the top-k of logits computed here with the same double operations, weights within 1e-7
+//     (fp32 outputs of a double softmax), row_scale within one f32 rounding of s (1.2e-7
+//     relative; the GPU's fp32 s is held to 1e-6 in tests/gpu_ops_moe.c).
+// (2) The router on rmsnorm(x0) (ds_rmsnorm_ref) picks the same experts: the two logit vectors
+//     differ by rounding only, |Δl| <= δ = 2^-23·max_e Σ_c |xn_c·w_ec| (xn = rmsnorm(x0) rounded
+//     to f32, 2^-24 relative per element, doubled for margin). Rows where two of the top k + 1
+//     logits lie within 2δ but not exactly equal are skipped (a near tie may fall either way);
+//     at least 3/4 of the rows must be checked. Weights: Δw_i = w_i·(Δl_i − Σ_j w_j·Δl_j) to
+//     first order, so |Δw_i| <= 2δ; checked within 2δ + 1e-7 (the f32 rounding).
+// (3) Each row alone gives the bits of the batch (ids, weights, row_scale); no row_scale is fine.
+static void router_rms_of_equals_formula_and_router_on_rmsnorm(void) {
+    enum { T = 16, E = 32, C = 64, K = 4 };
+    const double eps = 1e-5f;
+    float x0[T * C], g[C], x[T * C], w[E * C], b[E], xn[T * C], rs[T], rs1[1];
+    t_fill(x0, T * C, 11, 2.0f), t_fill(g, C, 12, 2.0f), t_fill(w, E * C, 13, 1.0f);
+    t_fill(b, E, 14, 1.0f);
+    for (int i = 0; i < T * C; i++) x[i] = g[i % C] * x0[i];
+    int32_t ids[T * K], ids2[T * K], ids1[K];
+    float wt[T * K], wt2[T * K], wt1[K];
+    struct ds_router_args a = {.act = DS_ELEM_F32, .w_dtype = DS_ELEM_F32,
+                               .bias_dtype = DS_ELEM_F32, .n_rows = T, .dim = C, .n_experts = E,
+                               .top_k = K, .x = x, .w = w, .bias = b, .expert_ids = ids,
+                               .expert_weights = wt, .rms_of = x0, .rms_eps = (float)eps,
+                               .row_scale = rs};
+    EXPECT_OK(ds_router_ref(&a));
+    struct ds_rmsnorm_args nm = {.act = DS_ELEM_F32, .w_dtype = DS_ELEM_F32, .n_rows = T,
+                                 .dim = C, .eps = (float)eps, .x = x0, .w = g, .out = xn};
+    EXPECT_OK(ds_rmsnorm_ref(&nm));
+    struct ds_router_args p = a;
+    p.x = xn, p.rms_of = NULL, p.row_scale = NULL, p.expert_ids = ids2, p.expert_weights = wt2;
+    EXPECT_OK(ds_router_ref(&p));
+    int checked = 0;
+    for (int t = 0; t < T; t++) {
+        const double st = row_rms_scale(x0 + t * C, C, eps);
+        EXPECT_NEAR(rs[t], st, 1.2e-7 * st);
+        double l[E], delta = 0;
+        int used[E] = {0}, top[K + 1];
+        for (int e = 0; e < E; e++) {
+            double d = 0, m = 0;
+            for (int c = 0; c < C; c++) {
+                d += (double)x[t * C + c] * w[e * C + c];
+                m += fabs((double)xn[t * C + c] * w[e * C + c]);
+            }
+            l[e] = d * st + b[e];
+            delta = fmax(delta, 0x1p-23 * m);
+        }
+        for (int s = 0; s <= K; s++) { // logit desc, index asc
+            int best = -1;
+            for (int e = 0; e < E; e++)
+                if (!used[e] && (best < 0 || l[e] > l[best])) best = e;
+            used[best] = 1, top[s] = best;
+        }
+        double den = 0;
+        for (int s = 0; s < K; s++) den += exp(l[top[s]] - l[top[0]]);
+        int near_tie = 0;
+        for (int s = 0; s < K; s++) {
+            EXPECT_EQ_INT(ids[t * K + s], top[s]);
+            EXPECT_NEAR(wt[t * K + s], exp(l[top[s]] - l[top[0]]) / den, 1e-7);
+            const double gap = l[top[s]] - l[top[s + 1]];
+            near_tie |= gap > 0 && gap <= 2 * delta;
+        }
+        if (!near_tie) {
+            checked++;
+            for (int s = 0; s < K; s++) {
+                EXPECT_EQ_INT(ids2[t * K + s], ids[t * K + s]);
+                EXPECT_NEAR(wt2[t * K + s], wt[t * K + s], 2 * delta + 1e-7);
+            }
+        }
+        struct ds_router_args one = a;
+        one.n_rows = 1, one.x = x + t * C, one.rms_of = x0 + t * C, one.expert_ids = ids1;
+        one.expert_weights = wt1, one.row_scale = rs1;
+        EXPECT_OK(ds_router_ref(&one));
+        EXPECT(memcmp(ids1, ids + t * K, sizeof ids1) == 0 && t_same_bits(wt1, wt + t * K, K));
+        EXPECT(t_same_bits(rs1, rs + t, 1));
+        one.row_scale = NULL;
+        EXPECT_OK(ds_router_ref(&one));
+        EXPECT(memcmp(ids1, ids + t * K, sizeof ids1) == 0 && t_same_bits(wt1, wt + t * K, K));
+    }
+    EXPECT(checked >= T * 3 / 4);
+    a.rms_eps = -1.0f;
+    EXPECT_STATUS(ds_router_ref(&a), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("router: rms_eps -1 is negative");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Experts
 
@@ -102,8 +195,10 @@ static double spec_swiglu(double g, double l, double alpha, double limit) {
     return g * (1.0 / (1.0 + exp(-alpha * g))) * (l + 1.0);
 }
 
-// want[t][c] and a magnitude bound mag[t][c] = Σ |terms| for the tolerance.
-static void moe_naive(const struct moe_prob *p, double *want, double *mag) {
+// want[t][c] and a magnitude bound mag[t][c] = Σ |terms| for the tolerance. row_scale: the
+// deferred norm's r_t multiplying the gate_up products before their bias (NULL: none).
+static void moe_naive(const struct moe_prob *p, const float *row_scale, double *want,
+                      double *mag) {
     const int C = p->C, I = p->I;
     double *h = t_alloc(sizeof(double) * I), *ha = t_alloc(sizeof(double) * I);
     for (int t = 0; t < p->T; t++) {
@@ -116,9 +211,10 @@ static void moe_naive(const struct moe_prob *p, double *want, double *mag) {
                 double u[2];
                 for (int r = 0; r < 2; r++) {
                     int row = e * 2 * I + 2 * j + r; // gate/up interleaved rows
-                    u[r] = p->gu_bias[row];
+                    double d = 0;
                     for (int k = 0; k < C; k++)
-                        u[r] += p->x[t * C + k] * spec_w(p->gu_b, p->gu_s, row, k, C);
+                        d += p->x[t * C + k] * spec_w(p->gu_b, p->gu_s, row, k, C);
+                    u[r] = (row_scale ? row_scale[t] * d : d) + p->gu_bias[row];
                 }
                 h[j] = spec_swiglu(u[0], u[1], 1.702, 7.0);
                 ha[j] = fabs(h[j]);
@@ -193,7 +289,7 @@ static void check_moe_problem(int T, int C, int I, int E, int K, uint64_t seed) 
     double *want = t_alloc(sizeof(double) * T * C), *mag = t_alloc(sizeof(double) * T * C);
     struct ds_moe_args a = moe_args(&p, out, ws);
     EXPECT_OK(ds_moe_ref(&a));
-    moe_naive(&p, want, mag);
+    moe_naive(&p, NULL, want, mag);
     // Tolerance 1e-6·Σ|terms|: the reference rounds h to float (6e-8 relative) and the output
     // once more; everything else is exact or double.
     for (int i = 0; i < T * C; i++)
@@ -295,6 +391,131 @@ static void moe_is_batch_and_thread_invariant(void) {
     moe_free(&p);
 }
 
+// Deferred norm in the expert block: u = r_t·(W1·x) + b1 with x = g ⊙ x0 and r_t = s(x0) (the
+// router's row_scale), and norm_out = g2 ⊙ out.
+// (1) Against moe_naive with the row scale: tolerance 1e-6·Σ|terms| as in check_moe_problem.
+// (2) Against the expert block on rmsnorm(x0) (ds_rmsnorm_ref, no row scale): the same up to
+//     rounding. Here g ⊙ x0 is exact (multiples of 1/64), r_t is s rounded to f32 and xn =
+//     rmsnorm(x0) is rounded to f32 (2^-24 relative each), so each gate_up value differs by
+//     Δu <= 2·2^-24·Σ_k |xn_k·W1_k|. SwiGLU moves by at most 8.8·|Δu_gate| + 7·|Δu_lin| (the
+//     SiLU slope is below 1.1 times |lin + 1| <= 8; |gate·σ(α·gate)| < 7; the clamps are
+//     1-Lipschitz), h is rounded once per path (2·2^-24·|h|), and so is the output (2·2^-24·|out|):
+//     Δout_c <= Σ_s w_s·Σ_j Δh_j·|W2_cj| + 2^-23·|out_c|, computed here; checked at twice that.
+// (3) norm_out is g2 ⊙ out as stored (one f32 multiply, recomputed here), bitwise, also with out
+//     written in place over the residual.
+// (4) Each row alone gives the bits of the batch (out and norm_out).
+static void moe_row_scale_equals_formula_and_moe_on_rmsnorm(void) {
+    enum { T = 6, C = 64, I = 64, E = 7, K = 4 };
+    const double eps = 1e-5f;
+    struct moe_prob p = moe_random(T, C, I, E, K, 61);
+    float *x0 = t_alloc(sizeof(float) * T * C), *xn = t_alloc(sizeof(float) * T * C);
+    float g[C], g2[C], r[T];
+    uint16_t g2_16[C];
+    memcpy(x0, p.x, sizeof(float) * T * C);
+    t_fill(g, C, 62, 2.0f);
+    t_fill(g2, C, 63, 2.0f);
+    t_to_bf16(g2, g2_16, C);
+    for (int i = 0; i < T * C; i++) p.x[i] = g[i % C] * x0[i]; // exact: 7-bit × 7-bit
+    for (int t = 0; t < T; t++) r[t] = (float)row_rms_scale(x0 + t * C, C, eps);
+    float *out = t_alloc(sizeof(float) * T * C), *nout = t_alloc(sizeof(float) * T * C);
+    float *out2 = t_alloc(sizeof(float) * T * C);
+    void *ws = t_alloc(ds_moe_workspace_bytes(T, I, K));
+    struct ds_moe_args a = moe_args(&p, out, ws);
+    a.row_scale = r, a.norm_gain = g2_16, a.norm_gain_dtype = DS_ELEM_BF16, a.norm_out = nout;
+    EXPECT_OK(ds_moe_ref(&a));
+
+    double *want = t_alloc(sizeof(double) * T * C), *mag = t_alloc(sizeof(double) * T * C);
+    moe_naive(&p, r, want, mag);
+    for (int i = 0; i < T * C; i++)
+        if (!(fabs(out[i] - want[i]) <= 1e-6 * mag[i] + 1e-12)) {
+            DS_FAILF("row scale: out[%d] = %.9g, want %.9g", i, out[i], want[i]);
+            break;
+        }
+
+    struct ds_rmsnorm_args nm = {.act = DS_ELEM_F32, .w_dtype = DS_ELEM_F32, .n_rows = T,
+                                 .dim = C, .eps = (float)eps, .x = x0, .w = g, .out = xn};
+    EXPECT_OK(ds_rmsnorm_ref(&nm));
+    struct ds_moe_args b = moe_args(&p, out2, ws);
+    b.x = xn;
+    EXPECT_OK(ds_moe_ref(&b));
+    double *dh = t_alloc(sizeof(double) * I);
+    for (int t = 0; t < T; t++) {
+        double bound[C];
+        for (int c = 0; c < C; c++) bound[c] = 0x1p-23 * fabs(out2[t * C + c]);
+        for (int s = 0; s < K; s++) {
+            const int e = p.ids[t * K + s];
+            for (int j = 0; j < I; j++) {
+                double u[2], du[2];
+                for (int q = 0; q < 2; q++) {
+                    const int row = e * 2 * I + 2 * j + q;
+                    double d = 0, m = 0;
+                    for (int k = 0; k < C; k++) {
+                        const double wv = spec_w(p.gu_b, p.gu_s, row, k, C);
+                        d += xn[t * C + k] * wv;
+                        m += fabs(xn[t * C + k] * wv);
+                    }
+                    u[q] = d + p.gu_bias[row];
+                    du[q] = 0x1p-23 * m;
+                }
+                dh[j] = 8.8 * du[0] + 7 * du[1] +
+                        0x1p-23 * fabs(spec_swiglu(u[0], u[1], 1.702, 7.0));
+            }
+            for (int c = 0; c < C; c++) {
+                double acc = 0;
+                for (int j = 0; j < I; j++)
+                    acc += dh[j] * fabs(spec_w(p.dn_b, p.dn_s, e * C + c, j, I));
+                bound[c] += p.wts[t * K + s] * acc;
+            }
+        }
+        for (int c = 0; c < C; c++)
+            if (!(fabs((double)out[t * C + c] - out2[t * C + c]) <= 2 * bound[c])) {
+                DS_FAILF("row %d col %d: deferred %.9g, moe on rmsnorm %.9g (bound %.3g)", t, c,
+                         out[t * C + c], out2[t * C + c], 2 * bound[c]);
+                t = T;
+                break;
+            }
+    }
+    // Not vacuous: the row scale matters (without it the outputs move far beyond the bound).
+    b.x = p.x;
+    EXPECT_OK(ds_moe_ref(&b));
+    EXPECT(!t_same_bits(out2, out, (size_t)T * C));
+
+    for (int i = 0; i < T * C; i++) {
+        const float nw = g2[i % C] * out[i];
+        if (!t_same_bits(&nout[i], &nw, 1)) {
+            DS_FAILF("norm_out[%d] = %.9g, g·out = %.9g", i, nout[i], nw);
+            break;
+        }
+    }
+    float *res0 = t_alloc(sizeof(float) * T * C), *nout2 = t_alloc(sizeof(float) * T * C);
+    memcpy(res0, p.res, sizeof(float) * T * C);
+    a.out = p.res, a.norm_out = nout2;
+    EXPECT_OK(ds_moe_ref(&a));
+    EXPECT(t_same_bits(p.res, out, (size_t)T * C) && t_same_bits(nout2, nout, (size_t)T * C));
+    memcpy(p.res, res0, sizeof(float) * T * C);
+
+    float one[C], none[C];
+    for (int t = 0; t < T; t++) {
+        struct ds_moe_args o = a;
+        o.n_rows = 1, o.x = p.x + t * C, o.expert_ids = p.ids + t * K;
+        o.expert_weights = p.wts + t * K, o.residual = p.res + t * C, o.out = one;
+        o.row_scale = r + t, o.norm_out = none;
+        o.workspace_bytes = ds_moe_workspace_bytes(1, I, K);
+        EXPECT_OK(ds_moe_ref(&o));
+        EXPECT(t_same_bits(one, out + t * C, C) && t_same_bits(none, nout + t * C, C));
+    }
+
+    a.out = out, a.norm_out = NULL;
+    EXPECT_STATUS(ds_moe_ref(&a), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("moe: norm_out buffer is NULL");
+    a.norm_out = out;
+    EXPECT_STATUS(ds_moe_ref(&a), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("moe: norm_out must not alias out");
+    free(x0), free(xn), free(out), free(nout), free(out2), free(ws), free(want), free(mag);
+    free(dh), free(res0), free(nout2);
+    moe_free(&p);
+}
+
 static void moe_rejects_bad_arguments(void) {
     struct moe_prob p = moe_random(2, 32, 32, 3, 2, 5);
     float out[64];
@@ -321,9 +542,11 @@ static void moe_rejects_bad_arguments(void) {
 int main(void) {
     DS_RUN(router_takes_top4_then_softmax_with_ties_to_lower_index);
     DS_RUN(router_matches_naive_and_is_batch_invariant);
+    DS_RUN(router_rms_of_equals_formula_and_router_on_rmsnorm);
     DS_RUN(moe_matches_naive_over_a_shape_matrix);
     DS_RUN(swiglu_clamp_corners);
     DS_RUN(moe_is_batch_and_thread_invariant);
+    DS_RUN(moe_row_scale_equals_formula_and_moe_on_rmsnorm);
     DS_RUN(moe_rejects_bad_arguments);
     return ds_test_end();
 }

@@ -338,4 +338,64 @@ static __device__ __forceinline__ void ld8t(const void *base, size_t i, float *o
     ld8(base, BF16 ? DS_ELEM_BF16 : DS_ELEM_F32, i, o);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Deferred RMSNorm (ds/kernel_args.h): THE ROW SCALE and the producers' g ⊙ x.
+
+// s from lane l's four virtual-lane sums q_{l}, q_{l+32}, q_{l+64}, q_{l+96}: (q0 + q1) + (q2 +
+// q3), the xor butterfly, then 1 / sqrt(ss / C + eps), one rounding per operation. Every lane of
+// the warp gets the same s (fp32 addition commutes, so both partners of a butterfly step agree).
+static __device__ __forceinline__ float ds_row_scale_finish(float q0, float q1, float q2, float q3,
+                                                            int C, float eps) {
+    const float p = __fadd_rn(__fadd_rn(q0, q1), __fadd_rn(q2, q3));
+    const float ss = warp_sum_f(p);
+    return __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)C), eps)));
+}
+
+// THE ROW SCALE of one row by one warp (every lane gets s). Lane l sums the groups l + 32j in
+// increasing j into q[j mod 4], i.e. virtual lanes l, l + 32, l + 64, l + 96; by default 12 groups
+// per lane (C <= 3072 in bf16) have their loads issued together, one memory latency per row.
+// U: groups per lane whose loads are in flight together (fewer registers for smaller U; any U
+// gives the same bits).
+template <bool BF16, int U = BF16 ? 12 : 4>
+static __device__ __forceinline__ float ds_row_scale_warp(const void *row, int C, float eps) {
+    static_assert(U % 4 == 0, "a round covers whole cycles of the 4 virtual lanes");
+    const int lane = threadIdx.x % DS_WARP, G = C / 8;
+    const int n = lane < G ? (G - lane + DS_WARP - 1) / DS_WARP : 0; // groups of this lane
+    float q[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // Raw 16-byte words in flight (unpacked at use): 48 registers for the 12 bf16 groups.
+    constexpr int W = BF16 ? 1 : 2;
+    for (int j0 = 0; j0 < n; j0 += U) {
+        uint4 raw[U][W];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (j0 + u < n) {
+                const uint4 *p = (const uint4 *)((const char *)row +
+                                                 (size_t)(lane + DS_WARP * (j0 + u)) * 8 * (BF16 ? 2 : 4));
+#pragma unroll
+                for (int w = 0; w < W; w++) raw[u][w] = __ldg(p + w);
+            }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (j0 + u >= n) break;
+            float xv[8];
+            const uint32_t r[8] = {raw[u][0].x, raw[u][0].y, raw[u][0].z, raw[u][0].w,
+                                   raw[u][W - 1].x, raw[u][W - 1].y, raw[u][W - 1].z,
+                                   raw[u][W - 1].w};
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                xv[i] = BF16 ? __uint_as_float(i & 1 ? r[i / 2] & 0xffff0000u : r[i / 2] << 16)
+                             : __uint_as_float(r[i]);
+#pragma unroll
+            for (int i = 0; i < 8; i++) q[u % 4] = __fmaf_rn(xv[i], xv[i], q[u % 4]);
+        }
+    }
+    return ds_row_scale_finish(q[0], q[1], q[2], q[3], C, eps);
+}
+
+// A producer's deferred-norm element: act(g[c] · v), v the value as stored (already rounded).
+static __device__ __forceinline__ float ds_norm_gain_mul(const void *gain, enum ds_elem gdt,
+                                                         size_t c, float v) {
+    return __fmul_rn(ld_elem(gain, gdt, c), v);
+}
+
 #endif // DS_CUDA_COMMON_CUH

@@ -134,6 +134,17 @@ static enum ds_status check_align_e(const char *op, const char *what, const void
                              : check_align(op, what, p, 4, "f32");
 }
 
+// The deferred-norm output fields (ds/kernel_args.h): a dtype for the gain, a buffer for g ⊙ x.
+static enum ds_status check_norm_out(const char *op, const void *gain, enum ds_elem gdt,
+                                     const void *out, enum ds_elem act, const void *op_out) {
+    if (!gain) return DS_OK;
+    CU_TRY(cu_check_dtype(op, "norm gain", gdt));
+    CU_TRY(cu_check_ptr(op, "norm_out", out));
+    if (out == op_out) return ds_error_set(DS_ERR_ARG, "%s: norm_out must not alias out", op);
+    CU_TRY(check_align_e(op, "norm gain", gain, gdt));
+    return check_align_e(op, "norm_out", out, act);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Embedding
 
@@ -146,7 +157,12 @@ static __device__ __forceinline__ void embed_body(const struct ds_embed_args &a,
     const int32_t id = a.ids[t];
     const bool ok = id >= 0 && id < a.vocab;
     const TW *src = ok ? (const TW *)a.table + (size_t)id * C : NULL;
-    copy_group((TA *)a.out + (size_t)t * C, src, gi, C, vec);
+    TA *out = (TA *)a.out + (size_t)t * C;
+    copy_group(out, src, gi, C, vec);
+    if (a.norm_gain) // the deferred norm's g ⊙ x of the values just stored (this thread's own)
+        for (int c = gi * 8; c < gi * 8 + 8 && c < C; c++)
+            st_f((TA *)a.norm_out + (size_t)t * C, c,
+                 ds_norm_gain_mul(a.norm_gain, a.norm_gain_dtype, c, ld_f(out, c)));
 }
 
 #define EMBED_KERNEL(name, TA, TW)                                                                 \
@@ -174,6 +190,7 @@ extern "C" enum ds_status ds_embed_cuda(const struct ds_embed_args *a, void *str
     CU_TRY(check_align_e(op, "table", a->table, a->table_dtype));
     CU_TRY(check_align(op, "ids", a->ids, 4, "int32"));
     CU_TRY(check_align_e(op, "out", a->out, a->act));
+    CU_TRY(check_norm_out(op, a->norm_gain, a->norm_gain_dtype, a->norm_out, a->act, a->out));
     const size_t groups = (size_t)a->n_rows * (size_t)((a->dim + 7) / 8);
     if ((groups + ROWS_THREADS - 1) / ROWS_THREADS > (size_t)INT32_MAX)
         return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %d rows of %d are too many", op, a->n_rows,
@@ -432,26 +449,61 @@ static __device__ __forceinline__ mm_dst mm_dst_of(const struct ds_matmul_args &
 }
 
 // The last operations of THE REDUCTION ORDER for output (t, n): v = a0 + a1 from the caller, then
-// + bias, + residual (read before the write: out may be residual), one rounding to bf16.
-// mm_addends loads the bias (x) and residual (y) of (t, n), 0 where there is none; the stream tile
-// loads them before its k loop so that their latency hides behind it.
-static __device__ __forceinline__ float2 mm_addends(const struct ds_matmul_args &a, int t, int n) {
+// · s (the row scale of a deferred norm, rms_of; none without it), + bias, + residual (read before
+// the write: out may be residual), one rounding to bf16; then the deferred-norm output g ⊙ out of
+// the stored value (norm_gain). Explicit _rn operations: nothing may be contracted into an fma.
+// mm_addends loads the bias (b), residual (r) and norm gain (g) of (t, n), 0 where there is none;
+// the stream tile loads them before its k loop so that their latency hides behind it.
+struct mm_add {
+    float b, r, g;
+};
+// DN: the deferred-norm fields the caller may use (DN_SCALE: rms_of, DN_GAIN: norm_gain; the
+// stream tile compiles one kernel per combination so that a plain product keeps its code).
+#define DN_SCALE 1
+#define DN_GAIN 2
+template <int DN = DN_SCALE | DN_GAIN>
+static __device__ __forceinline__ mm_add mm_addends(const struct ds_matmul_args &a, int t, int n) {
     const mm_dst d = mm_dst_of(a, t, n);
-    return make_float2(
-            d.bias ? ld_elem(d.bias, a.bias_dtype, d.bi) : 0.0f,
+    return {d.bias ? ld_elem(d.bias, a.bias_dtype, d.bi) : 0.0f,
             a.residual ? ds_bf16_to_f32(((const ds_bf16 *)a.residual)[(size_t)t * a.out_dim + n])
-                       : 0.0f);
+                       : 0.0f,
+            (DN & DN_GAIN) && a.norm_gain ? ld_elem(a.norm_gain, a.norm_gain_dtype, (size_t)n)
+                                          : 0.0f};
 }
+template <int DN = DN_SCALE | DN_GAIN>
 static __device__ __forceinline__ void mm_finish_add(const struct ds_matmul_args &a, int t, int n,
-                                                     float v, float2 ad) {
+                                                     float v, mm_add ad, float s) {
     const mm_dst d = mm_dst_of(a, t, n);
-    if (d.bias) v += ad.x;
-    if (a.residual) v += ad.y;
-    ((ds_bf16 *)d.p)[d.o] = ds_f32_to_bf16(v);
+    if ((DN & DN_SCALE) && a.rms_of) v = __fmul_rn(v, s);
+    if (d.bias) v = __fadd_rn(v, ad.b);
+    if (a.residual) v = __fadd_rn(v, ad.r);
+    const ds_bf16 o = ds_f32_to_bf16(v);
+    ((ds_bf16 *)d.p)[d.o] = o;
+    if ((DN & DN_GAIN) && a.norm_gain) // no split here (checked): (t, n) is element t·N + n
+        ((ds_bf16 *)a.norm_out)[(size_t)t * a.out_dim + n] =
+            ds_f32_to_bf16(__fmul_rn(ad.g, ds_bf16_to_f32(o)));
 }
 static __device__ __forceinline__ void mm_finish_bf16(const struct ds_matmul_args &a, int t, int n,
-                                                      float v) {
-    mm_finish_add(a, t, n, v, mm_addends(a, t, n));
+                                                      float v, float s) {
+    mm_finish_add(a, t, n, v, mm_addends(a, t, n), s);
+}
+
+// THE ROW SCALE of rows t0 .. t0 + nt − 1 into s_out[0 .. nt − 1] (shared memory), warps w0 ..
+// w0 + nw − 1 of the block taking rows in turn; 1 for every row without rms_of. The caller
+// synchronises before reading them.
+template <bool BF16>
+static __device__ __forceinline__ void mm_row_scales(const struct ds_matmul_args &a, int t0, int nt,
+                                                     int w0, int nw, float *s_out) {
+    const int warp = threadIdx.x / DS_WARP - w0, lane = threadIdx.x % DS_WARP;
+    if (warp < 0 || warp >= nw) return;
+    for (int r = warp; r < nt; r += nw) {
+        float sc = 1.0f;
+        if (a.rms_of)
+            sc = ds_row_scale_warp<BF16>((const char *)a.rms_of +
+                                             (size_t)(t0 + r) * a.in_dim * (BF16 ? 2 : 4),
+                                         a.in_dim, a.rms_eps);
+        if (lane == 0) s_out[r] = sc;
+    }
 }
 
 template <int BN, int BT, int BK, int WM, int WT, int WK, int STAGES>
@@ -498,6 +550,9 @@ __global__ void __launch_bounds__(WM *WT *WK *DS_WARP)
                                                   vec);
         cp_async_commit();
     }
+    // The tile's row scales (deferred norm), after the ring; the k loop's barriers publish them.
+    float *s_row = (float *)(mm_smem + STAGES * STAGE_BYTES);
+    if (a.rms_of) mm_row_scales<true>(a, t0, min(BT, T - t0), 0, NT / DS_WARP, s_row);
     for (int kt = 0; kt < KT; kt++) {
         cp_async_wait<STAGES - 2>(); // this thread's copies of k-tile kt have landed
         __syncthreads();             // everyone's have, and k-tile kt-1 is no longer read
@@ -562,7 +617,7 @@ __global__ void __launch_bounds__(WM *WT *WK *DS_WARP)
                 const float a1 = WK == 2 ? xch[((mi * NI + ni) * 4 + r) * DS_WARP + lane]
                                          : acc[NA - 1][mi][ni][r];
                 if (n >= N || t >= T) continue;
-                mm_finish_bf16(a, t, n, acc[0][mi][ni][r] + a1);
+                mm_finish_bf16(a, t, n, acc[0][mi][ni][r] + a1, a.rms_of ? s_row[t - t0] : 1.0f);
             }
 }
 
@@ -686,7 +741,7 @@ static __device__ __forceinline__ int ts_feature(const struct ds_matmul_args &a,
     return hb + i0 + (r & 7) + (r >> 3) * (D / 2);
 }
 
-template <int BT, int STAGES, bool ROPE>
+template <int BT, int STAGES, bool ROPE, int DN>
 __global__ void __launch_bounds__(TS_THREADS)
     bf16_bf16w_matmul_tc_stream(const struct ds_matmul_args a) {
     constexpr int NI = BT / 8; // n8 token tiles; also x rows copied per warp
@@ -755,6 +810,12 @@ __global__ void __launch_bounds__(TS_THREADS)
         }
     }
 
+    // The row scales of a deferred norm (after the ring): the copy warps 2 .. 7, whose x copies
+    // are in flight, read the rows of rms_of now; the k loop's barriers publish the scales to
+    // warp 0's epilogue.
+    float *s_row = (float *)(mm_smem + STAGES * STAGE_BYTES);
+    if ((DN & DN_SCALE) && a.rms_of) mm_row_scales<true>(a, 0, T, 2, 6, s_row);
+
     float acc[NI][4];
 #pragma unroll
     for (int ni = 0; ni < NI; ni++) acc[ni][0] = acc[ni][1] = acc[ni][2] = acc[ni][3] = 0.0f;
@@ -767,13 +828,13 @@ __global__ void __launch_bounds__(TS_THREADS)
     // Warp 0's outputs: their bias and residual go out now and arrive during the k loop (Nsight
     // Compute put the loads of the old epilogue among the kernel's top stalls).
     const int g = lane >> 2, q = lane & 3;
-    float2 ad[NI][4];
+    mm_add ad[NI][4];
 #pragma unroll
     for (int ni = 0; ni < NI; ni++)
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int n = ts_feature(a, rt, f0, g + (r >> 1) * 8), t = ni * 8 + 2 * q + (r & 1);
-            ad[ni][r] = warp == 0 && n < N && t < T ? mm_addends(a, t, n) : make_float2(0.f, 0.f);
+            ad[ni][r] = warp == 0 && n < N && t < T ? mm_addends<DN>(a, t, n) : mm_add{0.f, 0.f, 0.f};
         }
     // RoPE tile: the cos and sin of pair g at tokens 2q, 2q + 1 (positions first: a chain of two
     // loads, issued here so that it ends during the k loop); ok[e]: the position is in the table.
@@ -865,8 +926,10 @@ __global__ void __launch_bounds__(TS_THREADS)
             const mm_dst d0 = mm_dst_of(a, t, n0), d1 = mm_dst_of(a, t, n1);
             float v0 = acc[0][e] + xch[e * DS_WARP + lane];
             float v1 = acc[0][2 + e] + xch[(2 + e) * DS_WARP + lane];
-            if (d0.bias) v0 += ad[0][e].x;
-            if (d1.bias) v1 += ad[0][2 + e].x;
+            if ((DN & DN_SCALE) && a.rms_of)
+                v0 = __fmul_rn(v0, s_row[t]), v1 = __fmul_rn(v1, s_row[t]);
+            if (d0.bias) v0 = __fadd_rn(v0, ad[0][e].b);
+            if (d1.bias) v1 = __fadd_rn(v1, ad[0][2 + e].b);
             float r0 = NAN, r1 = NAN;
             if (rok[e])
                 ds_rope_pair(ds_bf16_to_f32(ds_f32_to_bf16(v0)), ds_bf16_to_f32(ds_f32_to_bf16(v1)),
@@ -882,16 +945,25 @@ __global__ void __launch_bounds__(TS_THREADS)
         for (int r = 0; r < 4; r++) {
             const int n = f0 + g + (r >> 1) * 8, t = ni * 8 + 2 * q + (r & 1);
             if (n >= N || t >= T) continue;
-            mm_finish_add(a, t, n, acc[ni][r] + xch[(ni * 4 + r) * DS_WARP + lane], ad[ni][r]);
+            mm_finish_add<DN>(a, t, n, acc[ni][r] + xch[(ni * 4 + r) * DS_WARP + lane], ad[ni][r],
+                              (DN & DN_SCALE) && a.rms_of ? s_row[t] : 1.0f);
         }
 }
 
+// The kernel with the deferred-norm paths of this call compiled in (DN), so that a plain
+// product (the lm_head, the draft) keeps its registers and code.
 template <int BT, int STAGES, bool ROPE = false>
 static enum ds_status ts_launch(const struct ds_matmul_args *a, cudaStream_t s) {
-    void (*k)(const struct ds_matmul_args) = bf16_bf16w_matmul_tc_stream<BT, STAGES, ROPE>;
-    const int smem = STAGES * (TS_BN + BT) * TS_ROW_BYTES;
-    static int set = 0;
-    ds_smem_attr(k, &set, smem);
+    static void (*const ks[4])(const struct ds_matmul_args) = {
+        bf16_bf16w_matmul_tc_stream<BT, STAGES, ROPE, 0>,
+        bf16_bf16w_matmul_tc_stream<BT, STAGES, ROPE, DN_SCALE>,
+        bf16_bf16w_matmul_tc_stream<BT, STAGES, ROPE, DN_GAIN>,
+        bf16_bf16w_matmul_tc_stream<BT, STAGES, ROPE, DN_SCALE | DN_GAIN>};
+    const int dn = (a->rms_of ? DN_SCALE : 0) | (a->norm_gain ? DN_GAIN : 0);
+    void (*k)(const struct ds_matmul_args) = ks[dn];
+    const int smem = STAGES * (TS_BN + BT) * TS_ROW_BYTES + BT * (int)sizeof(float); // + scales
+    static int set[4] = {0, 0, 0, 0};
+    ds_smem_attr(k, &set[dn], smem);
     ds_launch(k, cu_blocks(a->out_dim, TS_BN), TS_THREADS, smem, s, *a);
     return DS_OK;
 }
@@ -902,7 +974,7 @@ template <int BN, int BT, int BK, int WM, int WT, int WK, int STAGES>
 static enum ds_status mm_launch(const struct ds_matmul_args *a, int vec, cudaStream_t s) {
     void (*k)(const struct ds_matmul_args, int) =
         bf16_bf16w_matmul_tc<BN, BT, BK, WM, WT, WK, STAGES>;
-    const int smem = STAGES * (BN + BT) * BK * 2;
+    const int smem = STAGES * (BN + BT) * BK * 2 + BT * (int)sizeof(float); // ring, row scales
     const unsigned gy = cu_blocks(a->out_dim, BN);
     if (gy > 65535u)
         return ds_error_set(DS_ERR_UNSUPPORTED, "matmul: %d output features (at most %d)",
@@ -938,15 +1010,29 @@ static __device__ __forceinline__ void matmul_simt_body(const struct ds_matmul_a
         }
 #pragma unroll
         for (int j = 0; j < SIMT_GROUP; j++) s[j] = warp_sum_f(s[j]);
+        // THE ROW SCALE of the group's rows (deferred norm), by this warp: every warp of every
+        // path forms the same bits for a row.
+        float sc[SIMT_GROUP] = {1.f, 1.f, 1.f, 1.f};
+        if (a.rms_of)
+#pragma unroll
+            for (int j = 0; j < SIMT_GROUP; j++)
+                if (t0 + j < t_end)
+                    sc[j] = ds_row_scale_warp<sizeof(TA) == 2>(
+                            (const TA *)a.rms_of + (size_t)(t0 + j) * K, K, a.rms_eps);
         if (lane < SIMT_GROUP && t0 + lane < t_end) {
             const int t = t0 + lane;
-            float v = s[0];
+            float v = s[0], c = sc[0];
 #pragma unroll
-            for (int j = 1; j < SIMT_GROUP; j++) v = lane == j ? s[j] : v;
+            for (int j = 1; j < SIMT_GROUP; j++) v = lane == j ? s[j] : v, c = lane == j ? sc[j] : c;
             const mm_dst d = mm_dst_of(a, t, n);
-            if (d.bias) v += ld_elem(d.bias, a.bias_dtype, d.bi);
-            if (a.residual) v += ld_f((const TA *)a.residual, (size_t)t * N + n);
+            if (a.rms_of) v = __fmul_rn(v, c);
+            if (d.bias) v = __fadd_rn(v, ld_elem(d.bias, a.bias_dtype, d.bi));
+            if (a.residual) v = __fadd_rn(v, ld_f((const TA *)a.residual, (size_t)t * N + n));
             st_f((TA *)d.p, d.o, v);
+            if (a.norm_gain)
+                st_f((TA *)a.norm_out, (size_t)t * N + n,
+                     ds_norm_gain_mul(a.norm_gain, a.norm_gain_dtype, (size_t)n,
+                                      ld_f((const TA *)d.p, d.o)));
         }
     }
 }
@@ -987,6 +1073,25 @@ extern "C" enum ds_status ds_matmul_cuda(const struct ds_matmul_args *a, void *s
         CU_TRY(check_align_e(op, "bias2", a->bias2, a->bias_dtype));
     }
     CU_TRY(check_align_e(op, "bias", a->bias, a->bias_dtype));
+    if (a->rms_of) { // THE ROW SCALE reads whole 16-byte groups of each row
+        if (a->in_dim % 8 || !aligned16(a->rms_of))
+            return ds_error_set(DS_ERR_UNSUPPORTED, "%s: a deferred norm needs in_dim %% 8 == 0 "
+                                "(%d) and a 16-byte aligned rms_of", op, a->in_dim);
+        if (!(a->rms_eps >= 0.0f))
+            return ds_error_set(DS_ERR_ARG, "%s: rms_eps %g is negative", op, a->rms_eps);
+    }
+    if (a->norm_gain && a->part_dim[0] > 0)
+        return ds_error_set(DS_ERR_ARG, "%s: a split output takes no norm_gain", op);
+    if (a->rms_of && a->rms_of == a->out)
+        return ds_error_set(DS_ERR_ARG, "%s: rms_of must not alias out", op);
+    if (a->norm_gain) {
+        const void *in[3] = {a->out, a->x, a->residual};
+        static const char *const nm[3] = {"out", "x", "residual"};
+        for (int i = 0; i < 3; i++) // the reference's checks, the same words
+            if (in[i] && a->norm_out == in[i])
+                return ds_error_set(DS_ERR_ARG, "%s: norm_out must not alias %s", op, nm[i]);
+    }
+    CU_TRY(check_norm_out(op, a->norm_gain, a->norm_gain_dtype, a->norm_out, a->act, a->out));
     cudaStream_t s = DS_STREAM(stream);
     if (a->rope_cos) {
         // The fused RoPE inside the stream tile (bf16, up to 8 rows, D % 16 == 0: tiles of 8

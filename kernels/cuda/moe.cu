@@ -323,6 +323,22 @@ static __device__ __forceinline__ void mxfp4_rows_dot_stream(
     for (int r = 0; r < MOE_ROWS_PER_WARP; r++) acc[r][0] = warp_sum_f(acc[r][0]);
 }
 
+// The deferred norm's row scale of token t (ds_moe_args.row_scale, from the router): the gate_up
+// sums are multiplied by it before the bias. 1 without one (an exact multiply: same bits).
+static __device__ __forceinline__ float moe_row_scale(const struct ds_moe_args &a, int t) {
+    return a.row_scale ? a.row_scale[t] : 1.0f;
+}
+// out[i] = v rounded to act and, with a deferred-norm gain, norm_out[i] = act(g[c] · the stored
+// value): the next norm's g ⊙ x (ds/kernel_args.h).
+static __device__ __forceinline__ void moe_store_out(const struct ds_moe_args &a, size_t i, int c,
+                                                     float v) {
+    st_elem(a.out, a.act, i, v);
+    if (a.norm_gain) {
+        const float o = a.act == DS_ELEM_BF16 ? ds_bf16_to_f32(ds_f32_to_bf16(v)) : v;
+        st_elem(a.norm_out, a.act, i, ds_norm_gain_mul(a.norm_gain, a.norm_gain_dtype, c, o));
+    }
+}
+
 // The gate_up work of one warp at one token per pair (variant 0), streamed over row tiles
 // rt = blockIdx.x, blockIdx.x + gridDim.x, ... of expert e (the host sizes grid x so the whole grid
 // is about one wave) and, per tile, the pairs list[0..n) in order. Per (row, pair) the arithmetic
@@ -362,7 +378,9 @@ static __device__ __forceinline__ void gate_up_stream_1tok(const struct ds_moe_a
                 const size_t row = ex_rows + r0 + 2 * q;
                 const float bg = ld_elem(a.gate_up_bias, a.bias_dtype, row);
                 const float bl = ld_elem(a.gate_up_bias, a.bias_dtype, row + 1);
-                const float g = __fadd_rn(acc[2 * q][0], bg), l = __fadd_rn(acc[2 * q + 1][0], bl);
+                const float rs = moe_row_scale(a, p / KE);
+                const float g = __fadd_rn(__fmul_rn(acc[2 * q][0], rs), bg),
+                            l = __fadd_rn(__fmul_rn(acc[2 * q + 1][0], rs), bl);
                 h[(size_t)p * I + r0 / 2 + q] = swiglu_clamped(g, l, a.swiglu_alpha, a.swiglu_limit);
             }
         }
@@ -394,7 +412,9 @@ static __device__ __forceinline__ void gate_up_tile(const struct ds_moe_args &a,
 #pragma unroll
         for (int t = 0; t < TT; t++) {
             if (lane != (q * TT + t) % DS_WARP) continue;
-            const float g = __fadd_rn(acc[2 * q][t], bg), l = __fadd_rn(acc[2 * q + 1][t], bl);
+            const float rs = moe_row_scale(a, xrows[t]);
+            const float g = __fadd_rn(__fmul_rn(acc[2 * q][t], rs), bg),
+                        l = __fadd_rn(__fmul_rn(acc[2 * q + 1][t], rs), bl);
             h[(size_t)pr[t] * I + r0 / 2 + q] =
                 swiglu_clamped(g, l, a.swiglu_alpha, a.swiglu_limit);
         }
@@ -575,7 +595,7 @@ __global__ void act_moe_combine(const struct ds_moe_args a, const float *y) {
         acc = __fmaf_rn(a.expert_weights[p], y[p * C + c], acc);
     }
     if (a.residual) acc = __fadd_rn(acc, ld_elem(a.residual, a.act, (size_t)t * C + c));
-    st_elem(a.out, a.act, (size_t)t * C + c, acc);
+    moe_store_out(a, (size_t)t * C + c, c, acc);
 }
 
 // Feature c of the one token: residual + Σ_s w_s·y_s in the router's order (act_moe_combine's
@@ -589,7 +609,7 @@ static __device__ __forceinline__ void combine_1tok(const struct ds_moe_args &a,
         acc = __fmaf_rn(a.expert_weights[s], ys[s * stride], acc);
     }
     if (a.residual) acc = __fadd_rn(acc, ld_elem(a.residual, a.act, (size_t)c));
-    st_elem(a.out, a.act, (size_t)c, acc);
+    moe_store_out(a, (size_t)c, c, acc);
 }
 
 // One token (T = 1, KE <= 4: decode), down and combine in one kernel: block x owns features
@@ -1098,7 +1118,9 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
             // Column 2t + q of tile nt: its pair is held by lane (2t + q) * 4 (row g' = 2t + q).
             const int p = __shfl_sync(DS_FULL_MASK, pr[nt], (2 * t + q) * 4);
             if (p < 0) continue;
-            const float gg = __fadd_rn(acc[nt][q], bg), ll = __fadd_rn(acc[nt][2 + q], bl);
+            const float rs = moe_row_scale(a, p / KE);
+            const float gg = __fadd_rn(__fmul_rn(acc[nt][q], rs), bg),
+                        ll = __fadd_rn(__fmul_rn(acc[nt][2 + q], rs), bl);
             const float h = swiglu_clamped(gg, ll, a.swiglu_alpha, a.swiglu_limit);
             const ds_bf16 hi = ds_f32_to_bf16(h);
             const ds_bf16 lo = ds_f32_to_bf16(__fsub_rn(h, ds_bf16_to_f32(hi)));
@@ -1414,11 +1436,12 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
     if (e < 0) return;
     const float bg = ld_elem(a.gate_up_bias, a.bias_dtype, wr);
     const float bl = ld_elem(a.gate_up_bias, a.bias_dtype, wr + 1);
+    const float rs = moe_row_scale(a, 0); // with the biases: its latency hides behind the loop
     const char *const xsv[1] = {xs};
     float acc[4];
     g1_stream<1, G1_DEPTH>((const char *)mm_lut, my, sc, p, row_b, nb, 0, nch, xsv, acc);
     if (t != 0) return; // column 0 (the token) lives in lanes t = 0: rows 2g (acc[0]), 2g + 1
-    const float gg = __fadd_rn(acc[0], bg), ll = __fadd_rn(acc[2], bl);
+    const float gg = __fadd_rn(__fmul_rn(acc[0], rs), bg), ll = __fadd_rn(__fmul_rn(acc[2], rs), bl);
     const float h = swiglu_clamped(gg, ll, a.swiglu_alpha, a.swiglu_limit);
     const ds_bf16 hi = ds_f32_to_bf16(h);
     const ds_bf16 lo = ds_f32_to_bf16(__fsub_rn(h, ds_bf16_to_f32(hi)));
@@ -1553,7 +1576,7 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
         sum = __fmaf_rn(a.expert_weights[s], y, sum);
     }
     if (a.residual) sum = __fadd_rn(sum, ld_elem(a.residual, a.act, (size_t)c));
-    st_elem(a.out, a.act, (size_t)c, sum);
+    moe_store_out(a, (size_t)c, c, sum);
 }
 
 template <int NT>
@@ -1610,6 +1633,15 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         CU_TRY(cu_check_ptr(op, names[i], need[i]));
     if (a->out == a->x) return ds_error_set(DS_ERR_ARG, "%s: out must not alias x", op);
+    if (a->norm_gain) { // the deferred-norm output (ds/kernel_args.h)
+        CU_TRY(cu_check_dtype(op, "norm gain", a->norm_gain_dtype));
+        CU_TRY(cu_check_ptr(op, "norm_out", a->norm_out));
+        const void *in[3] = {a->out, a->x, a->residual};
+        static const char *const nm[3] = {"out", "x", "residual"};
+        for (int i = 0; i < 3; i++) // the reference's checks, the same words
+            if (in[i] && a->norm_out == in[i])
+                return ds_error_set(DS_ERR_ARG, "%s: norm_out must not alias %s", op, nm[i]);
+    }
     if (((uintptr_t)a->x | (uintptr_t)a->gate_up_blocks | (uintptr_t)a->down_blocks |
          (uintptr_t)a->workspace) % 16)
         return ds_error_set(DS_ERR_ARG,

@@ -120,11 +120,12 @@ static __device__ __forceinline__ float dot8(const float *xv, const float *wv, f
     return acc;
 }
 
-// p_l of THE PER-LOGIT ORDER from the lane's 4 virtual-lane sums, then the butterfly and the bias.
+// p_l of THE PER-LOGIT ORDER from the lane's 4 virtual-lane sums, then the butterfly, the row
+// scale of a deferred norm (sc: 1 without one, an exact multiply) and the bias.
 static __device__ __forceinline__ float logit_finish(float q0, float q1, float q2, float q3,
-                                                     float b) {
+                                                     float b, float sc) {
     const float p = __fadd_rn(__fadd_rn(q0, q1), __fadd_rn(q2, q3));
-    return __fadd_rn(warp_sum_f(p), b);
+    return __fadd_rn(__fmul_rn(warp_sum_f(p), sc), b);
 }
 
 // The cluster path's logits: warp cw computes experts cw, cw + n_cw, ... for rows t0 .. t0 + nr − 1
@@ -137,7 +138,7 @@ static __device__ __forceinline__ float logit_finish(float q0, float q1, float q
 template <int R, bool XB, bool WB>
 static __device__ __forceinline__ void router_logits(const struct ds_router_args &a, int cw,
                                                      int n_cw, int t0, int nr, float *logits,
-                                                     int ls) {
+                                                     int ls, const float *sc) {
     const int lane = threadIdx.x % DS_WARP, C = a.dim, E = a.n_experts;
     constexpr int U = R == 1 ? (XB && WB ? 12 : XB || WB ? 8 : 4) : 4;
     static_assert(U % RT_SLICES == 0, "a round must cover whole cycles of the 4 accumulators");
@@ -181,7 +182,8 @@ static __device__ __forceinline__ void router_logits(const struct ds_router_args
         }
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            const float v = logit_finish(acc[r][0], acc[r][1], acc[r][2], acc[r][3], b);
+            const float v = logit_finish(acc[r][0], acc[r][1], acc[r][2], acc[r][3], b,
+                                         a.rms_of && r < nr ? sc[r] : 1.f);
             if (lane == 0 && r < nr) logits[(size_t)r * ls + e] = v;
         }
     }
@@ -304,24 +306,37 @@ template <int R>
 __global__ void __launch_bounds__(RT_THREADS)
     act_anyw_router_topk_softmax(const struct ds_router_args a) {
     __shared__ float logits[R][RT_MAX_EXPERTS];
+    __shared__ float s_sc[R];
     DS_GRID_DEPENDENCY();
     cg::cluster_group cluster = cg::this_cluster();
     const unsigned rank = cluster.block_rank();
-    const int warp = threadIdx.x / DS_WARP;
+    const int warp = threadIdx.x / DS_WARP, lane = threadIdx.x % DS_WARP;
     const int cw = (int)rank * RT_WARPS + warp; // warp index within the cluster
     const int t0 = (int)(blockIdx.x / RT_CLUSTER) * R, E = a.n_experts;
     const int nr = min(R, a.n_rows - t0);
 
     const bool xb = a.act == DS_ELEM_BF16, wb = a.w_dtype == DS_ELEM_BF16;
+    // THE ROW SCALE of each row (deferred norm; 1 without one), warp r for row r, in every block.
+    if (warp < nr) {
+        float sc = 1.0f;
+        if (a.rms_of) {
+            const size_t o = (size_t)(t0 + warp) * a.dim;
+            sc = xb ? ds_row_scale_warp<true, 4>((const ds_bf16 *)a.rms_of + o, a.dim, a.rms_eps)
+                    : ds_row_scale_warp<false, 4>((const float *)a.rms_of + o, a.dim, a.rms_eps);
+            if (rank == 0 && lane == 0 && a.row_scale) a.row_scale[t0 + warp] = sc;
+        }
+        if (lane == 0) s_sc[warp] = sc;
+    }
+    __syncthreads();
     float *lg = &logits[0][0];
     if (xb && wb)
-        router_logits<R, true, true>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS);
+        router_logits<R, true, true>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS, s_sc);
     else if (xb)
-        router_logits<R, true, false>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS);
+        router_logits<R, true, false>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS, s_sc);
     else if (wb)
-        router_logits<R, false, true>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS);
+        router_logits<R, false, true>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS, s_sc);
     else
-        router_logits<R, false, false>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS);
+        router_logits<R, false, false>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS, s_sc);
     cluster.sync(); // every block's logits are written
     if (rank == 0) {
         for (int i = threadIdx.x; i < R * E; i += RT_THREADS) {
@@ -399,6 +414,7 @@ template <int R, bool XB, bool WB>
 __global__ void __launch_bounds__(RT_WS_WARPS *DS_WARP)
     act_anyw_router_topk_softmax_ws(const struct ds_router_args a) {
     __shared__ float s_q[RT_WS_EB][RT_SLICES][R][DS_WARP];
+    __shared__ float s_xx[RT_SLICES][R][DS_WARP]; // THE ROW SCALE's virtual-lane sums
     const int warp = threadIdx.x / DS_WARP, lane = threadIdx.x % DS_WARP;
     const int eb = warp / RT_SLICES, s = warp % RT_SLICES;
     const int E = a.n_experts, T = a.n_rows, e = (int)blockIdx.x * RT_WS_EB + eb;
@@ -410,22 +426,78 @@ __global__ void __launch_bounds__(RT_WS_WARPS *DS_WARP)
     DS_GRID_DEPENDENCY();
     // Issued with the loads below; only the warps that finish rows use it.
     const float b = a.bias && e < E ? ld_elem(a.bias, a.bias_dtype, (size_t)e) : 0.0f;
+    // Deferred norm: THE ROW SCALE's virtual-lane sums of the block's rows of rms_of, item
+    // i = warp + 8j being (row i / 4, slice i % 4 = virtual lanes 32·slice .. + 31; one row: the
+    // first expert's 4 warps). bf16: the raw words are loaded before the logit's loads, so both
+    // are in flight together; f32 (more registers per group) loads and sums them first.
+    const int v = s * DS_WARP + lane, G = a.dim / 8;
+    constexpr int NI = R == 1 ? 1 : 2; // items per warp: 4R items over 8 warps
+    constexpr int RW = XB ? 1 : 2;     // 16-byte words per group
+    uint4 pre[NI][4][RW];              // <= 4 groups per virtual lane: C <= 4096
+    int it_r[NI], it_n[NI];
+#pragma unroll
+    for (int j = 0; j < NI; j++) {
+        const int it = warp + RT_WS_WARPS * j, vv = (it % RT_SLICES) * DS_WARP + lane;
+        it_r[j] = it / RT_SLICES;
+        it_n[j] = a.rms_of && it_r[j] < nr && vv < G ? (G - vv + RT_VLANES - 1) / RT_VLANES : 0;
+#pragma unroll
+        for (int m = 0; m < 4; m++)
+            if (m < it_n[j])
+#pragma unroll
+                for (int w = 0; w < RW; w++)
+                    pre[j][m][w] = __ldg((const uint4 *)((const char *)a.rms_of +
+                                                         ((size_t)(t0 + it_r[j]) * a.dim +
+                                                          8 * ((size_t)vv + (size_t)RT_VLANES * m)) *
+                                                             (XB ? 2 : 4)) +
+                                         w);
+    }
+    auto row_sums = [&]() {
+#pragma unroll
+        for (int j = 0; j < NI; j++) {
+            // A virtual lane without groups (C < 1024) still owns its slot: it sums to +0.
+            if (!a.rms_of || it_r[j] >= nr) continue;
+            float xx = 0.0f;
+#pragma unroll
+            for (int m = 0; m < 4; m++) {
+                if (m >= it_n[j]) break;
+                const uint32_t w8[8] = {pre[j][m][0].x,      pre[j][m][0].y,      pre[j][m][0].z,
+                                        pre[j][m][0].w,      pre[j][m][RW - 1].x, pre[j][m][RW - 1].y,
+                                        pre[j][m][RW - 1].z, pre[j][m][RW - 1].w};
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    const float xv = XB ? __uint_as_float(k & 1 ? w8[k / 2] & 0xffff0000u
+                                                                : w8[k / 2] << 16)
+                                        : __uint_as_float(w8[k]);
+                    xx = __fmaf_rn(xv, xv, xx);
+                }
+            }
+            s_xx[(warp + RT_WS_WARPS * j) % RT_SLICES][it_r[j]][lane] = xx;
+        }
+    };
+    if (!XB) row_sums();
     float q[R];
-    if (e < E) ws_lane_sums<R, XB, WB>(a, e, s * DS_WARP + lane, t0, nr, q);
+    if (e < E) ws_lane_sums<R, XB, WB>(a, e, v, t0, nr, q);
 #pragma unroll
     for (int r = 0; r < R; r++)
         s_q[eb][s][r][lane] = e < E ? q[r] : 0.0f;
+    if (XB) row_sums();
     __syncthreads();
     if (e < E)
 #pragma unroll
         for (int i = 0; i < (R + RT_SLICES - 1) / RT_SLICES; i++)
             if (s + RT_SLICES * i < nr) {
                 const int r = s + RT_SLICES * i;
-                const float v = logit_finish(s_q[eb][0][r][lane], s_q[eb][1][r][lane],
-                                             s_q[eb][2][r][lane], s_q[eb][3][r][lane], b);
+                const float sc = a.rms_of ? ds_row_scale_finish(s_xx[0][r][lane], s_xx[1][r][lane],
+                                                                s_xx[2][r][lane], s_xx[3][r][lane],
+                                                                a.dim, a.rms_eps)
+                                          : 1.0f;
+                if (a.rms_of && a.row_scale && blockIdx.x == 0 && eb == 0 && lane == 0)
+                    a.row_scale[t0 + r] = sc;
+                const float lv = logit_finish(s_q[eb][0][r][lane], s_q[eb][1][r][lane],
+                                              s_q[eb][2][r][lane], s_q[eb][3][r][lane], b, sc);
                 if (lane == 0)
                     slot_store(rt_slots + (size_t)(t0 + r) * E + e,
-                               1ull << 32 | __float_as_uint(v));
+                               1ull << 32 | __float_as_uint(lv));
             }
     if (blockIdx.x != 0 || blockIdx.y != 0) return;
     for (int r = warp; r < T; r += RT_WS_WARPS) {
@@ -473,13 +545,18 @@ extern "C" enum ds_status ds_router_cuda(const struct ds_router_args *a, void *s
     CU_TRY(cu_check_ptr(op, "weight", a->w));
     CU_TRY(cu_check_ptr(op, "expert_ids", a->expert_ids));
     CU_TRY(cu_check_ptr(op, "expert_weights", a->expert_weights));
-    if (((uintptr_t)a->x | (uintptr_t)a->w) % 16)
-        return ds_error_set(DS_ERR_ARG, "%s: x and weight must be 16-byte aligned", op);
+    if (((uintptr_t)a->x | (uintptr_t)a->w | (uintptr_t)a->rms_of) % 16)
+        return ds_error_set(DS_ERR_ARG, "%s: x, weight and rms_of must be 16-byte aligned", op);
+    if (a->rms_of && !(a->rms_eps >= 0.0f))
+        return ds_error_set(DS_ERR_ARG, "%s: rms_eps %g is negative", op, a->rms_eps);
+
     if (cu_blocks((size_t)a->n_rows, RT_ROWS) > INT32_MAX / RT_CLUSTER)
         return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %d rows: too many", op, a->n_rows);
     // Up to RT_ROWS_ONE rows with a workspace: 4 warps per (expert, row tile) over many plain
     // blocks, the top-k by block (0, 0) (same logits and selection as the cluster path).
+    // (Its deferred-norm sums hold at most 4 groups per virtual lane: C <= 4096.)
     if (a->n_rows <= RT_ROWS_ONE && a->workspace && ((uintptr_t)a->workspace % 16) == 0 &&
+        (!a->rms_of || a->dim <= 4096) &&
         a->workspace_bytes >= ds_router_workspace_bytes(a->n_rows, a->n_experts)) {
         if (a->n_rows == 1)
             launch_ws<1>(a, DS_STREAM(stream));

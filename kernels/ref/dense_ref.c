@@ -1,5 +1,5 @@
 // CPU reference of the dense ops: embedding lookup, RMSNorm, matmul (bf16/f32 weights, bias,
-// fused residual), elementwise add, SiLU-gated product, row gather.
+// fused residual, deferred RMSNorm), elementwise add, SiLU-gated product, row gather.
 //
 // Layouts and math: ds/kernel_args.h. fp32 activations; every reduction runs in double through
 // acc8 (ref_common.h) in an order fixed by the element index. OpenMP splits rows or output
@@ -21,6 +21,7 @@ enum ds_status ds_embed_ref(const struct ds_embed_args *a) {
     REF_TRY(check_ptr(op, "table", a->table));
     REF_TRY(check_ptr(op, "ids", a->ids));
     REF_TRY(check_ptr(op, "out", a->out));
+    REF_TRY(check_norm_out(op, a->norm_gain, a->norm_gain_dtype, a->norm_out, a->out, a->table));
     for (int t = 0; t < a->n_rows; t++)
         if (a->ids[t] < 0 || a->ids[t] >= a->vocab)
             return ds_error_set(DS_ERR_RANGE, "%s: row %d has token id %d outside [0, %d)", op, t,
@@ -36,6 +37,9 @@ enum ds_status ds_embed_ref(const struct ds_embed_args *a) {
         } else {
             memcpy(out + t * C, (const float *)a->table + row * C, C * sizeof(float));
         }
+        if (a->norm_gain)
+            norm_gain_row(a->norm_gain, a->norm_gain_dtype, out + t * C,
+                          (float *)a->norm_out + t * C, (int)C);
     }
     return DS_OK;
 }
@@ -58,7 +62,7 @@ enum ds_status ds_rmsnorm_ref(const struct ds_rmsnorm_args *a) {
     for (int t = 0; t < a->n_rows; t++) {
         const float *xr = x + (size_t)t * C;
         float *yr = out + (size_t)t * C;
-        double inv = 1.0 / sqrt(dot_f32(xr, xr, C) / C + (double)a->eps);
+        double inv = rms_scale(xr, C, (double)a->eps);
         // Reads x[c] before writing y[c], so out == x works.
         for (int c = 0; c < C; c++) yr[c] = (float)(load_elem(a->w, a->w_dtype, c) * (xr[c] * inv));
     }
@@ -66,10 +70,12 @@ enum ds_status ds_rmsnorm_ref(const struct ds_rmsnorm_args *a) {
 }
 
 // One (row, feature) value of the matmul with its bias and residual, rounded once. bias: the
-// feature's bias (NULL: none).
+// feature's bias (NULL: none); scale: the row's deferred-norm s, applied to the product only
+// (before the bias, as ds/kernel_args.h orders it), NULL without rms_of.
 static inline float matmul_elem(const struct ds_matmul_args *a, const float *xr, int t, int n,
-                                const void *bias, size_t bias_i) {
+                                const void *bias, size_t bias_i, const double *scale) {
     double acc = dot_w(xr, a->w, a->w_dtype, (size_t)n, a->in_dim);
+    if (scale) acc *= scale[t];
     acc += load_elem(bias, a->bias_dtype, bias_i);
     if (a->residual) acc += ((const float *)a->residual)[(size_t)t * a->out_dim + n];
     return (float)acc;
@@ -153,8 +159,8 @@ struct ds_rope_args ds_matmul_rope_args(const struct ds_matmul_args *a) {
 }
 
 // f32 activations × {bf16, f32} weights. Parallel over output features: each weight row is read
-// once and used for every row of the call.
-static void f32_anyw_matmul_ref(const struct ds_matmul_args *a) {
+// once and used for every row of the call. scale: the rows' deferred-norm s, or NULL.
+static void f32_anyw_matmul_ref(const struct ds_matmul_args *a, const double *scale) {
     const float *x = (const float *)a->x;
     const int T = a->n_rows, K = a->in_dim;
     struct mm_parts p;
@@ -167,7 +173,7 @@ static void f32_anyw_matmul_ref(const struct ds_matmul_args *a) {
         for (int n = 0; n < D; n++)
             for (int t = 0; t < T; t++)
                 out[(size_t)t * D + n] =
-                    matmul_elem(a, x + (size_t)t * K, t, first + n, bias, (size_t)n);
+                    matmul_elem(a, x + (size_t)t * K, t, first + n, bias, (size_t)n, scale);
     }
 }
 
@@ -186,7 +192,46 @@ enum ds_status ds_matmul_ref(const struct ds_matmul_args *a) {
     if (a->out == a->x) return ds_error_set(DS_ERR_ARG, "%s: out must not alias x", op);
     REF_TRY(ds_matmul_check_split(op, a));
     REF_TRY(ds_matmul_check_rope(op, a));
-    f32_anyw_matmul_ref(a);
+    if (a->rms_of) {
+        REF_TRY(check_rms_eps(op, a->rms_eps));
+        // out is written while rms_of rows are still being read (on CUDA, by other blocks).
+        if (a->rms_of == a->out)
+            return ds_error_set(DS_ERR_ARG, "%s: rms_of must not alias out", op);
+    }
+    // norm_out mirrors out element for element, which a split's several buffers do not have.
+    if (a->norm_gain && a->part_dim[0] > 0)
+        return ds_error_set(DS_ERR_ARG, "%s: a split output takes no norm_gain", op);
+    REF_TRY(check_norm_out(op, a->norm_gain, a->norm_gain_dtype, a->norm_out, a->out, a->x));
+    if (a->norm_gain && a->norm_out == a->residual)
+        return ds_error_set(DS_ERR_ARG, "%s: norm_out must not alias residual", op);
+    if (!a->rms_of) {
+        f32_anyw_matmul_ref(a, NULL);
+    } else {
+        // Each row's s once, not once per output feature, in chunks of rows on the stack (no
+        // allocation per call); a chunk is the same call over fewer rows.
+        enum { CHUNK = 256 };
+        double scale[CHUNK];
+        const int T = a->n_rows, K = a->in_dim, N = a->out_dim, *d = a->part_dim;
+        for (int t0 = 0; t0 < T; t0 += CHUNK) {
+            const int nt = T - t0 < CHUNK ? T - t0 : CHUNK;
+            for (int t = 0; t < nt; t++)
+                scale[t] = rms_scale((const float *)a->rms_of + (size_t)(t0 + t) * K, K,
+                                     (double)a->rms_eps);
+            struct ds_matmul_args c = *a;
+            c.n_rows = nt;
+            c.x = (const float *)a->x + (size_t)t0 * K;
+            c.out = (float *)a->out + (size_t)t0 * (d[0] > 0 ? d[0] : N);
+            if (d[0] > 0 && d[1] > 0) c.out1 = (float *)a->out1 + (size_t)t0 * d[1];
+            if (d[0] > 0 && d[2] > 0) c.out2 = (float *)a->out2 + (size_t)t0 * d[2];
+            if (a->residual) c.residual = (const float *)a->residual + (size_t)t0 * N;
+            f32_anyw_matmul_ref(&c, scale);
+        }
+    }
+    if (a->norm_gain) // from out as stored (no split: row stride N)
+        for (int t = 0; t < a->n_rows; t++)
+            norm_gain_row(a->norm_gain, a->norm_gain_dtype,
+                          (const float *)a->out + (size_t)t * a->out_dim,
+                          (float *)a->norm_out + (size_t)t * a->out_dim, a->out_dim);
     if (a->rope_cos) { // the two ops in sequence: what the fused call stands for
         const struct ds_rope_args r = ds_matmul_rope_args(a);
         return ds_rope_ref(&r);

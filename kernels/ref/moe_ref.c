@@ -5,7 +5,10 @@
 // to the same acc8 lanes a dense f32 row would use, so the fused dot equals "dequantize the row,
 // then dot" bit for bit. Phase 1 computes h = SwiGLU(W1·x + b1) for every (row, slot, unit) into
 // the workspace; phase 2 computes out = residual + Σ_s w_s·(W2·h + b2) for every (row, feature).
-// Both phases parallelise over independent outputs only.
+// Both phases parallelise over independent outputs only. With a deferred RMSNorm
+// (ds/kernel_args.h) the router scales each row's logits by s(rms_of) and hands s on as
+// row_scale, which the expert block applies to the gate_up products; the expert block also
+// writes the next norm's g ⊙ out.
 #include <math.h>
 
 #include "ds/kernels.h"
@@ -85,14 +88,23 @@ enum ds_status ds_router_ref(const struct ds_router_args *a) {
     REF_TRY(check_ptr(op, "weight", a->w));
     REF_TRY(check_ptr(op, "expert_ids", a->expert_ids));
     REF_TRY(check_ptr(op, "expert_weights", a->expert_weights));
+    if (a->rms_of) REF_TRY(check_rms_eps(op, a->rms_eps));
     const int C = a->dim, E = a->n_experts, KE = a->top_k;
 #pragma omp parallel for schedule(static) if ((double)a->n_rows * E * C > REF_PAR_MIN_WORK)
     for (int t = 0; t < a->n_rows; t++) {
         const float *x = (const float *)a->x + (size_t)t * C;
+        // Deferred norm: s scales the product, not the bias; row_scale is only defined with it.
+        double rs = 1.0;
+        if (a->rms_of) {
+            rs = rms_scale((const float *)a->rms_of + (size_t)t * C, C, (double)a->rms_eps);
+            if (a->row_scale) a->row_scale[t] = (float)rs;
+        }
         double best[DS_MAX_TOPK];
         int ids[DS_MAX_TOPK], n = 0;
         for (int e = 0; e < E; e++) {
-            double l = dot_w(x, a->w, a->w_dtype, (size_t)e, C) + load_elem(a->bias, a->bias_dtype, e);
+            double d = dot_w(x, a->w, a->w_dtype, (size_t)e, C);
+            if (a->rms_of) d *= rs;
+            double l = d + load_elem(a->bias, a->bias_dtype, e);
             // Strictly greater to enter or move up: an equal logit stays behind the lower index.
             if (n == KE && !(l > best[KE - 1])) continue;
             int pos = n < KE ? n++ : KE - 1;
@@ -146,6 +158,9 @@ static enum ds_status check_moe(const struct ds_moe_args *a) {
                                         "down_scales", "down_bias", "out", "workspace"};
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) REF_TRY(check_ptr(op, names[i], need[i]));
     if (a->out == a->x) return ds_error_set(DS_ERR_ARG, "%s: out must not alias x", op);
+    REF_TRY(check_norm_out(op, a->norm_gain, a->norm_gain_dtype, a->norm_out, a->out, a->x));
+    if (a->norm_gain && a->norm_out == a->residual)
+        return ds_error_set(DS_ERR_ARG, "%s: norm_out must not alias residual", op);
     size_t ws = ds_moe_workspace_bytes(a->n_rows, a->inter, a->top_k);
     if (a->workspace_bytes < ws)
         return ds_error_set(DS_ERR_ARG, "%s: workspace of %zu bytes, %zu needed for %d rows", op,
@@ -181,11 +196,15 @@ static void f32_mxfp4w_moe_matmul_swiglu_ref(const struct ds_moe_args *a) {
             const float *xr = x + (size_t)(p / KE) * C;
             const size_t gate_row = e * 2 * I + 2 * (size_t)j; // even row = gate, odd = linear
             double g = dot_mxfp4(xr, a->gate_up_blocks + gate_row * up_row_b,
-                                 a->gate_up_scales + gate_row * up_row_s, C) +
-                       load_elem(a->gate_up_bias, a->bias_dtype, gate_row);
+                                 a->gate_up_scales + gate_row * up_row_s, C);
             double l = dot_mxfp4(xr, a->gate_up_blocks + (gate_row + 1) * up_row_b,
-                                 a->gate_up_scales + (gate_row + 1) * up_row_s, C) +
-                       load_elem(a->gate_up_bias, a->bias_dtype, gate_row + 1);
+                                 a->gate_up_scales + (gate_row + 1) * up_row_s, C);
+            if (a->row_scale) { // deferred norm: x is g ⊙ x, the router's s finishes the norm
+                const double r = a->row_scale[p / KE];
+                g *= r, l *= r;
+            }
+            g += load_elem(a->gate_up_bias, a->bias_dtype, gate_row);
+            l += load_elem(a->gate_up_bias, a->bias_dtype, gate_row + 1);
             h[(size_t)p * I + j] = (float)swiglu_clamped(g, l, alpha, limit);
         }
     }
@@ -204,7 +223,11 @@ static void f32_mxfp4w_moe_matmul_swiglu_ref(const struct ds_moe_args *a) {
                 acc += (double)a->expert_weights[p] * y; // the bias is inside the weighted sum
             }
             if (a->residual) acc += ((const float *)a->residual)[(size_t)t * C + c];
-            out[(size_t)t * C + c] = (float)acc;
+            const float o = (float)acc;
+            out[(size_t)t * C + c] = o;
+            if (a->norm_gain) // of the value as stored (ds/kernel_args.h)
+                ((float *)a->norm_out)[(size_t)t * C + c] =
+                    (float)(load_elem(a->norm_gain, a->norm_gain_dtype, (size_t)c) * (double)o);
         }
     }
 }

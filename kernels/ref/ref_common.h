@@ -8,6 +8,7 @@
 #ifndef DS_REF_COMMON_H
 #define DS_REF_COMMON_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -85,6 +86,19 @@ static inline double load_elem(const void *p, enum ds_elem e, size_t i) {
     return (double)((const float *)p)[i];
 }
 
+// The RMSNorm scale of a row, s = 1/sqrt(mean(x²) + eps), in double: ds_rmsnorm_ref and the
+// deferred norm (ds/kernel_args.h, Deferred RMSNorm) share it, so both see the same s.
+static inline double rms_scale(const float *x, int n, double eps) {
+    return 1.0 / sqrt(dot_f32(x, x, n) / n + eps);
+}
+
+// A producer's deferred-norm output of one row: y[c] = gain[c]·out[c] with out as stored. The
+// product of two floats is exact in double, so this is one rounding, as a float multiply gives.
+static inline void norm_gain_row(const void *gain, enum ds_elem gdt, const float *out, float *y,
+                                 int n) {
+    for (int c = 0; c < n; c++) y[c] = (float)(load_elem(gain, gdt, (size_t)c) * (double)out[c]);
+}
+
 // Argument checks shared by the ops; each returns DS_OK or records "<op>: <problem>".
 static inline enum ds_status check_act(const char *op, enum ds_elem act) {
     if (act == DS_ELEM_F32) return DS_OK;
@@ -107,6 +121,25 @@ static inline enum ds_status check_dim(const char *op, const char *what, long lo
 static inline enum ds_status check_ptr(const char *op, const char *what, const void *p) {
     if (p) return DS_OK;
     return ds_error_set(DS_ERR_ARG, "%s: %s buffer is NULL", op, what);
+}
+
+// The deferred-norm output fields (norm_gain, norm_out): nothing to check without a gain; with
+// one, its dtype and a norm_out buffer that is none of the op's other buffers.
+static inline enum ds_status check_norm_out(const char *op, const void *gain, enum ds_elem gdt,
+                                            const void *norm_out, const void *out, const void *x) {
+    if (!gain) return DS_OK;
+    enum ds_status s = check_wdtype(op, "norm gain", gdt);
+    if (s == DS_OK) s = check_ptr(op, "norm_out", norm_out);
+    if (s == DS_OK && (norm_out == out || norm_out == x))
+        s = ds_error_set(DS_ERR_ARG, "%s: norm_out must not alias %s", op,
+                         norm_out == out ? "out" : "x");
+    return s;
+}
+
+// The deferred norm's eps (rms_of): the same rule as ds_rmsnorm_ref's.
+static inline enum ds_status check_rms_eps(const char *op, float eps) {
+    if (eps >= 0.0f) return DS_OK;
+    return ds_error_set(DS_ERR_ARG, "%s: rms_eps %g is negative", op, eps);
 }
 
 // Evaluates a check and returns its status from the calling function when it fails.

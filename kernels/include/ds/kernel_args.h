@@ -56,6 +56,22 @@ enum ds_elem {
 // ---------------------------------------------------------------------------------------------
 // Dense ops
 
+// Deferred RMSNorm (the target model's norms before q/k/v and before the MoE). A product of a
+// normalised row, W·rmsnorm(x), is computed as s(x)·(W·(g ⊙ x)) with s(x) = 1/sqrt(mean(x²) + eps):
+// the op that writes x (embed, the o_proj matmul, the MoE) also writes xg = act(g ⊙ x) for the next
+// norm's gain g (norm_gain / norm_out, elementwise, no reduction), and the ops that read the norm's
+// output take xg as their x and x itself as rms_of, multiplying each row's fp32 product by s before
+// the bias (the MoE gets s from the router: row_scale). So no kernel needs a whole row before its
+// first product and no separate norm kernel runs between producer and consumer. The results differ
+// from rmsnorm-then-product by rounding only: g ⊙ x is rounded to act instead of g ⊙ x · s.
+//
+// THE ROW SCALE (CUDA, every kernel and every T: a row's s has the same bits everywhere, which the
+// batch-invariance contract needs). C % 8 == 0. The sum of squares Σ x[c]² follows THE PER-LOGIT
+// ORDER of kernels/cuda/router.cu with the row as both operands (groups of 8 elements dealt to 128
+// virtual lanes, __fmaf_rn in element order, lane sums (q_l + q_{l+32}) + (q_{l+64} + q_{l+96}),
+// xor butterfly), then s = 1 / sqrt(ss / C + eps) with one correctly rounded fp32 operation each
+// (division, addition, square root, reciprocal). The CPU reference computes s in double.
+
 // out[t] = table[ids[t]]. An id outside [0, V) is DS_ERR_RANGE (the ref names the row and id).
 struct ds_embed_args {
     enum ds_elem act;         // dtype of out
@@ -66,6 +82,11 @@ struct ds_embed_args {
     const void *table;        // (V, C) table_dtype
     const int32_t *ids;       // (T) int32
     void *out;                // (T, C) act
+    // Optional deferred-norm output (see Deferred RMSNorm): when norm_gain is set,
+    // norm_out[t][c] = act(norm_gain[c] · out[t][c]), with out[t][c] as stored (rounded to act).
+    const void *norm_gain;        // (C) norm_gain_dtype, or NULL
+    enum ds_elem norm_gain_dtype; // dtype of norm_gain
+    void *norm_out;               // (T, C) act; must not overlap any input or out
 };
 
 // out[t] = w ⊙ (x[t] · 1/sqrt(mean(x[t]²) + eps)). No bias, no "1 + w" offset.
@@ -120,6 +141,17 @@ struct ds_matmul_args {
     const float *rope_cos;          // (rope_table_len, D/2) f32, or NULL for no RoPE
     const float *rope_sin;          // (rope_table_len, D/2) f32
     int rope_table_len;             // positions covered by the tables
+    // Optional deferred norm of the input (see Deferred RMSNorm): when rms_of is set, each row's
+    // fp32 sum is multiplied by s(rms_of[t]) before the bias: out = s·Σ_k x·w + bias + residual.
+    // x is then the producer's norm_out (g ⊙ rms_of). On CUDA K % 8 == 0.
+    const void *rms_of;             // (T, K) act, or NULL
+    float rms_eps;                  // the norm's eps
+    // Optional deferred-norm output over out (C = N; not with a split): as ds_embed_args.
+    // Optional deferred-norm output (see Deferred RMSNorm): when norm_gain is set,
+    // norm_out[t][c] = act(norm_gain[c] · out[t][c]), with out[t][c] as stored (rounded to act).
+    const void *norm_gain;        // (C) norm_gain_dtype, or NULL
+    enum ds_elem norm_gain_dtype; // dtype of norm_gain
+    void *norm_out;               // (T, C) act; must not overlap any input or out
 };
 
 // Checks the split fields of a matmul call (widths sum to N, a buffer per part, none aliasing x,
@@ -273,6 +305,11 @@ struct ds_router_args {
     const void *bias;        // (E) bias_dtype, or NULL
     int32_t *expert_ids;     // (T, KE) int32 out: selected experts, best first
     float *expert_weights;   // (T, KE) f32 out: softmax weights of those experts (sum 1)
+    // Optional deferred norm of the input (see Deferred RMSNorm): when rms_of is set, logit =
+    // s(rms_of[t])·(w·x[t]) + bias, and row_scale (if not NULL) receives each row's s for the MoE.
+    const void *rms_of;      // (T, C) act, or NULL
+    float rms_eps;           // the norm's eps
+    float *row_scale;        // (T) f32 out, or NULL
     // Scratch of the CUDA many-block path for small calls: at least
     // ds_router_workspace_bytes(T, E) bytes of device memory, 16-byte aligned, or NULL. With
     // NULL (or too few bytes) the CUDA op runs its cluster path, bitwise identical but slower
@@ -290,7 +327,8 @@ static inline size_t ds_router_workspace_bytes(int n_rows, int n_experts) {
 }
 
 // Experts, fused: for each row t and each selected expert e = expert_ids[t][s] with weight w_s:
-//   u   = W1_e · x[t] + b1_e                (2I values; W1 MXFP4 [2I][C], decoded exactly)
+//   u   = r_t · (W1_e · x[t]) + b1_e        (2I values; W1 MXFP4 [2I][C], decoded exactly;
+//                                            r_t = row_scale[t], 1 without a row_scale)
 //   g_j = min(u[2j], limit)                 gate: even rows, clamped from above only
 //   l_j = clamp(u[2j+1], −limit, limit)     linear: odd rows
 //   h_j = g_j · σ(alpha · g_j) · (l_j + 1)
@@ -322,6 +360,14 @@ struct ds_moe_args {
     void *out;                      // (T, C) act
     void *workspace;                // scratch, see ds_moe_workspace_bytes
     size_t workspace_bytes;
+    // Deferred norm (see Deferred RMSNorm): the router's row_scale of x's rows, or NULL.
+    const float *row_scale;         // (T) f32
+    // Optional deferred-norm output over out, as ds_embed_args (C = dim).
+    // Optional deferred-norm output (see Deferred RMSNorm): when norm_gain is set,
+    // norm_out[t][c] = act(norm_gain[c] · out[t][c]), with out[t][c] as stored (rounded to act).
+    const void *norm_gain;        // (C) norm_gain_dtype, or NULL
+    enum ds_elem norm_gain_dtype; // dtype of norm_gain
+    void *norm_out;               // (T, C) act; must not overlap any input or out
 };
 
 // ---------------------------------------------------------------------------------------------
