@@ -488,6 +488,11 @@ static __device__ __forceinline__ void mm_finish_bf16(const struct ds_matmul_arg
     mm_finish_add(a, t, n, v, mm_addends(a, t, n), s);
 }
 
+// The row scales of a wide-tile call, formed by bf16_row_scale (below) just before it.
+#define MM_RS_MAX 65536 // rows; more take the in-kernel path
+#define MM_RS_WARPS 8
+__device__ float mm_rs_buf[MM_RS_MAX];
+
 // THE ROW SCALE of rows t0 .. t0 + nt − 1 into s_out[0 .. nt − 1] (shared memory), warps w0 ..
 // w0 + nw − 1 of the block taking rows in turn; 1 for every row without rms_of. The caller
 // synchronises before reading them.
@@ -508,7 +513,7 @@ static __device__ __forceinline__ void mm_row_scales(const struct ds_matmul_args
 
 template <int BN, int BT, int BK, int WM, int WT, int WK, int STAGES>
 __global__ void __launch_bounds__(WM *WT *WK *DS_WARP)
-    bf16_bf16w_matmul_tc(const struct ds_matmul_args a, int vec) {
+    bf16_bf16w_matmul_tc(const struct ds_matmul_args a, int vec, int rs) {
     // The first token tile of each feature tile prefetches its weight rows (see mm_prefetch_w).
     if (vec && blockIdx.x == 0)
         mm_prefetch_w((const ds_bf16 *)a.w, blockIdx.y * BN, BN, a.out_dim, a.in_dim);
@@ -552,7 +557,13 @@ __global__ void __launch_bounds__(WM *WT *WK *DS_WARP)
     }
     // The tile's row scales (deferred norm), after the ring; the k loop's barriers publish them.
     float *s_row = (float *)(mm_smem + STAGES * STAGE_BYTES);
-    if (a.rms_of) mm_row_scales<true>(a, t0, min(BT, T - t0), 0, NT / DS_WARP, s_row);
+    // rs: the scales were formed by bf16_row_scale just before (many rows: one warp per row over
+    // the whole GPU instead of BT rows in turn per block).
+    if (a.rms_of && rs) {
+        for (int r = threadIdx.x; r < min(BT, T - t0); r += NT) s_row[r] = mm_rs_buf[t0 + r];
+    } else if (a.rms_of) {
+        mm_row_scales<true>(a, t0, min(BT, T - t0), 0, NT / DS_WARP, s_row);
+    }
     for (int kt = 0; kt < KT; kt++) {
         cp_async_wait<STAGES - 2>(); // this thread's copies of k-tile kt have landed
         __syncthreads();             // everyone's have, and k-tile kt-1 is no longer read
@@ -968,11 +979,35 @@ static enum ds_status ts_launch(const struct ds_matmul_args *a, cudaStream_t s) 
     return DS_OK;
 }
 
+// THE ROW SCALE of every row of a wide-tile call (deferred norm, T > 16 or unaligned rows), one
+// warp per row, into the module's buffer, which the tile kernel launched next on the stream reads
+// after its grid dependency. Module state, like the router's slots: calls with rms_of on the
+// tile path must not overlap in time (every caller issues its ops on one stream); a call's
+// kernel writes only after the previous call's tile has ended (its grid dependency).
+
+__global__ void __launch_bounds__(MM_RS_WARPS *DS_WARP)
+    bf16_row_scale(const struct ds_matmul_args a) {
+    DS_GRID_DEPENDENCY();
+    const int t = (int)blockIdx.x * MM_RS_WARPS + (int)threadIdx.x / DS_WARP;
+    if (t >= a.n_rows) return;
+    const float sc = ds_row_scale_warp<true>((const ds_bf16 *)a.rms_of + (size_t)t * a.in_dim,
+                                             a.in_dim, a.rms_eps);
+    if (threadIdx.x % DS_WARP == 0) mm_rs_buf[t] = sc;
+}
+
+// Launches bf16_row_scale for a's rows: 1, or 0 without rms_of or with too many rows (the tile
+// then forms the scales itself).
+static int mm_row_scales_launch(const struct ds_matmul_args *a, cudaStream_t s) {
+    if (!a->rms_of || a->n_rows > MM_RS_MAX) return 0;
+    ds_launch(bf16_row_scale, cu_blocks(a->n_rows, MM_RS_WARPS), MM_RS_WARPS * DS_WARP, 0, s, *a);
+    return 1;
+}
+
 // Launches one tile shape: grid.x over token tiles (the blocks sharing a weight tile run side by
 // side, so W is read from DRAM about once), grid.y over feature tiles.
 template <int BN, int BT, int BK, int WM, int WT, int WK, int STAGES>
-static enum ds_status mm_launch(const struct ds_matmul_args *a, int vec, cudaStream_t s) {
-    void (*k)(const struct ds_matmul_args, int) =
+static enum ds_status mm_launch(const struct ds_matmul_args *a, int vec, cudaStream_t s, int rs) {
+    void (*k)(const struct ds_matmul_args, int, int) =
         bf16_bf16w_matmul_tc<BN, BT, BK, WM, WT, WK, STAGES>;
     const int smem = STAGES * (BN + BT) * BK * 2 + BT * (int)sizeof(float); // ring, row scales
     const unsigned gy = cu_blocks(a->out_dim, BN);
@@ -981,7 +1016,7 @@ static enum ds_status mm_launch(const struct ds_matmul_args *a, int vec, cudaStr
                             a->out_dim, 65535 * BN);
     static int set = 0;
     ds_smem_attr(k, &set, smem);
-    ds_launch(k, dim3(cu_blocks(a->n_rows, BT), gy), WM * WT * WK * DS_WARP, smem, s, *a, vec);
+    ds_launch(k, dim3(cu_blocks(a->n_rows, BT), gy), WM * WT * WK * DS_WARP, smem, s, *a, vec, rs);
     return DS_OK;
 }
 
@@ -1118,9 +1153,12 @@ extern "C" enum ds_status ds_matmul_cuda(const struct ds_matmul_args *a, void *s
         const int T = a->n_rows;
         if (vec && T <= 8) CU_TRY((ts_launch<8, TS_STAGES8>(a, s)));
         else if (vec && T <= 16) CU_TRY((ts_launch<16, 6>(a, s)));
-        else if (T <= 8) CU_TRY((mm_launch<16, 8, 256, 1, 1, 2, 4>(a, vec, s)));
-        else if (T <= 64) CU_TRY((mm_launch<32, 64, 128, 2, 2, 2, 4>(a, vec, s)));
-        else CU_TRY((mm_launch<64, 128, 64, 2, 4, 1, 4>(a, vec, s)));
+        else {
+            const int rs = mm_row_scales_launch(a, s);
+            if (T <= 8) CU_TRY((mm_launch<16, 8, 256, 1, 1, 2, 4>(a, vec, s, rs)));
+            else if (T <= 64) CU_TRY((mm_launch<32, 64, 128, 2, 2, 2, 4>(a, vec, s, rs)));
+            else CU_TRY((mm_launch<64, 128, 64, 2, 4, 1, 4>(a, vec, s, rs)));
+        }
     } else {
         if ((unsigned)(a->n_rows + MM_TOKENS - 1) / MM_TOKENS > 65535u)
             return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %d rows in one call (at most %d)", op,

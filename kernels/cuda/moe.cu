@@ -1100,9 +1100,13 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     const size_t ex_rows = (size_t)e * 2 * I, row_b = (size_t)C / 2, row_s = (size_t)C / 32;
     const size_t wr = ex_rows + r0 + 2 * g; // this lane's gate row; wr + 1 its linear row
     const uint16_t *bm[1] = {(const uint16_t *)a.x};
-    // The biases before the loop: their latency then hides behind it.
+    // The biases and the row scales of the lane's tokens (row g of each tile) before the loop:
+    // their latency then hides behind it.
     const float bg = ld_elem(a.gate_up_bias, a.bias_dtype, wr);
     const float bl = ld_elem(a.gate_up_bias, a.bias_dtype, wr + 1);
+    float rsv[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) rsv[nt] = brow[nt] >= 0 ? moe_row_scale(a, brow[nt]) : 1.0f;
     const int warp = threadIdx.x / DS_WARP;
     float acc[NT][4];
     mm_rows<NT, 1, MM_GU_DEPTH(NT)>((const char *)mm_lut, mm_slot(mm_lut, warp, MM_GU_DEPTH(NT)),
@@ -1117,8 +1121,8 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
         for (int q = 0; q < 2; q++) {
             // Column 2t + q of tile nt: its pair is held by lane (2t + q) * 4 (row g' = 2t + q).
             const int p = __shfl_sync(DS_FULL_MASK, pr[nt], (2 * t + q) * 4);
+            const float rs = __shfl_sync(DS_FULL_MASK, rsv[nt], (2 * t + q) * 4);
             if (p < 0) continue;
-            const float rs = moe_row_scale(a, p / KE);
             const float gg = __fadd_rn(__fmul_rn(acc[nt][q], rs), bg),
                         ll = __fadd_rn(__fmul_rn(acc[nt][2 + q], rs), bl);
             const float h = swiglu_clamped(gg, ll, a.swiglu_alpha, a.swiglu_limit);

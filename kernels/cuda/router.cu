@@ -17,8 +17,9 @@
 //       experts e ≡ w (mod 128) and computes each of their logits alone: lane l walks the groups
 //       l + 32j in increasing j into four accumulators (accumulator j mod 4 is virtual lane
 //       l + 32·(j mod 4)), all of a round's loads issued before its first fma (R = 1 with bf16 x
-//       and weights: one round covers C = 2880). The logits stay in the owner block's shared
-//       memory; block 0 gathers them over distributed shared memory and selects (below).
+//       and weights: one round covers C = 2880). The raw sums (butterfly, no bias) stay in the
+//       owner block's shared memory; block 0 gathers them over distributed shared memory,
+//       finishes each logit (row scale, bias: logit_of) and selects (below).
 //   act_anyw_router_topk_softmax_ws  (T <= 8 with a workspace) grid (ceil(E / 2), ceil(T / R)),
 //       R = 1 for one row, else 4; a block of 8 warps holds 2 experts × 4 warps and computes
 //       their logits for its R rows: warp s of an expert is virtual lanes 32s .. 32s + 31
@@ -39,8 +40,14 @@
 // is read back from the key (the same value up to the sign of a zero, which the softmax does not
 // see); softmax over the k logits in fp32, exp(l_s − l_0) summed best first, one division each.
 //
-// Both kernels start with DS_GRID_DEPENDENCY() (after register and shared-memory set-up and, in
-// the workspace kernel, an L2 prefetch of each expert's weight row: ds_prefetch_l2) and are launched with programmatic dependent launch. The workspace path's slots are module
+// Deferred norm (ds/kernel_args.h, rms_of): every logit is logit_of(raw sum, s, bias), s the row's
+// THE ROW SCALE; the workspace path's first-expert warps sum the row's squares with their logit
+// loads in flight, the cluster path's block 0 forms s before its logits; both write row_scale.
+//
+// Both kernels start with DS_GRID_DEPENDENCY() (after register and shared-memory set-up, in the
+// cluster kernel's block 0 the biases into shared memory, and in the workspace kernel an L2
+// prefetch of each expert's weight row: ds_prefetch_l2) and are launched with programmatic
+// dependent launch. The workspace path's slots are module
 // state, like the arrival counters of attention's split mode: calls must not overlap in time
 // (every caller issues its ops on one stream).
 //
@@ -120,12 +127,18 @@ static __device__ __forceinline__ float dot8(const float *xv, const float *wv, f
     return acc;
 }
 
-// p_l of THE PER-LOGIT ORDER from the lane's 4 virtual-lane sums, then the butterfly, the row
-// scale of a deferred norm (sc: 1 without one, an exact multiply) and the bias.
+// p_l of THE PER-LOGIT ORDER from the lane's 4 virtual-lane sums, then the butterfly: the raw sum.
+static __device__ __forceinline__ float logit_sum(float q0, float q1, float q2, float q3) {
+    return warp_sum_f(__fadd_rn(__fadd_rn(q0, q1), __fadd_rn(q2, q3)));
+}
+// The logit from its raw sum: the row scale of a deferred norm (sc: 1 without one, an exact
+// multiply), then the bias. Both paths end every logit with these two operations.
+static __device__ __forceinline__ float logit_of(float sum, float sc, float b) {
+    return __fadd_rn(__fmul_rn(sum, sc), b);
+}
 static __device__ __forceinline__ float logit_finish(float q0, float q1, float q2, float q3,
                                                      float b, float sc) {
-    const float p = __fadd_rn(__fadd_rn(q0, q1), __fadd_rn(q2, q3));
-    return __fadd_rn(__fmul_rn(warp_sum_f(p), sc), b);
+    return logit_of(logit_sum(q0, q1, q2, q3), sc, b);
 }
 
 // The cluster path's logits: warp cw computes experts cw, cw + n_cw, ... for rows t0 .. t0 + nr − 1
@@ -138,13 +151,12 @@ static __device__ __forceinline__ float logit_finish(float q0, float q1, float q
 template <int R, bool XB, bool WB>
 static __device__ __forceinline__ void router_logits(const struct ds_router_args &a, int cw,
                                                      int n_cw, int t0, int nr, float *logits,
-                                                     int ls, const float *sc) {
+                                                     int ls) {
     const int lane = threadIdx.x % DS_WARP, C = a.dim, E = a.n_experts;
     constexpr int U = R == 1 ? (XB && WB ? 12 : XB || WB ? 8 : 4) : 4;
     static_assert(U % RT_SLICES == 0, "a round must cover whole cycles of the 4 accumulators");
     const int n = 8 * lane < C ? (C - 8 * lane + RT_STEP - 1) / RT_STEP : 0;
     for (int e = cw; e < E; e += n_cw) {
-        const float b = a.bias ? ld_elem(a.bias, a.bias_dtype, (size_t)e) : 0.0f;
         float acc[R][RT_SLICES];
 #pragma unroll
         for (int r = 0; r < R; r++)
@@ -182,8 +194,7 @@ static __device__ __forceinline__ void router_logits(const struct ds_router_args
         }
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            const float v = logit_finish(acc[r][0], acc[r][1], acc[r][2], acc[r][3], b,
-                                         a.rms_of && r < nr ? sc[r] : 1.f);
+            const float v = logit_sum(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
             if (lane == 0 && r < nr) logits[(size_t)r * ls + e] = v;
         }
     }
@@ -307,41 +318,50 @@ __global__ void __launch_bounds__(RT_THREADS)
     act_anyw_router_topk_softmax(const struct ds_router_args a) {
     __shared__ float logits[R][RT_MAX_EXPERTS];
     __shared__ float s_sc[R];
-    DS_GRID_DEPENDENCY();
+    __shared__ float s_b[RT_MAX_EXPERTS];
     cg::cluster_group cluster = cg::this_cluster();
     const unsigned rank = cluster.block_rank();
     const int warp = threadIdx.x / DS_WARP, lane = threadIdx.x % DS_WARP;
     const int cw = (int)rank * RT_WARPS + warp; // warp index within the cluster
     const int t0 = (int)(blockIdx.x / RT_CLUSTER) * R, E = a.n_experts;
     const int nr = min(R, a.n_rows - t0);
+    // The block that finishes the logits holds the biases (weights: read before the dependency).
+    if (rank == 0)
+        for (int e = threadIdx.x; e < E; e += RT_THREADS)
+            s_b[e] = a.bias ? ld_elem(a.bias, a.bias_dtype, (size_t)e) : 0.0f;
+    DS_GRID_DEPENDENCY();
 
     const bool xb = a.act == DS_ELEM_BF16, wb = a.w_dtype == DS_ELEM_BF16;
-    // THE ROW SCALE of each row (deferred norm; 1 without one), warp r for row r, in every block.
-    if (warp < nr) {
+    // THE ROW SCALE of each row (deferred norm; 1 without one) in the finishing block, warp r for
+    // row r, before its logits (the other blocks only sum).
+    if (rank == 0 && warp < nr) {
         float sc = 1.0f;
         if (a.rms_of) {
             const size_t o = (size_t)(t0 + warp) * a.dim;
-            sc = xb ? ds_row_scale_warp<true, 4>((const ds_bf16 *)a.rms_of + o, a.dim, a.rms_eps)
-                    : ds_row_scale_warp<false, 4>((const float *)a.rms_of + o, a.dim, a.rms_eps);
-            if (rank == 0 && lane == 0 && a.row_scale) a.row_scale[t0 + warp] = sc;
+            sc = xb ? ds_row_scale_warp<true>((const ds_bf16 *)a.rms_of + o, a.dim, a.rms_eps)
+                    : ds_row_scale_warp<false>((const float *)a.rms_of + o, a.dim, a.rms_eps);
+            if (lane == 0 && a.row_scale) a.row_scale[t0 + warp] = sc;
         }
         if (lane == 0) s_sc[warp] = sc;
     }
-    __syncthreads();
     float *lg = &logits[0][0];
     if (xb && wb)
-        router_logits<R, true, true>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS, s_sc);
+        router_logits<R, true, true>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS);
     else if (xb)
-        router_logits<R, true, false>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS, s_sc);
+        router_logits<R, true, false>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS);
     else if (wb)
-        router_logits<R, false, true>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS, s_sc);
+        router_logits<R, false, true>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS);
     else
-        router_logits<R, false, false>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS, s_sc);
-    cluster.sync(); // every block's logits are written
+        router_logits<R, false, false>(a, cw, RT_CW, t0, nr, lg, RT_MAX_EXPERTS);
+    cluster.sync(); // every block's sums are written
     if (rank == 0) {
+        // Gather the sums and finish each logit (logit_of: the workspace path's operations).
         for (int i = threadIdx.x; i < R * E; i += RT_THREADS) {
             const int r = i / E, e = i % E, owner = (e % RT_CW) / RT_WARPS;
-            if (owner != 0 && r < nr) logits[r][e] = *cluster.map_shared_rank(&logits[r][e], owner);
+            if (r >= nr) continue;
+            const float v = owner != 0 ? *cluster.map_shared_rank(&logits[r][e], owner)
+                                       : logits[r][e];
+            logits[r][e] = logit_of(v, s_sc[r], s_b[e]);
         }
     }
     cluster.sync(); // the gather is done (no block may leave while its memory is read)
