@@ -21,6 +21,12 @@
 //                             T <= 8 when K % 8 != 0 or a buffer is unaligned (element loads)
 //   <a>_<w>w_matmul_simt      fp32 CUDA-core matmul for the other dtype pairs (f32 activations:
 //                             tests against the reference, fp32 runs)
+//   bf16_row_scale            the deferred norm's row scales of a wide-tile call, one warp per
+//                             row, into module memory read by the tile launched after it
+//
+// Deferred norm (ds/kernel_args.h, rms_of / norm_gain): every matmul kernel scales a row's fp32
+// sum by THE ROW SCALE before the bias (v = ((a0 + a1)·s + bias) + residual) and writes g ⊙ out
+// from the stored value; the stream tile's copy warps form the scales of their call themselves.
 //   <a>_add, <a>_silu_mul     elementwise, grid-stride (silu in double, as the reference)
 //   <a>_gather_rows           one thread per 8-element group of the output (16-byte copies)
 //

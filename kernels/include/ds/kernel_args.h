@@ -143,7 +143,9 @@ struct ds_matmul_args {
     int rope_table_len;             // positions covered by the tables
     // Optional deferred norm of the input (see Deferred RMSNorm): when rms_of is set, each row's
     // fp32 sum is multiplied by s(rms_of[t]) before the bias: out = s·Σ_k x·w + bias + residual.
-    // x is then the producer's norm_out (g ⊙ rms_of). On CUDA K % 8 == 0.
+    // x is then the producer's norm_out (g ⊙ rms_of). On CUDA K % 8 == 0, and a call of more
+    // than 16 rows keeps its row scales in module memory: such calls must not overlap in time
+    // (every caller issues its ops on one stream, as for the router's workspace path).
     const void *rms_of;             // (T, K) act, or NULL
     float rms_eps;                  // the norm's eps
     // Optional deferred-norm output over out (C = N; not with a split): as ds_embed_args.
