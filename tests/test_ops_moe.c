@@ -39,6 +39,17 @@ static void router_takes_top4_then_softmax_with_ties_to_lower_index(void) {
     EXPECT(wt[0] == 0.25f && wt[3] == 0.25f);
 }
 
+// The n best of E <= 256 logits in order (logit desc, index asc): the router's selection.
+static void naive_top(const double *l, int E, int n, int *top) {
+    int used[256] = {0};
+    for (int s = 0; s < n; s++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (!used[e] && (best < 0 || l[e] > l[best])) best = e;
+        used[best] = 1, top[s] = best;
+    }
+}
+
 // Random router rows against logits computed here, sorted by (logit desc, index asc).
 static void router_matches_naive_and_is_batch_invariant(void) {
     enum { T = 8, E = 32, C = 40, K = 4 };
@@ -53,18 +64,12 @@ static void router_matches_naive_and_is_batch_invariant(void) {
     EXPECT_OK(ds_router_ref(&a));
     for (int t = 0; t < T; t++) {
         double l[E];
-        int used[E] = {0};
         for (int e = 0; e < E; e++) {
             l[e] = b[e];
             for (int c = 0; c < C; c++) l[e] += (double)x[t * C + c] * w[e * C + c];
         }
         int top[K];
-        for (int s = 0; s < K; s++) {
-            int best = -1;
-            for (int e = 0; e < E; e++)
-                if (!used[e] && (best < 0 || l[e] > l[best])) best = e;
-            used[best] = 1, top[s] = best;
-        }
+        naive_top(l, E, K, top);
         double den = 0;
         for (int s = 0; s < K; s++) den += exp(l[top[s]] - l[top[0]]);
         for (int s = 0; s < K; s++) {
@@ -123,7 +128,7 @@ static void router_rms_of_equals_formula_and_router_on_rmsnorm(void) {
         const double st = row_rms_scale(x0 + t * C, C, eps);
         EXPECT_NEAR(rs[t], st, 1.2e-7 * st);
         double l[E], delta = 0;
-        int used[E] = {0}, top[K + 1];
+        int top[K + 1];
         for (int e = 0; e < E; e++) {
             double d = 0, m = 0;
             for (int c = 0; c < C; c++) {
@@ -133,12 +138,7 @@ static void router_rms_of_equals_formula_and_router_on_rmsnorm(void) {
             l[e] = d * st + b[e];
             delta = fmax(delta, 0x1p-23 * m);
         }
-        for (int s = 0; s <= K; s++) { // logit desc, index asc
-            int best = -1;
-            for (int e = 0; e < E; e++)
-                if (!used[e] && (best < 0 || l[e] > l[best])) best = e;
-            used[best] = 1, top[s] = best;
-        }
+        naive_top(l, E, K + 1, top); // K + 1: the gap after the last chosen one
         double den = 0;
         for (int s = 0; s < K; s++) den += exp(l[top[s]] - l[top[0]]);
         int near_tie = 0;

@@ -338,6 +338,37 @@ static __device__ __forceinline__ void ld8t(const void *base, size_t i, float *o
     ld8(base, BF16 ? DS_ELEM_BF16 : DS_ELEM_F32, i, o);
 }
 
+// 8 consecutive elements as raw words (one 16-byte load for bf16, two for f32), unpacked at use
+// exactly as ld8 does; keeping the raw words halves the registers a bf16 step holds in flight.
+template <bool BF16> struct raw8 { uint4 v[BF16 ? 1 : 2]; };
+template <bool BF16>
+static __device__ __forceinline__ raw8<BF16> ld_raw8(const void *base, size_t i) {
+    raw8<BF16> r;
+    if (BF16) {
+        r.v[0] = __ldg((const uint4 *)((const ds_bf16 *)base + i));
+    } else {
+        const uint4 *p = (const uint4 *)((const float *)base + i);
+        r.v[0] = __ldg(p), r.v[BF16 ? 0 : 1] = __ldg(p + 1);
+    }
+    return r;
+}
+template <bool BF16> static __device__ __forceinline__ void unpack8(const raw8<BF16> &r, float *o) {
+    if (BF16) {
+        const uint32_t w[4] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            o[2 * j] = __uint_as_float(w[j] << 16);
+            o[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+        }
+    } else {
+        const uint4 u = r.v[0], v = r.v[BF16 ? 0 : 1];
+        o[0] = __uint_as_float(u.x), o[1] = __uint_as_float(u.y);
+        o[2] = __uint_as_float(u.z), o[3] = __uint_as_float(u.w);
+        o[4] = __uint_as_float(v.x), o[5] = __uint_as_float(v.y);
+        o[6] = __uint_as_float(v.z), o[7] = __uint_as_float(v.w);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Deferred RMSNorm (ds/kernel_args.h): THE ROW SCALE and the producers' g ⊙ x.
 
@@ -363,28 +394,16 @@ static __device__ __forceinline__ float ds_row_scale_warp(const void *row, int C
     const int n = lane < G ? (G - lane + DS_WARP - 1) / DS_WARP : 0; // groups of this lane
     float q[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     // Raw 16-byte words in flight (unpacked at use): 48 registers for the 12 bf16 groups.
-    constexpr int W = BF16 ? 1 : 2;
     for (int j0 = 0; j0 < n; j0 += U) {
-        uint4 raw[U][W];
+        raw8<BF16> raw[U];
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (j0 + u < n) {
-                const uint4 *p = (const uint4 *)((const char *)row +
-                                                 (size_t)(lane + DS_WARP * (j0 + u)) * 8 * (BF16 ? 2 : 4));
-#pragma unroll
-                for (int w = 0; w < W; w++) raw[u][w] = __ldg(p + w);
-            }
+            if (j0 + u < n) raw[u] = ld_raw8<BF16>(row, (size_t)(lane + DS_WARP * (j0 + u)) * 8);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (j0 + u >= n) break;
             float xv[8];
-            const uint32_t r[8] = {raw[u][0].x, raw[u][0].y, raw[u][0].z, raw[u][0].w,
-                                   raw[u][W - 1].x, raw[u][W - 1].y, raw[u][W - 1].z,
-                                   raw[u][W - 1].w};
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                xv[i] = BF16 ? __uint_as_float(i & 1 ? r[i / 2] & 0xffff0000u : r[i / 2] << 16)
-                             : __uint_as_float(r[i]);
+            unpack8<BF16>(raw[u], xv);
 #pragma unroll
             for (int i = 0; i < 8; i++) q[u % 4] = __fmaf_rn(xv[i], xv[i], q[u % 4]);
         }

@@ -88,37 +88,6 @@ static __device__ __forceinline__ float rank_value(float v) {
     return isnan(v) ? -INFINITY : v;
 }
 
-// 8 consecutive elements as raw words (one 16-byte load for bf16, two for f32), unpacked at use
-// exactly as ld8 does; keeping the raw words halves the registers a bf16 step holds in flight.
-template <bool BF16> struct raw8 { uint4 v[BF16 ? 1 : 2]; };
-template <bool BF16>
-static __device__ __forceinline__ raw8<BF16> ld_raw8(const void *base, size_t i) {
-    raw8<BF16> r;
-    if (BF16) {
-        r.v[0] = __ldg((const uint4 *)((const ds_bf16 *)base + i));
-    } else {
-        const uint4 *p = (const uint4 *)((const float *)base + i);
-        r.v[0] = __ldg(p), r.v[BF16 ? 0 : 1] = __ldg(p + 1);
-    }
-    return r;
-}
-template <bool BF16> static __device__ __forceinline__ void unpack8(const raw8<BF16> &r, float *o) {
-    if (BF16) {
-        const uint32_t w[4] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w};
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            o[2 * j] = __uint_as_float(w[j] << 16);
-            o[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
-        }
-    } else {
-        const uint4 u = r.v[0], v = r.v[BF16 ? 0 : 1];
-        o[0] = __uint_as_float(u.x), o[1] = __uint_as_float(u.y);
-        o[2] = __uint_as_float(u.z), o[3] = __uint_as_float(u.w);
-        o[4] = __uint_as_float(v.x), o[5] = __uint_as_float(v.y);
-        o[6] = __uint_as_float(v.z), o[7] = __uint_as_float(v.w);
-    }
-}
-
 // One group of THE PER-LOGIT ORDER: 8 fmaf in element order.
 static __device__ __forceinline__ float dot8(const float *xv, const float *wv, float acc) {
 #pragma unroll
@@ -452,8 +421,7 @@ __global__ void __launch_bounds__(RT_WS_WARPS *DS_WARP)
     // are in flight together; f32 (more registers per group) loads and sums them first.
     const int v = s * DS_WARP + lane, G = a.dim / 8;
     constexpr int NI = R == 1 ? 1 : 2; // items per warp: 4R items over 8 warps
-    constexpr int RW = XB ? 1 : 2;     // 16-byte words per group
-    uint4 pre[NI][4][RW];              // <= 4 groups per virtual lane: C <= 4096
+    raw8<XB> pre[NI][4];               // <= 4 groups per virtual lane: C <= 4096
     int it_r[NI], it_n[NI];
 #pragma unroll
     for (int j = 0; j < NI; j++) {
@@ -463,13 +431,8 @@ __global__ void __launch_bounds__(RT_WS_WARPS *DS_WARP)
 #pragma unroll
         for (int m = 0; m < 4; m++)
             if (m < it_n[j])
-#pragma unroll
-                for (int w = 0; w < RW; w++)
-                    pre[j][m][w] = __ldg((const uint4 *)((const char *)a.rms_of +
-                                                         ((size_t)(t0 + it_r[j]) * a.dim +
-                                                          8 * ((size_t)vv + (size_t)RT_VLANES * m)) *
-                                                             (XB ? 2 : 4)) +
-                                         w);
+                pre[j][m] = ld_raw8<XB>(a.rms_of, (size_t)(t0 + it_r[j]) * a.dim +
+                                                      8 * ((size_t)vv + (size_t)RT_VLANES * m));
     }
     auto row_sums = [&]() {
 #pragma unroll
@@ -480,16 +443,10 @@ __global__ void __launch_bounds__(RT_WS_WARPS *DS_WARP)
 #pragma unroll
             for (int m = 0; m < 4; m++) {
                 if (m >= it_n[j]) break;
-                const uint32_t w8[8] = {pre[j][m][0].x,      pre[j][m][0].y,      pre[j][m][0].z,
-                                        pre[j][m][0].w,      pre[j][m][RW - 1].x, pre[j][m][RW - 1].y,
-                                        pre[j][m][RW - 1].z, pre[j][m][RW - 1].w};
+                float xv[8];
+                unpack8<XB>(pre[j][m], xv);
 #pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    const float xv = XB ? __uint_as_float(k & 1 ? w8[k / 2] & 0xffff0000u
-                                                                : w8[k / 2] << 16)
-                                        : __uint_as_float(w8[k]);
-                    xx = __fmaf_rn(xv, xv, xx);
-                }
+                for (int k = 0; k < 8; k++) xx = __fmaf_rn(xv[k], xv[k], xx);
             }
             s_xx[(warp + RT_WS_WARPS * j) % RT_SLICES][it_r[j]][lane] = xx;
         }
