@@ -242,8 +242,9 @@ static __device__ __forceinline__ void ds_rope_pair(float x0, float x1, float c,
 // read before the macro (the previous kernel has passed its own wait, so the one before that is
 // done): weights (the small-T matmul's first stages, TS_EARLY; the one-token MoE down kernel's,
 // D1_EARLY), the expert ids in that kernel (the router wrote them before the MoE op's first
-// kernel began), the call's sequence table, and the attention cache below each sequence's pos0
-// when the caller says so (cache_settled).
+// kernel began) and its combine's operands (the router's weights, the residual, the biases and
+// the norm gain), the same operands in the MoE's combine kernel, the call's sequence table, and
+// the attention cache below each sequence's pos0 when the caller says so (cache_settled).
 // DS_PDL=0 in the environment turns the overlap off (for measuring what it gains).
 
 #define DS_GRID_DEPENDENCY()                                                                       \

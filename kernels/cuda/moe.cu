@@ -328,15 +328,23 @@ static __device__ __forceinline__ void mxfp4_rows_dot_stream(
 static __device__ __forceinline__ float moe_row_scale(const struct ds_moe_args &a, int t) {
     return a.row_scale ? a.row_scale[t] : 1.0f;
 }
-// out[i] = v rounded to act and, with a deferred-norm gain, norm_out[i] = act(g[c] · the stored
-// value): the next norm's g ⊙ x (ds/kernel_args.h).
-static __device__ __forceinline__ void moe_store_out(const struct ds_moe_args &a, size_t i, int c,
-                                                     float v) {
+// out[i] = v rounded to act and, with a deferred-norm gain, norm_out[i] = act(g · the stored
+// value): the next norm's g ⊙ x (ds/kernel_args.h). moe_store_out_g takes g = norm_gain[c]
+// loaded by the caller (early, off the kernel's dependent path).
+static __device__ __forceinline__ void moe_store_out_g(const struct ds_moe_args &a, size_t i,
+                                                       float v, float g) {
     st_elem(a.out, a.act, i, v);
     if (a.norm_gain) {
         const float o = a.act == DS_ELEM_BF16 ? ds_bf16_to_f32(ds_f32_to_bf16(v)) : v;
-        st_elem(a.norm_out, a.act, i, ds_norm_gain_mul(a.norm_gain, a.norm_gain_dtype, c, o));
+        st_elem(a.norm_out, a.act, i, __fmul_rn(g, o)); // ds_norm_gain_mul's product
     }
+}
+static __device__ __forceinline__ float moe_gain(const struct ds_moe_args &a, int c) {
+    return a.norm_gain ? ld_elem(a.norm_gain, a.norm_gain_dtype, (size_t)c) : 0.0f;
+}
+static __device__ __forceinline__ void moe_store_out(const struct ds_moe_args &a, size_t i, int c,
+                                                     float v) {
+    moe_store_out_g(a, i, v, moe_gain(a, c));
 }
 
 // The gate_up work of one warp at one token per pair (variant 0), streamed over row tiles
@@ -582,10 +590,43 @@ f32_mxfp4w_moe_down(const struct ds_moe_args a, const int32_t *groups, const int
 
 // out[t][c] = residual[t][c] + Σ_s w_s·y[t·KE+s][c], s in the router's order; a slot whose expert
 // id is out of range contributes nothing (it was never grouped, so its y is stale).
+// KE <= 4 (gpt-oss): the ids, weights, residual and gain are loaded before the grid dependency
+// (the kernels of this op write none of them: the router's outputs are three launches back at
+// least, the residual older, the gain a weight) and the y values together after it, so the
+// kernel's dependent part is one round trip; the same operations in the same order.
 __global__ void act_moe_combine(const struct ds_moe_args a, const float *y) {
-    DS_GRID_DEPENDENCY();
     const int t = blockIdx.x, C = a.dim, KE = a.top_k;
     const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (KE <= 4) {
+        float w[4], r = 0.0f, g = 0.0f, yv[4];
+        unsigned valid = 0;
+        if (c < C) {
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                w[s] = 0.0f;
+                if (s < KE) {
+                    const size_t p = (size_t)t * KE + s;
+                    const int e = __ldg(a.expert_ids + p);
+                    if (e >= 0 && e < a.n_experts) valid |= 1u << s, w[s] = __ldg(a.expert_weights + p);
+                }
+            }
+            if (a.residual) r = ld_elem(a.residual, a.act, (size_t)t * C + c);
+            g = moe_gain(a, c);
+        }
+        DS_GRID_DEPENDENCY();
+        if (c >= C) return;
+#pragma unroll
+        for (int s = 0; s < 4; s++)
+            yv[s] = valid >> s & 1u ? y[((size_t)t * KE + s) * C + c] : 0.0f;
+        float acc = 0.0f;
+#pragma unroll
+        for (int s = 0; s < 4; s++)
+            if (valid >> s & 1u) acc = __fmaf_rn(w[s], yv[s], acc);
+        if (a.residual) acc = __fadd_rn(acc, r);
+        moe_store_out_g(a, (size_t)t * C + c, acc, g);
+        return;
+    }
+    DS_GRID_DEPENDENCY();
     if (c >= C) return;
     float acc = 0.0f;
     for (int s = 0; s < KE; s++) {
@@ -1485,6 +1526,28 @@ static __host__ __device__ __forceinline__ int d1_smem_bytes(int warps, int C, i
 
 #define D1_PIECES 6 // staged h pieces a thread loads at once (one round trip for ~2 slots at 11 warps)
 
+// 1: a unit counts itself with one acquire-release atomic; 0: a sequentially consistent fence,
+// a relaxed atomic and (the last) a second fence. The bits do not depend on it.
+#ifndef D1_ACQREL
+#define D1_ACQREL 1
+#endif
+
+// Lane 0's arrival at a tile counter that completes at n: true for the unit that completes it.
+// The warp's sums are ordered before it (a __syncwarp before the call) and, for the last unit,
+// every other unit's sums after it (a __syncwarp after, before the other lanes read them).
+static __device__ __forceinline__ bool d1_arrive(int32_t *cnt, int n) {
+#if D1_ACQREL
+    int32_t old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(cnt) : "memory");
+    return old == n - 1;
+#else
+    __threadfence();
+    const bool last = atomicAdd(cnt, 1) == n - 1;
+    if (last) __threadfence();
+    return last;
+#endif
+}
+
 __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
     bf16_mxfp4w_moe_down_1tok_mma(const struct ds_moe_args a, const uint16_t *hh, float *part,
                                   int32_t *cnt) {
@@ -1522,6 +1585,30 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
     if (e >= 0)
         g1_start<D1_DEPTH>(my, sc, a.down_scales + (wr - 2 * g) * row_s, p, row_b, nb, c_lo,
                            c_hi);
+    // The combine's operands for feature r0 + lane, loaded now by every unit, so that the unit
+    // that completes the tile waits only for the other units' sums: the router's ids and
+    // weights, the down biases, the residual and the next norm's gain. None of them is written
+    // by this op's kernels (the ids' reasoning above holds for all of them), and the loads are
+    // in flight during the chunk loop. Bit j of cvalid: slot j's expert is valid (KE <= 4).
+    float cw[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float cres = 0.0f, cgain = 0.0f;
+    unsigned cvalid = 0;
+    if (u < n_units && lane < MM_ROWS) {
+        const size_t c = (size_t)r0 + lane;
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            if (s < KE) {
+                const int ee = __ldg(a.expert_ids + s);
+                if (ee >= 0 && ee < a.n_experts) {
+                    cvalid |= 1u << s;
+                    cw[s] = __ldg(a.expert_weights + s);
+                    cb[s] = ld_elem(a.down_bias, a.bias_dtype, (size_t)ee * C + c);
+                }
+            }
+        }
+        if (a.residual) cres = ld_elem(a.residual, a.act, c);
+        cgain = moe_gain(a, (int)c);
+    }
     if constexpr (D1_EARLY) DS_GRID_DEPENDENCY();
     // The block's slots s0 .. s1: staged row 2(s - s0) + lo holds hi (hh + s·I) or lo
     // (hh + (KE + s)·I), zero-padded to whole chunks. The loads go out together (one round trip).
@@ -1559,28 +1646,32 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
         }
     }
     // Arrival (an invalid slot's units arrive with nothing written: the combine skips them).
-    __syncwarp();
+    __syncwarp(); // this warp's sums before its count
     int last = 0;
-    if (lane == 0) {
-        __threadfence(); // this warp's sums before its count
-        last = atomicAdd(cnt + tile, 1) == 2 * KE - 1;
-        if (last) __threadfence(); // every other unit's sums before the reads below
-    }
-    if (!__shfl_sync(DS_FULL_MASK, last, 0) || lane >= MM_ROWS) return;
-    // Feature r0 + lane: y_s = (half 0 + half 1) + b2, then combine_1tok's sum.
+    if (lane == 0) last = d1_arrive(cnt + tile, 2 * KE);
+    if (!__shfl_sync(DS_FULL_MASK, last, 0)) return;
+    __syncwarp(); // lane 0's acquire before the other lanes' reads
+    if (lane >= MM_ROWS) return;
+    // Feature r0 + lane: y_s = (half 0 + half 1) + b2, then combine_1tok's sum, in the router's
+    // order; every unit's sums are loaded at once (one round trip).
     const int c = r0 + lane;
-    float sum = 0.0f;
-    for (int s = 0; s < KE; s++) {
-        const int ee = a.expert_ids[s];
-        if (ee < 0 || ee >= a.n_experts) continue;
-        const size_t u0 = (size_t)s * per_slot + 2 * tile;
-        const float v = __fadd_rn(__ldcg(part + u0 * MM_ROWS + lane),
-                                  __ldcg(part + (u0 + 1) * MM_ROWS + lane));
-        const float y = __fadd_rn(v, ld_elem(a.down_bias, a.bias_dtype, (size_t)ee * C + c));
-        sum = __fmaf_rn(a.expert_weights[s], y, sum);
+    float p0[4], p1[4];
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        p0[s] = p1[s] = 0.0f;
+        if (cvalid >> s & 1u) {
+            const size_t u0 = (size_t)s * per_slot + 2 * tile;
+            p0[s] = __ldcg(part + u0 * MM_ROWS + lane);
+            p1[s] = __ldcg(part + (u0 + 1) * MM_ROWS + lane);
+        }
     }
-    if (a.residual) sum = __fadd_rn(sum, ld_elem(a.residual, a.act, (size_t)c));
-    moe_store_out(a, (size_t)c, c, sum);
+    float sum = 0.0f;
+#pragma unroll
+    for (int s = 0; s < 4; s++)
+        if (cvalid >> s & 1u)
+            sum = __fmaf_rn(cw[s], __fadd_rn(__fadd_rn(p0[s], p1[s]), cb[s]), sum);
+    if (a.residual) sum = __fadd_rn(sum, cres);
+    moe_store_out_g(a, (size_t)c, sum, cgain);
 }
 
 template <int NT>
