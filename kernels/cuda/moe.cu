@@ -1332,8 +1332,10 @@ static __device__ __forceinline__ void g1_x_put(char *xs, int q, uint4 v) {
 
 // The start of a warp's stream over chunks [c_lo, c_hi) of its 16 rows (p: row 2g's bytes at
 // block t, row 2g + 1 at + row_b; tile_s: the tile's 16 rows of scales): the scale bytes join
-// the first chunk's commit group, then the first DEPTH chunks go into the ring at my.
-template <int DEPTH>
+// the first chunk's commit group, then the first DEPTH chunks go into the ring at my. A ring is
+// contiguous (stage d at my + d·G1_STAGE, row 2g + 1 at + 512: SS, RO defaults) or in the table's
+// holes (mm_slot: SS = MM_STAGE_STRIDE, RO = 1024).
+template <int DEPTH, int SS = G1_STAGE, int RO = 512>
 static __device__ __forceinline__ void g1_start(uint32_t my, uint8_t *sc, const uint8_t *tile_s,
                                                 const uint8_t *p, size_t row_b, int nb, int c_lo,
                                                 int c_hi) {
@@ -1348,8 +1350,8 @@ static __device__ __forceinline__ void g1_start(uint32_t my, uint8_t *sc, const 
     for (int d = 0; d < DEPTH; d++) {
         const int c = c_lo + d;
         const bool ok = c < c_hi && 4 * c + t < nb;
-        cp_async16(my + d * G1_STAGE, ok ? p + 64 * c : p, ok);
-        cp_async16(my + d * G1_STAGE + 512, ok ? p + 64 * c + row_b : p, ok);
+        cp_async16(my + d * SS, ok ? p + 64 * c : p, ok);
+        cp_async16(my + d * SS + RO, ok ? p + 64 * c + row_b : p, ok);
         cp_async_commit();
     }
 }
@@ -1360,7 +1362,7 @@ static __device__ __forceinline__ void g1_start(uint32_t my, uint8_t *sc, const 
 // in order), so out (= acc_even + acc_odd, lane t = 0 holding column 0) has mm_rows' bits.
 // Running pointers and counters (4c + t - nb < 0: block 4c + t of the row exists) keep index
 // arithmetic out of the chunk.
-template <int NB, int DEPTH>
+template <int NB, int DEPTH, int SS = G1_STAGE, int RO = 512>
 static __device__ __forceinline__ void g1_stream(const char *lut, uint32_t my, const uint8_t *sc,
                                                  const uint8_t *p, size_t row_b, int nb, int c_lo,
                                                  int c_hi, const char *const xs[NB],
@@ -1388,7 +1390,7 @@ static __device__ __forceinline__ void g1_stream(const char *lut, uint32_t my, c
             if (c0 + d >= c_hi) break;
             cp_async_wait<DEPTH - 1>();     // chunk c0 + d (the oldest group) has landed
             if (c0 + d == c_lo) __syncwarp(); // ... and with it every lane's scale copies
-            const uint4 v0 = lds128(my + d * G1_STAGE), v1 = lds128(my + d * G1_STAGE + 512);
+            const uint4 v0 = lds128(my + d * SS), v1 = lds128(my + d * SS + RO);
             // Past the row (the last chunk when nb % 4 != 0) the bytes read belong to the next
             // row or area of shared memory and are replaced by 127 (the codes there are zeros).
             const bool bok = kb < 0;
@@ -1418,8 +1420,8 @@ static __device__ __forceinline__ void g1_stream(const char *lut, uint32_t my, c
             }
             // Refill this stage with chunk c + DEPTH (its words are in registers now).
             const bool ok = kn < 0;
-            cp_async16(my + d * G1_STAGE, ok ? pn : p, ok);
-            cp_async16(my + d * G1_STAGE + 512, ok ? pn + row_b : p, ok);
+            cp_async16(my + d * SS, ok ? pn : p, ok);
+            cp_async16(my + d * SS + RO, ok ? pn + row_b : p, ok);
             cp_async_commit();
             pn += 64, kn += 4, kb += 4, s0p += 4;
 #pragma unroll
@@ -1519,8 +1521,19 @@ static __host__ __device__ __forceinline__ int d1_slots(int warps, int C, int KE
     return n < KE ? n : KE;
 }
 
+// D1_HOLES 1: the warps' rings lie in the decode table's holes (mm_slot, as in the grouped
+// kernels; at most MM_STAGES stages), so the block takes ~22 KB less shared memory and fits on an
+// SM beside a one-token gate_up block: launched under programmatic dependent launch, its blocks
+// then become resident while gate_up runs and do their set-up, expert lookup and first weight
+// copies there. 0: contiguous rings after the table. The bits do not depend on it.
+#ifndef D1_HOLES
+#define D1_HOLES 1
+#endif
+static __host__ __device__ __forceinline__ int d1_ring_bytes(int warps) {
+    return D1_HOLES ? 0 : warps * D1_DEPTH * G1_STAGE;
+}
 static __host__ __device__ __forceinline__ int d1_smem_bytes(int warps, int C, int I, int KE) {
-    return MM_LUT_BYTES + warps * (D1_DEPTH * G1_STAGE + mm_scale_area(I)) +
+    return MM_LUT_BYTES + d1_ring_bytes(warps) + warps * mm_scale_area(I) +
            2 * d1_slots(warps, C, KE) * g1_x_bytes(I);
 }
 
@@ -1556,11 +1569,13 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
     const int lane = threadIdx.x % DS_WARP, g = lane >> 2, t = lane & 3;
     const int C = a.dim, I = a.inter, KE = a.top_k, nb = I / DS_MXFP4_BLOCK, nch = mm_chunks(I);
     char *const sm = (char *)mm_lut;
-    const uint32_t my = (uint32_t)__cvta_generic_to_shared(sm + MM_LUT_BYTES) +
-                        (uint32_t)(warp * D1_DEPTH * G1_STAGE) + 16u * (uint32_t)lane;
-    uint8_t *const sc = (uint8_t *)sm + MM_LUT_BYTES + W * D1_DEPTH * G1_STAGE +
-                        warp * mm_scale_area(I);
-    char *const xs = sm + MM_LUT_BYTES + W * (D1_DEPTH * G1_STAGE + mm_scale_area(I));
+    constexpr int SS = D1_HOLES ? MM_STAGE_STRIDE : G1_STAGE, RO = D1_HOLES ? 1024 : 512;
+    const uint32_t my = D1_HOLES ? mm_slot(mm_lut, warp, D1_DEPTH)
+                                 : (uint32_t)__cvta_generic_to_shared(sm + MM_LUT_BYTES) +
+                                           (uint32_t)(warp * D1_DEPTH * G1_STAGE) +
+                                           16u * (uint32_t)lane;
+    uint8_t *const sc = (uint8_t *)sm + MM_LUT_BYTES + d1_ring_bytes(W) + warp * mm_scale_area(I);
+    char *const xs = sm + MM_LUT_BYTES + d1_ring_bytes(W) + W * mm_scale_area(I);
     const int xb = g1_x_bytes(I); // one staged row
     mm_lut_fill(mm_lut);
     // D1_EARLY: the expert lookup and the first chunks' copies go out before the grid
@@ -1583,8 +1598,8 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
     const size_t wr = (size_t)(e >= 0 ? e : 0) * C + r0 + 2 * g;
     const uint8_t *p = a.down_blocks + wr * row_b + 16 * t;
     if (e >= 0)
-        g1_start<D1_DEPTH>(my, sc, a.down_scales + (wr - 2 * g) * row_s, p, row_b, nb, c_lo,
-                           c_hi);
+        g1_start<D1_DEPTH, SS, RO>(my, sc, a.down_scales + (wr - 2 * g) * row_s, p, row_b, nb,
+                                   c_lo, c_hi);
     // The combine's operands for feature r0 + lane, loaded now by every unit, so that the unit
     // that completes the tile waits only for the other units' sums: the router's ids and
     // weights, the down biases, the residual and the next norm's gain. None of them is written
@@ -1639,7 +1654,8 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
     if (e >= 0) {
         const char *const xsv[2] = {xs + 2 * (slot - s0) * xb, xs + (2 * (slot - s0) + 1) * xb};
         float acc[4];
-        g1_stream<2, D1_DEPTH>((const char *)mm_lut, my, sc, p, row_b, nb, c_lo, c_hi, xsv, acc);
+        g1_stream<2, D1_DEPTH, SS, RO>((const char *)mm_lut, my, sc, p, row_b, nb, c_lo, c_hi, xsv,
+                                       acc);
         if (t == 0) { // column 0: rows 2g, 2g + 1
             part[(size_t)u * MM_ROWS + 2 * g] = acc[0];
             part[(size_t)u * MM_ROWS + 2 * g + 1] = acc[2];
@@ -1795,7 +1811,8 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
             const int tiles = KE * (2 * I / MM_ROWS), units = C / MM_ROWS * 2 * KE;
             const int wg = (tiles + sms - 1) / sms, wd = (units + sms - 1) / sms;
             const bool g1 = wg <= G1_MAX_WARPS && g1_smem_bytes(wg, C) <= 227 * 1024;
-            const bool d1 = g1 && wd <= G1_MAX_WARPS && d1_smem_bytes(wd, C, I, KE) <= 227 * 1024;
+            const bool d1 = g1 && wd <= G1_MAX_WARPS && (!D1_HOLES || wd * D1_DEPTH <= MM_STAGES) &&
+                            d1_smem_bytes(wd, C, I, KE) <= 227 * 1024;
             int32_t *cnt = d1 ? w.groups : NULL;
             if (g1) {
                 const int s0 = g1_smem_bytes(wg, C);
