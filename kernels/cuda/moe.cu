@@ -32,6 +32,9 @@
 //                                  products and the fused down + combine, one block per SM with
 //                                  the work spread evenly (see "One token" below); the fused
 //                                  kernel and gate_up_mma<1> remain their fallback.
+//   bf16_mxfp4w_moe_gate_up_few_mma  bf16, 2 <= T, T·KE <= 32 (verify): gate_up_mma<1>'s bits laid
+//                                  out like the one-token gate_up (items over all warps); then
+//                                  down_mma<1> and the combine.
 // Every kernel starts with DS_GRID_DEPENDENCY() and is launched with programmatic dependent
 // launch (ds_launch).
 //   mxfp4_dequant_f32              test/inspection decode (ds_mxfp4_dequant_cuda).
@@ -1690,6 +1693,108 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
     moe_store_out_g(a, (size_t)c, sum, cgain);
 }
 
+// A few tokens (2 <= T, T·KE <= 32: the verify step's rows, the small path): gate_up + SwiGLU
+// with the bits of bf16_mxfp4w_moe_gate_up_mma<1> (per (expert, row tile) the same A fragments
+// and mma sequence, the expert's pairs as the columns in small_group's order, the same epilogue),
+// laid out like the one-token kernel: one block per SM, the T tokens' x staged once per block in
+// shared memory (G1 layout, one row per token), and the (expert in use, row tile) items dealt to
+// the warps of all blocks round by round, a round's consecutive items to consecutive blocks
+// (warp (b, w) takes items j·G·W + w·G + b), so that every SM streams about the same bytes.
+// Replaces the grouped kernel's 3.6 waves of 4-warp blocks, each starting its stream cold, and
+// its activation loads from global memory inside the chunk loop.
+#define G2_MAX_WARPS 16
+#define G2_PIECES 6 // staged x pieces a thread loads at once (8 tokens of 2880 at 16 warps)
+
+static __host__ __device__ __forceinline__ int g2_smem_bytes(int warps, int C, int T) {
+    return MM_LUT_BYTES + warps * (G1_DEPTH * G1_STAGE + mm_scale_area(C)) + T * g1_x_bytes(C);
+}
+
+__global__ void __launch_bounds__(G2_MAX_WARPS *DS_WARP, 1)
+    bf16_mxfp4w_moe_gate_up_few_mma(const struct ds_moe_args a, uint16_t *hh) {
+    extern __shared__ uint4 mm_lut[];
+    __shared__ int32_t s_list[G2_MAX_WARPS][DS_WARP];
+    const int W = blockDim.x / DS_WARP, warp = threadIdx.x / DS_WARP;
+    const int lane = threadIdx.x % DS_WARP, g = lane >> 2, t = lane & 3;
+    const int T = a.n_rows, C = a.dim, I = a.inter, KE = a.top_k, np = T * KE;
+    const int nb = C / DS_MXFP4_BLOCK, nch = mm_chunks(C), tpe = 2 * I / MM_ROWS;
+    char *const sm = (char *)mm_lut;
+    const uint32_t my = (uint32_t)__cvta_generic_to_shared(sm + MM_LUT_BYTES) +
+                        (uint32_t)(warp * G1_DEPTH * G1_STAGE) + 16u * (uint32_t)lane;
+    uint8_t *const sc = (uint8_t *)sm + MM_LUT_BYTES + W * G1_DEPTH * G1_STAGE +
+                        warp * mm_scale_area(C);
+    char *const xs = sm + MM_LUT_BYTES + W * (G1_DEPTH * G1_STAGE + mm_scale_area(C));
+    const int xb = g1_x_bytes(C), per = nch * 16, n_pieces = T * per;
+    mm_lut_fill(mm_lut);
+    DS_GRID_DEPENDENCY();
+    // x of token r at xs + r·xb, zero-padded to whole chunks (C % 8 == 0: the host checks), the
+    // first G2_PIECES pieces of every thread loaded together (one round trip).
+    uint4 v[G2_PIECES];
+#pragma unroll
+    for (int j = 0; j < G2_PIECES; j++) {
+        const int q = (int)threadIdx.x + j * (int)blockDim.x, r = q / per, qq = q % per;
+        v[j] = q < n_pieces && qq * 8 < C ? __ldg((const uint4 *)a.x + (size_t)r * (C / 8) + qq)
+                                          : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < G2_PIECES; j++) {
+        const int q = (int)threadIdx.x + j * (int)blockDim.x;
+        if (q < n_pieces) g1_x_put(xs + q / per * xb, q % per, v[j]);
+    }
+    for (int q = (int)threadIdx.x + G2_PIECES * (int)blockDim.x; q < n_pieces;
+         q += (int)blockDim.x) {
+        const int r = q / per, qq = q % per;
+        g1_x_put(xs + r * xb, qq,
+                 qq * 8 < C ? __ldg((const uint4 *)a.x + (size_t)r * (C / 8) + qq)
+                            : make_uint4(0, 0, 0, 0));
+    }
+    __syncthreads(); // the table and x
+    const size_t row_b = (size_t)C / 2, row_s = (size_t)C / 32;
+    int32_t *const list = s_list[warp];
+    int cy = -1, e = -1, n = 0;
+    for (int item = warp * (int)gridDim.x + (int)blockIdx.x;; item += W * (int)gridDim.x) {
+        const int y = item / tpe;
+        __syncwarp(); // every lane is done with the previous item's list and scales
+        if (y != cy) { // the y-th expert in use and its pairs (items only grow: once per expert)
+            e = small_group(a.expert_ids, np, a.n_experts, y, list, &n);
+            cy = y;
+            __syncwarp(); // list[] written by the lanes of the matching pairs
+        }
+        if (e < 0) break; // fewer than y + 1 experts in use: no later item has work either
+        const int r0 = item % tpe * MM_ROWS;
+        const size_t wr = (size_t)e * 2 * I + r0 + 2 * g; // gate row; wr + 1 linear
+        const uint8_t *p = a.gate_up_blocks + wr * row_b + 16 * t;
+        g1_start<G1_DEPTH>(my, sc, a.gate_up_scales + (wr - 2 * g) * row_s, p, row_b, nb, 0, nch);
+        // Column g' of D is pair list[g'] (g' < n); this lane's B column is g's token (a
+        // discarded column reads token 0: a column of D depends only on its own column of B).
+        const int tok = g < n ? list[g] / KE : 0;
+        int pq[2];
+        float rs[2];
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+            pq[q] = 2 * t + q < n ? list[2 * t + q] : -1;
+            rs[q] = pq[q] >= 0 ? moe_row_scale(a, pq[q] / KE) : 1.0f;
+        }
+        const float bg = ld_elem(a.gate_up_bias, a.bias_dtype, wr);
+        const float bl = ld_elem(a.gate_up_bias, a.bias_dtype, wr + 1);
+        const char *const xsv[1] = {xs + tok * xb};
+        float acc[4];
+        g1_stream<1, G1_DEPTH>((const char *)mm_lut, my, sc, p, row_b, nb, 0, nch, xsv, acc);
+        // gate_up_mma's epilogue: rows 2g (acc[q]) and 2g + 1 (acc[2 + q]), column 2t + q.
+        const int unit = r0 / 2 + g;
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+            if (pq[q] < 0) continue;
+            const float gg = __fadd_rn(__fmul_rn(acc[q], rs[q]), bg),
+                        ll = __fadd_rn(__fmul_rn(acc[2 + q], rs[q]), bl);
+            const float h = swiglu_clamped(gg, ll, a.swiglu_alpha, a.swiglu_limit);
+            const ds_bf16 hi = ds_f32_to_bf16(h);
+            const ds_bf16 lo = ds_f32_to_bf16(__fsub_rn(h, ds_bf16_to_f32(hi)));
+            hh[(size_t)pq[q] * I + unit] = hi;
+            hh[(size_t)np * I + (size_t)pq[q] * I + unit] = lo;
+        }
+    }
+}
+
 template <int NT>
 static void mm_launch(const struct ds_moe_args *a, dim3 g1, dim3 g2, cudaStream_t st,
                       const int32_t *groups, const struct moe_ws &w) {
@@ -1838,6 +1943,27 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
             return DS_OK;
         }
         const int nt = small && T <= 8 ? 1 : small && T <= 16 ? 2 : 4;
+        if (nt == 1 && C % 8 == 0) {
+            // A few tokens (the small path): the one-block-per-SM gate_up, whose warps take
+            // about the same number k of (expert, row tile) items each, then the grouped down.
+            const int sms = moe_sm_count();
+            const int per_sm = (int)(((long long)n_used_max * (2 * I / MM_ROWS) + sms - 1) / sms);
+            const int k = (per_sm + G2_MAX_WARPS - 1) / G2_MAX_WARPS;
+            const int wf = (per_sm + k - 1) / k, sf = g2_smem_bytes(wf, C, T);
+            if (sf <= 227 * 1024) {
+                static int set_g2 = 0, set_dn = 0;
+                const int s2 = mm_smem_bytes(MM_WARPS, I);
+                ds_smem_attr(bf16_mxfp4w_moe_gate_up_few_mma, &set_g2, sf);
+                ds_smem_attr(bf16_mxfp4w_moe_down_mma<1>, &set_dn, s2);
+                ds_launch(bf16_mxfp4w_moe_gate_up_few_mma, dim3((unsigned)sms),
+                          dim3((unsigned)(wf * DS_WARP)), sf, st, *a, (uint16_t *)w.h);
+                ds_launch(bf16_mxfp4w_moe_down_mma<1>, m2, dim3(MM_THREADS), s2, st, *a, groups,
+                          (const int32_t *)w.pairs, (const uint16_t *)w.h, w.y);
+                ds_launch(act_moe_combine, dim3((unsigned)T, cu_blocks((size_t)C, 256)), dim3(256),
+                          0, st, *a, (const float *)w.y);
+                return DS_OK;
+            }
+        }
         if (nt == 1)
             mm_launch<1>(a, m1, m2, st, groups, w);
         else if (nt == 2)
