@@ -1333,6 +1333,31 @@ static __device__ __forceinline__ void g1_x_put(char *xs, int q, uint4 v) {
     *(uint4 *)(xs + 256 * (blk >> 2) + 64 * i + 16 * (blk & 3)) = v;
 }
 
+// n_rows bf16 rows of len elements (row r at src(r), 16-byte aligned, len % 8 == 0) into their
+// G1 places xs + r·xb, zero-padded to per pieces a row: each thread's first PIECES pieces are
+// loaded together (one round trip), any further ones one by one.
+template <int PIECES, typename F>
+static __device__ __forceinline__ void g1_stage_rows(char *xs, int xb, int n_rows, int per,
+                                                     int len, F src) {
+    const int n_pieces = n_rows * per;
+    uint4 v[PIECES];
+#pragma unroll
+    for (int j = 0; j < PIECES; j++) {
+        const int q = (int)threadIdx.x + j * (int)blockDim.x, r = q / per, qq = q % per;
+        v[j] = q < n_pieces && qq * 8 < len ? __ldg(src(r) + qq) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < PIECES; j++) {
+        const int q = (int)threadIdx.x + j * (int)blockDim.x;
+        if (q < n_pieces) g1_x_put(xs + q / per * xb, q % per, v[j]);
+    }
+    for (int q = (int)threadIdx.x + PIECES * (int)blockDim.x; q < n_pieces;
+         q += (int)blockDim.x) {
+        const int r = q / per, qq = q % per;
+        g1_x_put(xs + r * xb, qq, qq * 8 < len ? __ldg(src(r) + qq) : make_uint4(0, 0, 0, 0));
+    }
+}
+
 // The start of a warp's stream over chunks [c_lo, c_hi) of its 16 rows (p: row 2g's bytes at
 // block t, row 2g + 1 at + row_b; tile_s: the tile's 16 rows of scales): the scale bytes join
 // the first chunk's commit group, then the first DEPTH chunks go into the ring at my. A ring is
@@ -1632,26 +1657,9 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
     // (hh + (KE + s)·I), zero-padded to whole chunks. The loads go out together (one round trip).
     const int s0 = (int)blockIdx.x * W / per_slot;
     const int s1 = min(KE - 1, ((int)blockIdx.x * W + W - 1) / per_slot);
-    const int per = nch * 16, n_pieces = 2 * (s1 - s0 + 1) * per;
-    uint4 v[D1_PIECES];
-#pragma unroll
-    for (int j = 0; j < D1_PIECES; j++) {
-        const int q = (int)threadIdx.x + j * (int)blockDim.x, r = q / per, qq = q % per;
-        const uint16_t *src = hh + (size_t)((r & 1) * KE + s0 + (r >> 1)) * I;
-        v[j] = q < n_pieces && qq * 8 < I ? __ldg((const uint4 *)src + qq) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int j = 0; j < D1_PIECES; j++) {
-        const int q = (int)threadIdx.x + j * (int)blockDim.x;
-        if (q < n_pieces) g1_x_put(xs + q / per * xb, q % per, v[j]);
-    }
-    for (int q = (int)threadIdx.x + D1_PIECES * (int)blockDim.x; q < n_pieces;
-         q += (int)blockDim.x) {
-        const int r = q / per, qq = q % per;
-        const uint16_t *src = hh + (size_t)((r & 1) * KE + s0 + (r >> 1)) * I;
-        g1_x_put(xs + r * xb, qq,
-                 qq * 8 < I ? __ldg((const uint4 *)src + qq) : make_uint4(0, 0, 0, 0));
-    }
+    g1_stage_rows<D1_PIECES>(xs, xb, 2 * (s1 - s0 + 1), nch * 16, I, [&](int r) {
+        return (const uint4 *)(hh + (size_t)((r & 1) * KE + s0 + (r >> 1)) * I);
+    });
     __syncthreads(); // the table and h
     if (u >= n_units) return;
     if (e >= 0) {
@@ -1723,30 +1731,12 @@ __global__ void __launch_bounds__(G2_MAX_WARPS *DS_WARP, 1)
     uint8_t *const sc = (uint8_t *)sm + MM_LUT_BYTES + W * G1_DEPTH * G1_STAGE +
                         warp * mm_scale_area(C);
     char *const xs = sm + MM_LUT_BYTES + W * (G1_DEPTH * G1_STAGE + mm_scale_area(C));
-    const int xb = g1_x_bytes(C), per = nch * 16, n_pieces = T * per;
+    const int xb = g1_x_bytes(C);
     mm_lut_fill(mm_lut);
     DS_GRID_DEPENDENCY();
-    // x of token r at xs + r·xb, zero-padded to whole chunks (C % 8 == 0: the host checks), the
-    // first G2_PIECES pieces of every thread loaded together (one round trip).
-    uint4 v[G2_PIECES];
-#pragma unroll
-    for (int j = 0; j < G2_PIECES; j++) {
-        const int q = (int)threadIdx.x + j * (int)blockDim.x, r = q / per, qq = q % per;
-        v[j] = q < n_pieces && qq * 8 < C ? __ldg((const uint4 *)a.x + (size_t)r * (C / 8) + qq)
-                                          : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int j = 0; j < G2_PIECES; j++) {
-        const int q = (int)threadIdx.x + j * (int)blockDim.x;
-        if (q < n_pieces) g1_x_put(xs + q / per * xb, q % per, v[j]);
-    }
-    for (int q = (int)threadIdx.x + G2_PIECES * (int)blockDim.x; q < n_pieces;
-         q += (int)blockDim.x) {
-        const int r = q / per, qq = q % per;
-        g1_x_put(xs + r * xb, qq,
-                 qq * 8 < C ? __ldg((const uint4 *)a.x + (size_t)r * (C / 8) + qq)
-                            : make_uint4(0, 0, 0, 0));
-    }
+    // x of token r at xs + r·xb (C % 8 == 0: the host checks).
+    g1_stage_rows<G2_PIECES>(xs, xb, T, nch * 16, C,
+                             [&](int r) { return (const uint4 *)a.x + (size_t)r * (C / 8); });
     __syncthreads(); // the table and x
     const size_t row_b = (size_t)C / 2, row_s = (size_t)C / 32;
     int32_t *const list = s_list[warp];
