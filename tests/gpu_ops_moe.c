@@ -386,8 +386,8 @@ static void router_batch_invariance(int rms) {
                 break;
             }
         }
-        static const int sizes[] = {8, 32, 64};
-        for (int si = 0; si < 3; si++) {
+        static const int sizes[] = {4, 8, 32, 64};
+        for (int si = 0; si < 4; si++) {
             const int n = sizes[si];
             for (int start = 0; start < T; start += n) {
                 // Batch members: rows start..start+n-1, reversed and rotated by 3.
@@ -685,8 +685,9 @@ static void moe_rows_run(const struct moe_prob *p, const struct moe_dev *d, enum
 }
 
 // Each row alone (every expert sees 1 token: the 1-token tile of the decode variant) and in
-// batches of 8, 32, 64 built from other rows in other orders (experts see up to ~32 tokens: 8-,
-// 4-, 2-token tiles, mostly of the wide variant): same bits.
+// batches of 4, 8, 32, 64 built from other rows in other orders (4 and 8: the few-token kernels
+// of the small path, a verify's rows; 32 and 64: experts see up to ~32 tokens, 8-, 4-, 2-token
+// tiles, mostly of the wide variant): same bits.
 static void moe_batch_invariance_case(int C, int I, int E, uint64_t seed) {
     enum { T = 64, K = 4 };
     struct moe_prob p = moe_random(T, C, I, E, K, seed);

@@ -1390,11 +1390,14 @@ static __device__ __forceinline__ void g1_start(uint32_t my, uint8_t *sc, const 
 // in order), so out (= acc_even + acc_odd, lane t = 0 holding column 0) has mm_rows' bits.
 // Running pointers and counters (4c + t - nb < 0: block 4c + t of the row exists) keep index
 // arithmetic out of the chunk.
-template <int NB, int DEPTH, int SS = G1_STAGE, int RO = 512>
+// SPLIT (c_lo < split < c_hi): the sums of chunks [c_lo, split) go to first (acc_even + acc_odd,
+// as a stream over that range alone gives them), the accumulators restart at zero, and out gets
+// those of [split, c_hi): two K halves in one stream, without a second ramp.
+template <int NB, int DEPTH, int SS = G1_STAGE, int RO = 512, bool SPLIT = false>
 static __device__ __forceinline__ void g1_stream(const char *lut, uint32_t my, const uint8_t *sc,
                                                  const uint8_t *p, size_t row_b, int nb, int c_lo,
-                                                 int c_hi, const char *const xs[NB],
-                                                 float out[4]) {
+                                                 int c_hi, const char *const xs[NB], float out[4],
+                                                 int split = -1, float *first = nullptr) {
     const int lane = threadIdx.x % DS_WARP, g = lane >> 2, t = lane & 3;
     const uint32_t lane4 = (uint32_t)lane * 4u;
     const uint8_t *s0p = sc + 2 * g * nb + t + 4 * c_lo;
@@ -1416,6 +1419,13 @@ static __device__ __forceinline__ void g1_stream(const char *lut, uint32_t my, c
 #pragma unroll
         for (int d = 0; d < DEPTH; d++) {
             if (c0 + d >= c_hi) break;
+            if (SPLIT && c0 + d == split) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    first[i] = __fadd_rn(acc[0][i], acc[1][i]);
+                    acc[0][i] = acc[1][i] = 0.0f;
+                }
+            }
             cp_async_wait<DEPTH - 1>();     // chunk c0 + d (the oldest group) has landed
             if (c0 + d == c_lo) __syncwarp(); // ... and with it every lane's scale copies
             const uint4 v0 = lds128(my + d * SS), v1 = lds128(my + d * SS + RO);
@@ -1591,9 +1601,11 @@ static __device__ __forceinline__ bool d1_arrive(int32_t *cnt, int n) {
 
 __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
     bf16_mxfp4w_moe_down_1tok_mma(const struct ds_moe_args a, const uint16_t *hh, float *part,
-                                  int32_t *cnt) {
+                                  int32_t *cnt, int W) {
+    // W: the working warps; any further warps of the block only help fill the table and stage h
+    // (they exist to size the block's registers, see the launch).
     extern __shared__ uint4 mm_lut[];
-    const int W = blockDim.x / DS_WARP, warp = threadIdx.x / DS_WARP;
+    const int warp = threadIdx.x / DS_WARP;
     const int lane = threadIdx.x % DS_WARP, g = lane >> 2, t = lane & 3;
     const int C = a.dim, I = a.inter, KE = a.top_k, nb = I / DS_MXFP4_BLOCK, nch = mm_chunks(I);
     char *const sm = (char *)mm_lut;
@@ -1613,7 +1625,7 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
     // Unit u = (slot, tile, half), slot-major: neighbouring warps stream neighbouring row tiles
     // of one expert, and a block needs the h of one or two slots only.
     const int per_slot = 2 * (C / MM_ROWS), n_units = per_slot * KE;
-    const int u = (int)blockIdx.x * W + warp;
+    const int u = warp < W ? (int)blockIdx.x * W + warp : n_units;
     const int slot = u / per_slot, tile = u % per_slot / 2, half = u % 2;
     int e = -1;
     if (u < n_units) {
@@ -1785,6 +1797,135 @@ __global__ void __launch_bounds__(G2_MAX_WARPS *DS_WARP, 1)
     }
 }
 
+// A few tokens (the small path, 2 <= T): down with the bits of bf16_mxfp4w_moe_down_mma<1> (per
+// (expert, 16-row tile) and pair: the two K halves, each summed from zero, added first half
+// first, then the bias; y[pair][row] in f32 for the combine kernel), laid out like the
+// few-token gate_up: one block per SM, block b a contiguous range of the (expert in use, row
+// tile) items (at most two experts: the host keeps a range within C/16 items), whose pairs' h
+// (hi and lo) it stages in shared memory; warp w takes the range's items w, w + W, ... and
+// streams both halves of an item through one ring (g1_stream's split). An expert holds at most
+// T pairs (a row selects it once); beyond T (or 8) its pairs are left out, as the grouped kernel
+// leaves out those beyond 8, and nothing outside the staged rows is touched.
+#define G3_EXPERTS 2
+#define G3_PIECES 8 // staged h pieces a thread loads at once (8 rows of 2880 at 11 warps)
+#ifndef G3
+#define G3 1 // 0: the few-token steps keep the grouped down kernel
+#endif
+
+static __host__ __device__ __forceinline__ int g3_rows(int T) { // staged h rows at most
+    return 2 * G3_EXPERTS * (T < 8 ? T : 8);
+}
+static __host__ __device__ __forceinline__ int g3_smem_bytes(int warps, int I, int T) {
+    return MM_LUT_BYTES + warps * mm_scale_area(I) + g3_rows(T) * g1_x_bytes(I);
+}
+
+__global__ void __launch_bounds__(G2_MAX_WARPS *DS_WARP, 1)
+    bf16_mxfp4w_moe_down_few_mma(const struct ds_moe_args a, const uint16_t *hh, float *yo) {
+    extern __shared__ uint4 mm_lut[];
+    __shared__ int32_t s_list[G3_EXPERTS][DS_WARP];
+    __shared__ int s_e[G3_EXPERTS], s_n[G3_EXPERTS];
+    __shared__ int32_t s_src[2 * G3_EXPERTS * 8]; // staged row r: the h row it holds
+    const int W = blockDim.x / DS_WARP, warp = threadIdx.x / DS_WARP;
+    const int lane = threadIdx.x % DS_WARP, g = lane >> 2, t = lane & 3;
+    const int T = a.n_rows, C = a.dim, I = a.inter, KE = a.top_k, np = T * KE;
+    const int nb = I / DS_MXFP4_BLOCK, nch = mm_chunks(I), hc = mm_half(I), tpe = C / MM_ROWS;
+    const int ncol = T < 8 ? T : 8; // columns an expert can have (see above)
+    char *const sm = (char *)mm_lut;
+    const uint32_t my = mm_slot(mm_lut, warp, D1_DEPTH); // rings in the table's holes
+    uint8_t *const sc = (uint8_t *)sm + MM_LUT_BYTES + warp * mm_scale_area(I);
+    char *const xs = sm + MM_LUT_BYTES + W * mm_scale_area(I);
+    const int xb = g1_x_bytes(I);
+    mm_lut_fill(mm_lut);
+    DS_GRID_DEPENDENCY();
+    // The number of experts in use (each warp counts it; the same everywhere), the block's range.
+    const int id = lane < np ? __ldg(a.expert_ids + lane) : -1;
+    const bool valid = id >= 0 && id < a.n_experts;
+    const unsigned same = __match_any_sync(DS_FULL_MASK, id);
+    const int n_used = __popc(__ballot_sync(DS_FULL_MASK, valid && __ffs(same) - 1 == lane));
+    const int n_items = n_used * tpe, per = (n_items + (int)gridDim.x - 1) / (int)gridDim.x;
+    const int i_lo = (int)blockIdx.x * per, i_hi = min(n_items, i_lo + per);
+    if (i_lo >= i_hi) return; // block-uniform
+    const int y_lo = i_lo / tpe, ny = (i_hi - 1) / tpe - y_lo + 1; // <= G3_EXPERTS
+    for (int k = warp; k < ny; k += W) { // expert in use y_lo + k and its pairs
+        int n = 0;
+        const int e = small_group(a.expert_ids, np, a.n_experts, y_lo + k, s_list[k], &n);
+        if (lane == 0) s_e[k] = e, s_n[k] = min(n, ncol);
+    }
+    __syncthreads();
+    // Expert k's column c: staged rows 2(off_k + c) (hi) and 2(off_k + c) + 1 (lo).
+    const int n0 = s_n[0], nrows = 2 * (n0 + (ny > 1 ? s_n[1] : 0));
+    if ((int)threadIdx.x < nrows) {
+        const int c = (int)threadIdx.x / 2, k = c >= n0;
+        s_src[threadIdx.x] = (int)(threadIdx.x & 1) * np + s_list[k][c - (k ? n0 : 0)];
+    }
+    __syncthreads();
+    g1_stage_rows<G3_PIECES>(xs, xb, nrows, nch * 16, I,
+                             [&](int r) { return (const uint4 *)(hh + (size_t)s_src[r] * I); });
+    __syncthreads(); // the table and h
+    const size_t row_b = (size_t)I / 2, row_s = (size_t)I / 32;
+    for (int item = i_lo + warp; item < i_hi; item += W) {
+        const int k = item / tpe - y_lo, e = s_e[k], n = s_n[k], off = k ? n0 : 0;
+        const int r0 = item % tpe * MM_ROWS;
+        const size_t wr = (size_t)e * C + r0 + 2 * g;
+        const uint8_t *p = a.down_blocks + wr * row_b + 16 * t;
+        __syncwarp(); // every lane is done with the previous item's scales
+        g1_start<D1_DEPTH, MM_STAGE_STRIDE, 1024>(my, sc, a.down_scales + (wr - 2 * g) * row_s, p,
+                                                  row_b, nb, 0, nch);
+        const float b0 = ld_elem(a.down_bias, a.bias_dtype, wr);
+        const float b1 = ld_elem(a.down_bias, a.bias_dtype, wr + 1);
+        // This lane's B column g: its pair's staged hi and lo (a discarded column reads row 0).
+        const int rb = g < n ? 2 * (off + g) : 0;
+        const char *const xsv[2] = {xs + rb * xb, xs + (rb + 1) * xb};
+        float h0[4], h1[4];
+        g1_stream<2, D1_DEPTH, MM_STAGE_STRIDE, 1024, true>((const char *)mm_lut, my, sc, p, row_b,
+                                                            nb, 0, nch, xsv, h1, hc, h0);
+        // down_mma's epilogue: column 2t + q, rows 2g (h[q]) and 2g + 1 (h[2 + q]).
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+            if (2 * t + q >= n) continue;
+            const size_t pr = (size_t)s_list[k][2 * t + q];
+            yo[pr * C + r0 + 2 * g] = __fadd_rn(__fadd_rn(h0[q], h1[q]), b0);
+            yo[pr * C + r0 + 2 * g + 1] = __fadd_rn(__fadd_rn(h0[2 + q], h1[2 + q]), b1);
+        }
+    }
+}
+
+// Registers of one warp of kernel k as the SM allocates them (256-register units).
+template <typename K> static int warp_regs(K k) {
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, k) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return (fa.numRegs * DS_WARP + 255) / 256 * 256;
+}
+
+// Idle warps added to a one-token down block of wd working warps. Under PDL the down blocks
+// become resident while gate_up (one block of wg warps per SM, 131 blocks at the 120b shapes)
+// still runs: one fits beside each gate_up block (D1_HOLES), but on the SM without a gate_up
+// block two down blocks fit as well, and the scheduler then leaves a gate_up SM without one; that
+// SM's doubled share lengthened every down call by ~6 us (measured: 497 -> 711 us per decode
+// step). Shared memory cannot forbid the pair (two down blocks take less than one of each), so
+// the block's registers do: idle warps make two down blocks exceed the register file while one
+// still fits beside a gate_up block. 0 when no count does (the pair is then left possible).
+#ifndef D1_PAD
+#define D1_PAD 1 // 0: no idle warps (for measuring what they prevent)
+#endif
+static int d1_pad_warps(int wg, int wd) {
+    static int rg = -1, rd = -1;
+    if (rg < 0) {
+        rg = warp_regs(bf16_mxfp4w_moe_gate_up_1tok_mma);
+        rd = warp_regs(bf16_mxfp4w_moe_down_1tok_mma);
+    }
+    const int file = 65536;
+    if (rg <= 0 || rd <= 0) return 0;
+    for (int pad = 0; wd + pad <= G1_MAX_WARPS; pad++) {
+        const int blk = (wd + pad) * rd;
+        if (2 * blk > file && blk + wg * rg <= file) return pad;
+    }
+    return 0;
+}
+
 template <int NT>
 static void mm_launch(const struct ds_moe_args *a, dim3 g1, dim3 g2, cudaStream_t st,
                       const int32_t *groups, const struct moe_ws &w) {
@@ -1922,9 +2063,10 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
             if (d1) {
                 const int s3 = d1_smem_bytes(wd, C, I, KE);
                 ds_smem_attr(bf16_mxfp4w_moe_down_1tok_mma, &set_d1, s3);
+                const int pad = g1 && D1_PAD ? d1_pad_warps(wg, wd) : 0;
                 ds_launch(bf16_mxfp4w_moe_down_1tok_mma, dim3((unsigned)((units + wd - 1) / wd)),
-                          dim3((unsigned)(wd * DS_WARP)), s3, st, *a, (const uint16_t *)w.h, w.y,
-                          cnt);
+                          dim3((unsigned)((wd + pad) * DS_WARP)), s3, st, *a,
+                          (const uint16_t *)w.h, w.y, cnt, wd);
                 return DS_OK;
             }
             ds_smem_attr(bf16_mxfp4w_moe_down_combine_1tok_mma, &set_dn, s2);
@@ -1941,14 +2083,27 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
             const int k = (per_sm + G2_MAX_WARPS - 1) / G2_MAX_WARPS;
             const int wf = (per_sm + k - 1) / k, sf = g2_smem_bytes(wf, C, T);
             if (sf <= 227 * 1024) {
-                static int set_g2 = 0, set_dn = 0;
-                const int s2 = mm_smem_bytes(MM_WARPS, I);
+                static int set_g2 = 0, set_g3 = 0, set_dn = 0;
                 ds_smem_attr(bf16_mxfp4w_moe_gate_up_few_mma, &set_g2, sf);
-                ds_smem_attr(bf16_mxfp4w_moe_down_mma<1>, &set_dn, s2);
                 ds_launch(bf16_mxfp4w_moe_gate_up_few_mma, dim3((unsigned)sms),
                           dim3((unsigned)(wf * DS_WARP)), sf, st, *a, (uint16_t *)w.h);
-                ds_launch(bf16_mxfp4w_moe_down_mma<1>, m2, dim3(MM_THREADS), s2, st, *a, groups,
-                          (const int32_t *)w.pairs, (const uint16_t *)w.h, w.y);
+                // down: (expert, row tile) items, both K halves each; a block's range of about
+                // n_used·C/16 / SMs items spans at most two experts (sms >= n_used_max).
+                const int dper = (int)(((long long)n_used_max * (C / MM_ROWS) + sms - 1) / sms);
+                const int kd = (dper + G2_MAX_WARPS - 1) / G2_MAX_WARPS;
+                const int wd = (dper + kd - 1) / kd, sd = g3_smem_bytes(wd, I, T);
+                if (G3 && sms >= (int)n_used_max && dper <= C / MM_ROWS &&
+                    wd * D1_DEPTH <= MM_STAGES && sd <= 227 * 1024) {
+                    ds_smem_attr(bf16_mxfp4w_moe_down_few_mma, &set_g3, sd);
+                    ds_launch(bf16_mxfp4w_moe_down_few_mma, dim3((unsigned)sms),
+                              dim3((unsigned)(wd * DS_WARP)), sd, st, *a, (const uint16_t *)w.h,
+                              w.y);
+                } else {
+                    const int s2 = mm_smem_bytes(MM_WARPS, I);
+                    ds_smem_attr(bf16_mxfp4w_moe_down_mma<1>, &set_dn, s2);
+                    ds_launch(bf16_mxfp4w_moe_down_mma<1>, m2, dim3(MM_THREADS), s2, st, *a,
+                              groups, (const int32_t *)w.pairs, (const uint16_t *)w.h, w.y);
+                }
                 ds_launch(act_moe_combine, dim3((unsigned)T, cu_blocks((size_t)C, 256)), dim3(256),
                           0, st, *a, (const float *)w.y);
                 return DS_OK;
