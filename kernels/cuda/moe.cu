@@ -2075,7 +2075,7 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
             return DS_OK;
         }
         const int nt = small && T <= 8 ? 1 : small && T <= 16 ? 2 : 4;
-        if (nt == 1 && C % 8 == 0) {
+        if (small && nt == 1 && C % 8 == 0) { // small_group lists at most 32 pairs
             // A few tokens (the small path): the one-block-per-SM gate_up, whose warps take
             // about the same number k of (expert, row tile) items each, then the grouped down.
             const int sms = moe_sm_count();
