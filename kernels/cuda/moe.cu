@@ -2077,7 +2077,8 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
         const int nt = small && T <= 8 ? 1 : small && T <= 16 ? 2 : 4;
         if (small && nt == 1 && C % 8 == 0) { // small_group lists at most 32 pairs
             // A few tokens (the small path): the one-block-per-SM gate_up, whose warps take
-            // about the same number k of (expert, row tile) items each, then the grouped down.
+            // about the same number k of (expert, row tile) items each, then the few-token down
+            // where its staged h fits (else the grouped down), then the combine.
             const int sms = moe_sm_count();
             const int per_sm = (int)(((long long)n_used_max * (2 * I / MM_ROWS) + sms - 1) / sms);
             const int k = (per_sm + G2_MAX_WARPS - 1) / G2_MAX_WARPS;
