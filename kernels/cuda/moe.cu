@@ -32,9 +32,11 @@
 //                                  products and the fused down + combine, one block per SM with
 //                                  the work spread evenly (see "One token" below); the fused
 //                                  kernel and gate_up_mma<1> remain their fallback.
-//   bf16_mxfp4w_moe_gate_up_few_mma  bf16, 2 <= T, T·KE <= 32 (verify): gate_up_mma<1>'s bits laid
-//                                  out like the one-token gate_up (items over all warps); then
-//                                  down_mma<1> and the combine.
+//   bf16_mxfp4w_moe_gate_up_few_mma, bf16_mxfp4w_moe_down_few_mma
+//                                  bf16, 2 <= T, T·KE <= 32 (verify): gate_up_mma<1>'s and
+//                                  down_mma<1>'s bits laid out like the one-token kernels (items
+//                                  over all warps, one block per SM); then the combine. The down
+//                                  one while its staged h fits (else down_mma<1>).
 // Every kernel starts with DS_GRID_DEPENDENCY() and is launched with programmatic dependent
 // launch (ds_launch).
 //   mxfp4_dequant_f32              test/inspection decode (ds_mxfp4_dequant_cuda).
