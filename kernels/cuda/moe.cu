@@ -2097,7 +2097,7 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
         const long long avg = ((long long)T * KE + n_used_max - 1) / n_used_max;
         const int nt = small ? (T <= 8 ? 1 : T <= 16 ? 2 : 4)
                              : MM_NT_BY_AVG ? (avg <= 4 ? 1 : avg <= 12 ? 2 : 4) : 4;
-        if (nt == 1 && C % 8 == 0) {
+        if (small && nt == 1 && C % 8 == 0) {
             // A few tokens (the small path): the one-block-per-SM gate_up, whose warps take
             // about the same number k of (expert, row tile) items each, then the grouped down.
             const int sms = moe_sm_count();
