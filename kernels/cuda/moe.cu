@@ -1071,6 +1071,9 @@ mm_rows(const char *lut, uint32_t ring_sm, uint8_t *sc, const uint8_t *wb, const
 }
 
 #define MM_TOKEN_CHUNK 32 // pairs of one expert per block: NT <= 4 tiles of 8
+#ifndef MM_NT_BY_AVG
+#define MM_NT_BY_AVG 1 // 0: the grouped path always runs 4 tiles (32 columns) per weight pass
+#endif
 
 // K steps of 4 MXFP4 blocks over K inputs.
 static __device__ __forceinline__ int mm_chunks(int K) { return (K / DS_MXFP4_BLOCK + 3) / 4; }
@@ -1141,8 +1144,6 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     const int r0 = blockIdx.x * MM_BLOCK_ROWS + (threadIdx.x / DS_WARP) * MM_ROWS;
     if (!any || r0 >= 2 * I) return;
     const int g = lane >> 2, t = lane & 3;
-    int brow[NT], pr[NT];
-    mm_token_rows<NT>(list, beg, end, KE, brow, pr);
     const size_t ex_rows = (size_t)e * 2 * I, row_b = (size_t)C / 2, row_s = (size_t)C / 32;
     const size_t wr = ex_rows + r0 + 2 * g; // this lane's gate row; wr + 1 its linear row
     const uint16_t *bm[1] = {(const uint16_t *)a.x};
@@ -1150,33 +1151,42 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     // their latency then hides behind it.
     const float bg = ld_elem(a.gate_up_bias, a.bias_dtype, wr);
     const float bl = ld_elem(a.gate_up_bias, a.bias_dtype, wr + 1);
-    float rsv[NT];
+    // The block's pairs in groups of 8·NT columns (one group unless NT < 4 and the expert has
+    // more pairs than that in this chunk: each group streams the weights again; the host picks
+    // NT from the pairs per expert it expects). A column's bits do not depend on its group.
+    for (int cb = beg; cb < end; cb += 8 * NT) {
+        int brow[NT], pr[NT];
+        mm_token_rows<NT>(list, cb, end, KE, brow, pr);
+        float rsv[NT];
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++) rsv[nt] = brow[nt] >= 0 ? moe_row_scale(a, brow[nt]) : 1.0f;
-    const int warp = threadIdx.x / DS_WARP;
-    float acc[NT][4];
-    mm_rows<NT, 1, MM_GU_DEPTH(NT)>((const char *)mm_lut, mm_slot(mm_lut, warp, MM_GU_DEPTH(NT)),
-                                    (uint8_t *)mm_lut + MM_LUT_BYTES + warp * mm_scale_area(C),
-                                    a.gate_up_blocks + wr * row_b, a.gate_up_scales + wr * row_s,
-                                    C, 0, mm_chunks(C), bm, brow, acc);
-    const size_t np = (size_t)a.n_rows * KE;
-    const int unit = r0 / 2 + g;
+        for (int nt = 0; nt < NT; nt++)
+            rsv[nt] = brow[nt] >= 0 ? moe_row_scale(a, brow[nt]) : 1.0f;
+        const int warp = threadIdx.x / DS_WARP;
+        float acc[NT][4];
+        mm_rows<NT, 1, MM_GU_DEPTH(NT)>(
+                (const char *)mm_lut, mm_slot(mm_lut, warp, MM_GU_DEPTH(NT)),
+                (uint8_t *)mm_lut + MM_LUT_BYTES + warp * mm_scale_area(C),
+                a.gate_up_blocks + wr * row_b, a.gate_up_scales + wr * row_s, C, 0, mm_chunks(C),
+                bm, brow, acc);
+        const size_t np = (size_t)a.n_rows * KE;
+        const int unit = r0 / 2 + g;
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++)
+        for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int q = 0; q < 2; q++) {
-            // Column 2t + q of tile nt: its pair is held by lane (2t + q) * 4 (row g' = 2t + q).
-            const int p = __shfl_sync(DS_FULL_MASK, pr[nt], (2 * t + q) * 4);
-            const float rs = __shfl_sync(DS_FULL_MASK, rsv[nt], (2 * t + q) * 4);
-            if (p < 0) continue;
-            const float gg = __fadd_rn(__fmul_rn(acc[nt][q], rs), bg),
-                        ll = __fadd_rn(__fmul_rn(acc[nt][2 + q], rs), bl);
-            const float h = swiglu_clamped(gg, ll, a.swiglu_alpha, a.swiglu_limit);
-            const ds_bf16 hi = ds_f32_to_bf16(h);
-            const ds_bf16 lo = ds_f32_to_bf16(__fsub_rn(h, ds_bf16_to_f32(hi)));
-            hh[(size_t)p * I + unit] = hi;
-            hh[np * I + (size_t)p * I + unit] = lo;
-        }
+            for (int q = 0; q < 2; q++) {
+                // Column 2t + q of tile nt: its pair is held by lane (2t + q) * 4 (row 2t + q).
+                const int p = __shfl_sync(DS_FULL_MASK, pr[nt], (2 * t + q) * 4);
+                const float rs = __shfl_sync(DS_FULL_MASK, rsv[nt], (2 * t + q) * 4);
+                if (p < 0) continue;
+                const float gg = __fadd_rn(__fmul_rn(acc[nt][q], rs), bg),
+                            ll = __fadd_rn(__fmul_rn(acc[nt][2 + q], rs), bl);
+                const float h = swiglu_clamped(gg, ll, a.swiglu_alpha, a.swiglu_limit);
+                const ds_bf16 hi = ds_f32_to_bf16(h);
+                const ds_bf16 lo = ds_f32_to_bf16(__fsub_rn(h, ds_bf16_to_f32(hi)));
+                hh[(size_t)p * I + unit] = hi;
+                hh[np * I + (size_t)p * I + unit] = lo;
+            }
+    }
 }
 
 // down: grid (C / 32, experts in use, chunks). Warp w: row tile w & 1 of the block's 32 rows, K
@@ -1199,8 +1209,6 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     const int tile = warp & 1, half = warp >> 1;
     const int r0 = blockIdx.x * 2 * MM_ROWS + tile * MM_ROWS;
     const int g = lane >> 2, t = lane & 3;
-    int brow[NT], pr[NT];
-    mm_token_rows<NT>(list, beg, end, 1, brow, pr);
     const size_t ex_rows = (size_t)e * C, row_b = (size_t)I / 2, row_s = (size_t)I / 32;
     const size_t wr = ex_rows + r0 + 2 * g;
     const size_t np = (size_t)a.n_rows * a.top_k;
@@ -1210,31 +1218,39 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     const bool fin = !half && r0 < C;
     const float b0 = fin ? ld_elem(a.down_bias, a.bias_dtype, wr) : 0.0f;
     const float b1 = fin ? ld_elem(a.down_bias, a.bias_dtype, wr + 1) : 0.0f;
-    float acc[NT][4];
-    if (r0 < C)
-        mm_rows<NT, 2, MM_DN_DEPTH>((const char *)mm_lut, mm_slot(mm_lut, warp, MM_DN_DEPTH),
-                                    (uint8_t *)mm_lut + MM_LUT_BYTES + warp * mm_scale_area(I),
-                                    a.down_blocks + wr * row_b, a.down_scales + wr * row_s, I,
-                                    half ? hc : 0, half ? nch : hc, bm, brow, acc);
-    if (half && r0 < C)
+    // Column groups of 8·NT pairs, as in gate_up_mma (block-uniform: every warp reaches the
+    // barriers of every group).
+    for (int cb = beg; cb < end; cb += 8 * NT) {
+        int brow[NT], pr[NT];
+        mm_token_rows<NT>(list, cb, end, 1, brow, pr);
+        float acc[NT][4];
+        if (r0 < C)
+            mm_rows<NT, 2, MM_DN_DEPTH>(
+                    (const char *)mm_lut, mm_slot(mm_lut, warp, MM_DN_DEPTH),
+                    (uint8_t *)mm_lut + MM_LUT_BYTES + warp * mm_scale_area(I),
+                    a.down_blocks + wr * row_b, a.down_scales + wr * row_s, I, half ? hc : 0,
+                    half ? nch : hc, bm, brow, acc);
+        if (half && r0 < C)
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++)
+            for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-            for (int i = 0; i < 4; i++)
-                part[tile][nt * 4 + i][lane] = acc[nt][i];
-    __syncthreads();
-    if (!fin) return;
+                for (int i = 0; i < 4; i++)
+                    part[tile][nt * 4 + i][lane] = acc[nt][i];
+        __syncthreads();
+        if (fin)
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++)
+            for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int q = 0; q < 2; q++) {
-            const int p = __shfl_sync(DS_FULL_MASK, pr[nt], (2 * t + q) * 4);
-            if (p < 0) continue;
-            const float v0 = __fadd_rn(acc[nt][q], part[tile][nt * 4 + q][lane]);
-            const float v1 = __fadd_rn(acc[nt][2 + q], part[tile][nt * 4 + 2 + q][lane]);
-            y[(size_t)p * C + r0 + 2 * g] = __fadd_rn(v0, b0);
-            y[(size_t)p * C + r0 + 2 * g + 1] = __fadd_rn(v1, b1);
-        }
+                for (int q = 0; q < 2; q++) {
+                    const int p = __shfl_sync(DS_FULL_MASK, pr[nt], (2 * t + q) * 4);
+                    if (p < 0) continue;
+                    const float v0 = __fadd_rn(acc[nt][q], part[tile][nt * 4 + q][lane]);
+                    const float v1 = __fadd_rn(acc[nt][2 + q], part[tile][nt * 4 + 2 + q][lane]);
+                    y[(size_t)p * C + r0 + 2 * g] = __fadd_rn(v0, b0);
+                    y[(size_t)p * C + r0 + 2 * g + 1] = __fadd_rn(v1, b1);
+                }
+        if (cb + 8 * NT < end) __syncthreads(); // part is rewritten by the next group
+    }
 }
 
 // One token (T = 1, KE <= 4): down and combine in one kernel, 8 warps. Block x owns features
@@ -2076,7 +2092,13 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
                       dim3(MM_FUSED_THREADS), s2, st, *a, (const uint16_t *)w.h);
             return DS_OK;
         }
-        const int nt = small && T <= 8 ? 1 : small && T <= 16 ? 2 : 4;
+        // Tiles of 8 pairs per weight pass: on the small path up to T (an expert holds at most
+        // one pair per row); above it from the pairs an expert in use holds on average (the
+        // mma's, activation loads and accumulators of unused tiles are wasted work, while an
+        // expert with more pairs than 8·NT in a block's chunk streams its weights once per group).
+        const long long avg = ((long long)T * KE + n_used_max - 1) / n_used_max;
+        const int nt = small ? (T <= 8 ? 1 : T <= 16 ? 2 : 4)
+                             : MM_NT_BY_AVG ? (avg <= 4 ? 1 : avg <= 12 ? 2 : 4) : 4;
         if (small && nt == 1 && C % 8 == 0) { // small_group lists at most 32 pairs
             // A few tokens (the small path): the one-block-per-SM gate_up, whose warps take
             // about the same number k of (expert, row tile) items each, then the few-token down
