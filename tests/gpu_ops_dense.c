@@ -139,18 +139,18 @@ struct mm_case {
 };
 
 // The shape matrix. Tensor-core tiles (features × tokens × K per stage) by T: with K % 8 == 0 and
-// aligned buffers, T <= 8: the weight-streaming tile 16 × 8 × 256, T <= 16: 16 × 16 × 256; else
-// T <= 8: 16 × 8 × 256 (element loads), T <= 64: 32 × 64 × 128, larger: 64 × 128 × 64; k16 steps
-// past K skipped, a partial last step zero-filled.
+// aligned buffers, T <= 8: the weight-streaming tile 16 × 8 × 256, T <= 16: 16 × 16 × 256, T <= 32:
+// 16 × 32 × 256; else T <= 8: 16 × 8 × 256 (element loads), T <= 256: 32 × 64 × 128, larger:
+// 64 × 128 × 64; k16 steps past K skipped, a partial last step zero-filled.
 static const struct mm_case mm_cases[] = {
     {1, 64, 64, 0, 0, "one row, tiny config"},
     {1, 37, 13, 1, 1, "K not a multiple of 8 (scalar loads), partial feature tile"},
     {5, 130, 33, 1, 0, "partial K chunk and partial tiles"},
     {8, 64, 1, 0, 1, "one output feature"},
-    {17, 200, 100, 1, 1, "partial token tile"},
-    {70, 96, 4100, 1, 0, "N >= 4096 tile, two token blocks"},
+    {17, 200, 100, 1, 1, "partial token tile (stream tile of 32 tokens)"},
+    {70, 96, 4100, 1, 0, "N >= 4096 tile, two 64-token blocks"},
     {3, 256, 16400, 0, 1, "N >= 16384 tile, partial feature block"},
-    {300, 128, 48, 1, 1, "prefill: five token blocks"},
+    {300, 128, 48, 1, 1, "prefill: 64 x 128 tiles, three token blocks"},
     {4, 64, 192, 1, 0, "tiny gpt-oss qkv (hidden 64)"},
     {4, 2880, 5120, 1, 0, "gpt-oss qkv projection"},
     {4, 4096, 2880, 1, 1, "gpt-oss o_proj with fused residual"},
@@ -160,8 +160,10 @@ static const struct mm_case mm_cases[] = {
     {3, 17280, 2880, 0, 1, "EAGLE-3 MLP down"},
     {2, 2880, 32000, 0, 0, "EAGLE-3 draft lm_head"},
     {9, 4096, 2880, 1, 1, "9 rows: 32 x 64 tiles, o_proj with fused residual"},
-    {96, 2880, 5120, 1, 0, "96 rows: 64 x 128 tiles, gpt-oss qkv"},
-    {129, 200, 70, 0, 1, "two 128-token tiles, partial features, K % 16 = 8"},
+    {96, 2880, 5120, 1, 0, "96 rows: 32 x 64 tiles, two token blocks, gpt-oss qkv"},
+    {128, 4096, 2880, 1, 1, "128 rows (a 32-sequence verify): 32 x 64 tiles, o_proj + residual"},
+    {260, 2880, 5120, 1, 0, "260 rows: 64 x 128 tiles, three token blocks, gpt-oss qkv"},
+    {129, 200, 70, 0, 1, "three 64-token tiles, partial features, K % 16 = 8"},
     {40, 37, 50, 1, 1, "K not a multiple of 8 in the 32 x 64 tiles"},
     {5, 8, 19, 1, 1, "stream tile: K = 8, one chunk, the step's upper half zero-filled"},
     {3, 200, 37, 1, 1, "stream tile: K % 16 = 8, partial feature block"},
@@ -170,6 +172,8 @@ static const struct mm_case mm_cases[] = {
     {12, 2880, 5120, 1, 0, "12 rows: stream tile of 16 tokens, gpt-oss qkv"},
     {16, 4096, 2880, 1, 1, "16 rows: stream tile of 16 tokens, o_proj with fused residual"},
     {11, 520, 33, 0, 1, "11 rows: stream tile of 16 tokens, partial K tile and features"},
+    {32, 4096, 2880, 1, 1, "32 rows: stream tile of 32 tokens, o_proj with fused residual"},
+    {25, 520, 33, 0, 1, "25 rows: stream tile of 32 tokens, partial K tile and features"},
 };
 
 static void run_matmul_case(const struct mm_case *c) {
@@ -268,9 +272,10 @@ static void matmul_bf16_continuous_values_loose(void) {
 
 // A row's output bits must not depend on the batch: row r computed alone, then inside batches of
 // B rows at different positions with different neighbours. Covers every tensor-core tile shape
-// (a row alone and B = 8: the 16 × 8 stream tile; B = 12, 16: the 16 × 16 stream tile; B = 32, 64:
-// 32 × 64; B = 256, 300: 64 × 128, several token tiles; K = 130 (K % 8 != 0): the 16 × 8 tile with
-// element loads), which must all follow the same reduction order, and the CUDA-core f32 kernel.
+// (a row alone and B = 8: the 16 × 8 stream tile; B = 12, 16: the 16 × 16 stream tile; B = 32: the
+// 16 × 32 stream tile; B = 64, 256: 32 × 64, several token tiles; B = 300: 64 × 128; K = 130
+// (K % 8 != 0): the 16 × 8 tile with element loads), which must all follow the same reduction
+// order, and the CUDA-core f32 kernel.
 static void matmul_is_batch_invariant(void) {
     const int shapes[][2] = {{2880, 2880}, {2880, 5120}, {2880, 32000}, {130, 40}};
     const int batches[] = {8, 12, 16, 32, 64, 256, 300};
@@ -404,7 +409,8 @@ static void run_split_case(const struct split_case *c, enum ds_elem act) {
 static void matmul_split_outputs_equal_separate_calls(void) {
     static const struct split_case cases[] = {
         {1, 2880, {4096, 512, 512}, 1},  {4, 2880, {4096, 512, 512}, 1},
-        {13, 2880, {4096, 512, 512}, 1}, {40, 2880, {4096, 512, 512}, 1},
+        {13, 2880, {4096, 512, 512}, 1}, {24, 2880, {4096, 512, 512}, 1},
+        {40, 2880, {4096, 512, 512}, 1},
         {100, 2880, {4096, 512, 512}, 1}, {1, 256, {256, 64, 64}, 1},
         {7, 256, {256, 64, 64}, 0},       {300, 256, {256, 64, 64}, 1},
         {3, 72, {20, 0, 13}, 1},          {5, 37, {9, 7, 3}, 1},
@@ -627,7 +633,7 @@ static const struct rms_case rms_cases[] = {
     {2880, 2880, 1, 1, 1, 1, "C x C: rms_of, residual and norm_out together"},
 };
 
-static const int rms_Ts[] = {1, 3, 8, 16, 33, 64, 100, 256};
+static const int rms_Ts[] = {1, 3, 8, 16, 24, 33, 64, 100, 256, 300};
 
 // One case at T rows: the reference (f32, double inside) once, then the GPU in bf16 and f32
 // activations (bf16 weights, f32 bias, bf16 gain; the residual, when present, is also the output).
@@ -713,9 +719,9 @@ static void matmul_deferred_norm_matches_reference(void) {
     }
 }
 
-// A row's out and norm_out bits alone and inside batches of 8, 12, 16, 32, 64 and 256 rows (every
-// tile shape: the 16 × 8 and 16 × 16 stream tiles, 32 × 64, 64 × 128; the CUDA-core kernel for
-// f32), at other positions with other neighbours: THE ROW SCALE must have the same bits in every
+// A row's out and norm_out bits alone and inside batches of 8, 12, 16, 32, 64, 256 and 300 rows
+// (every tile shape: the 16 × 8, 16 × 16 and 16 × 32 stream tiles, 32 × 64, 64 × 128; the
+// CUDA-core kernel for f32), at other positions with other neighbours: THE ROW SCALE must have the same bits in every
 // kernel and tile. Continuous values (the sums and s do round); the residual is the output.
 static void matmul_deferred_norm_is_batch_invariant(void) {
     static const struct rms_case shapes[] = {
@@ -724,8 +730,8 @@ static void matmul_deferred_norm_is_batch_invariant(void) {
         {2880, 5120, 1, 0, 1, 0, "q/k/v: rms_of"},
         {128, 40, 1, 1, 1, 1, "small, every field"},
     };
-    const int batches[] = {8, 12, 16, 32, 64, 256};
-    enum { NB = sizeof batches / sizeof batches[0], POOL = 256 };
+    const int batches[] = {8, 12, 16, 32, 64, 256, 300};
+    enum { NB = sizeof batches / sizeof batches[0], POOL = 300 };
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const struct rms_case *c = &shapes[si];
         const int K = c->K, N = c->N;

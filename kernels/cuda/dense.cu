@@ -674,6 +674,28 @@ __global__ void __launch_bounds__(WM *WT *WK *DS_WARP)
 #define TS_EARLY 1
 #endif
 
+// The 32-token stream tile (16 < T <= 32: a 32-row decode step, an 8-sequence verify): 4
+// stages of 16 × 256 W + 32 × 256 x (24 KB each), two blocks per SM. TS_32_RS: its deferred-norm
+// row scales come from bf16_row_scale (one warp per row over the GPU) instead of each block's
+// copy warps reading 32 rows before the k loop.
+#ifndef TS_32
+#define TS_32 1
+#endif
+#ifndef TS_STAGES32
+#define TS_STAGES32 4
+#endif
+#ifndef TS_32_RS
+#define TS_32_RS 1
+#endif
+// The wide-tile shapes by T (see ds_matmul_cuda): 32 × 64 tiles up to MM_MID_T rows, 16 × 64
+// instead with MM_NARROW64.
+#ifndef MM_MID_T
+#define MM_MID_T 256
+#endif
+#ifndef MM_NARROW64
+#define MM_NARROW64 0
+#endif
+
 static __device__ __forceinline__ void cp_async16_s(uint32_t dst, const void *src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
                  "r"(src_bytes)
@@ -760,7 +782,7 @@ static __device__ __forceinline__ int ts_feature(const struct ds_matmul_args &a,
 
 template <int BT, int STAGES, bool ROPE, int DN>
 __global__ void __launch_bounds__(TS_THREADS)
-    bf16_bf16w_matmul_tc_stream(const struct ds_matmul_args a) {
+    bf16_bf16w_matmul_tc_stream(const struct ds_matmul_args a, int rs_pre) {
     constexpr int NI = BT / 8; // n8 token tiles; also x rows copied per warp
     constexpr int STAGE_BYTES = (TS_BN + BT) * TS_ROW_BYTES;
     constexpr int KSTEPS = TS_BK / 16;
@@ -828,10 +850,17 @@ __global__ void __launch_bounds__(TS_THREADS)
     }
 
     // The row scales of a deferred norm (after the ring): the copy warps 2 .. 7, whose x copies
-    // are in flight, read the rows of rms_of now; the k loop's barriers publish the scales to
-    // warp 0's epilogue.
+    // are in flight, read the rows of rms_of now, or (rs_pre) the scales bf16_row_scale formed
+    // just before; the k loop's barriers publish them to warp 0's epilogue.
     float *s_row = (float *)(mm_smem + STAGES * STAGE_BYTES);
-    if ((DN & DN_SCALE) && a.rms_of) mm_row_scales<true>(a, 0, T, 2, 6, s_row);
+    if ((DN & DN_SCALE) && a.rms_of) {
+        if (rs_pre) {
+            for (int r = (int)threadIdx.x - 2 * DS_WARP; r >= 0 && r < T; r += 6 * DS_WARP)
+                s_row[r] = mm_rs_buf[r];
+        } else {
+            mm_row_scales<true>(a, 0, T, 2, 6, s_row);
+        }
+    }
 
     float acc[NI][4];
 #pragma unroll
@@ -843,16 +872,21 @@ __global__ void __launch_bounds__(TS_THREADS)
     const ts_frag fa = ts_frag_of(a_row, 2 * warp + a_kc);
     const ts_frag fb = ts_frag_of(NI == 1 ? TS_BN + r8 : b_row, 2 * warp + b_kc);
     // Warp 0's outputs: their bias and residual go out now and arrive during the k loop (Nsight
-    // Compute put the loads of the old epilogue among the kernel's top stalls).
+    // Compute put the loads of the old epilogue among the kernel's top stalls). Up to 16 tokens:
+    // the 32-token tile would hold 48 more registers through the loop (it spilled), so it loads
+    // them in the epilogue.
+    constexpr bool PRE = NI <= 2;
     const int g = lane >> 2, q = lane & 3;
-    mm_add ad[NI][4];
+    mm_add ad[PRE ? NI : 1][4];
+    if constexpr (PRE)
 #pragma unroll
-    for (int ni = 0; ni < NI; ni++)
+        for (int ni = 0; ni < NI; ni++)
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int n = ts_feature(a, rt, f0, g + (r >> 1) * 8), t = ni * 8 + 2 * q + (r & 1);
-            ad[ni][r] = warp == 0 && n < N && t < T ? mm_addends<DN>(a, t, n) : mm_add{0.f, 0.f, 0.f};
-        }
+            for (int r = 0; r < 4; r++) {
+                const int n = ts_feature(a, rt, f0, g + (r >> 1) * 8), t = ni * 8 + 2 * q + (r & 1);
+                ad[ni][r] = warp == 0 && n < N && t < T ? mm_addends<DN>(a, t, n)
+                                                        : mm_add{0.f, 0.f, 0.f};
+            }
     // RoPE tile: the cos and sin of pair g at tokens 2q, 2q + 1 (positions first: a chain of two
     // loads, issued here so that it ends during the k loop); ok[e]: the position is in the table.
     float rc[2] = {0.f, 0.f}, rs[2] = {0.f, 0.f};
@@ -962,7 +996,8 @@ __global__ void __launch_bounds__(TS_THREADS)
         for (int r = 0; r < 4; r++) {
             const int n = f0 + g + (r >> 1) * 8, t = ni * 8 + 2 * q + (r & 1);
             if (n >= N || t >= T) continue;
-            mm_finish_add<DN>(a, t, n, acc[ni][r] + xch[(ni * 4 + r) * DS_WARP + lane], ad[ni][r],
+            mm_finish_add<DN>(a, t, n, acc[ni][r] + xch[(ni * 4 + r) * DS_WARP + lane],
+                              PRE ? ad[PRE ? ni : 0][r] : mm_addends<DN>(a, t, n),
                               (DN & DN_SCALE) && a.rms_of ? s_row[t] : 1.0f);
         }
 }
@@ -970,18 +1005,18 @@ __global__ void __launch_bounds__(TS_THREADS)
 // The kernel with the deferred-norm paths of this call compiled in (DN), so that a plain
 // product (the lm_head, the draft) keeps its registers and code.
 template <int BT, int STAGES, bool ROPE = false>
-static enum ds_status ts_launch(const struct ds_matmul_args *a, cudaStream_t s) {
-    static void (*const ks[4])(const struct ds_matmul_args) = {
+static enum ds_status ts_launch(const struct ds_matmul_args *a, cudaStream_t s, int rs = 0) {
+    static void (*const ks[4])(const struct ds_matmul_args, int) = {
         bf16_bf16w_matmul_tc_stream<BT, STAGES, ROPE, 0>,
         bf16_bf16w_matmul_tc_stream<BT, STAGES, ROPE, DN_SCALE>,
         bf16_bf16w_matmul_tc_stream<BT, STAGES, ROPE, DN_GAIN>,
         bf16_bf16w_matmul_tc_stream<BT, STAGES, ROPE, DN_SCALE | DN_GAIN>};
     const int dn = (a->rms_of ? DN_SCALE : 0) | (a->norm_gain ? DN_GAIN : 0);
-    void (*k)(const struct ds_matmul_args) = ks[dn];
+    void (*k)(const struct ds_matmul_args, int) = ks[dn];
     const int smem = STAGES * (TS_BN + BT) * TS_ROW_BYTES + BT * (int)sizeof(float); // + scales
     static int set[4] = {0, 0, 0, 0};
     ds_smem_attr(k, &set[dn], smem);
-    ds_launch(k, cu_blocks(a->out_dim, TS_BN), TS_THREADS, smem, s, *a);
+    ds_launch(k, cu_blocks(a->out_dim, TS_BN), TS_THREADS, smem, s, *a, rs);
     return DS_OK;
 }
 
@@ -1153,16 +1188,22 @@ extern "C" enum ds_status ds_matmul_cuda(const struct ds_matmul_args *a, void *s
     if (a->act == DS_ELEM_BF16 && a->w_dtype == DS_ELEM_BF16) {
         const int vec = a->in_dim % 8 == 0 && aligned16(a->x) && aligned16(a->w);
         // The tile follows T (see THE REDUCTION ORDER: every shape gives the same bits).
-        // T <= 16 with 16-byte copies (decode, small verify): the weight-streaming tile, 16
-        // features per block, 5 × 8 KB of W in flight each. Otherwise T <= 8: the 16 × 8 tile
-        // (element loads); T <= 64 (verify): 32 × 64 tiles; larger T (prefill): 64 × 128 tiles.
+        // T <= 32 with 16-byte copies (decode, small verify): the weight-streaming tile, 16
+        // features per block (N / 16 blocks). Otherwise T <= 8: the 16 × 8 tile (element loads);
+        // T <= MM_MID_T: 32 × 64 tiles (or 16 × 64 with MM_NARROW64), so that a verify or a
+        // 32-row decode still has ~N / 32 blocks per token tile; larger T (prefill): 64 × 128.
         const int T = a->n_rows;
         if (vec && T <= 8) CU_TRY((ts_launch<8, TS_STAGES8>(a, s)));
         else if (vec && T <= 16) CU_TRY((ts_launch<16, 6>(a, s)));
-        else {
+        else if (vec && T <= 32 && TS_32) {
+            const int rs = TS_32_RS ? mm_row_scales_launch(a, s) : 0;
+            CU_TRY((ts_launch<32, TS_STAGES32>(a, s, rs)));
+        } else {
             const int rs = mm_row_scales_launch(a, s);
             if (T <= 8) CU_TRY((mm_launch<16, 8, 256, 1, 1, 2, 4>(a, vec, s, rs)));
-            else if (T <= 64) CU_TRY((mm_launch<32, 64, 128, 2, 2, 2, 4>(a, vec, s, rs)));
+            else if (T <= MM_MID_T && MM_NARROW64)
+                CU_TRY((mm_launch<16, 64, 128, 1, 2, 2, 4>(a, vec, s, rs)));
+            else if (T <= MM_MID_T) CU_TRY((mm_launch<32, 64, 128, 2, 2, 2, 4>(a, vec, s, rs)));
             else CU_TRY((mm_launch<64, 128, 64, 2, 4, 1, 4>(a, vec, s, rs)));
         }
     } else {
