@@ -139,16 +139,17 @@ struct mm_case {
 };
 
 // The shape matrix. Tensor-core tiles (features × tokens × K per stage) by T: with K % 8 == 0 and
-// aligned buffers, T <= 8: the weight-streaming tile 16 × 8 × 256, T <= 16: 16 × 16 × 256, T <= 32:
-// 16 × 32 × 256; else T <= 8: 16 × 8 × 256 (element loads), T <= 256: 32 × 64 × 128, larger:
-// 64 × 128 × 64; k16 steps past K skipped, a partial last step zero-filled.
+// aligned buffers, T <= 8: the weight-streaming tile 16 × 8 × 256, T <= 16: 16 × 16 × 256, T <= 32
+// (T <= 128 for N <= 65536): 16 × 32 × 256 over token tiles of 32; else T <= 8: 16 × 8 × 256
+// (element loads), T <= 64: 32 × 64 × 128, larger: 64 × 128 × 64; k16 steps past K skipped, a
+// partial last step zero-filled.
 static const struct mm_case mm_cases[] = {
     {1, 64, 64, 0, 0, "one row, tiny config"},
     {1, 37, 13, 1, 1, "K not a multiple of 8 (scalar loads), partial feature tile"},
     {5, 130, 33, 1, 0, "partial K chunk and partial tiles"},
     {8, 64, 1, 0, 1, "one output feature"},
     {17, 200, 100, 1, 1, "partial token tile (stream tile of 32 tokens)"},
-    {70, 96, 4100, 1, 0, "N >= 4096 tile, two 64-token blocks"},
+    {70, 96, 4100, 1, 0, "N >= 4096 tile, three 32-token stream tiles"},
     {3, 256, 16400, 0, 1, "N >= 16384 tile, partial feature block"},
     {300, 128, 48, 1, 1, "prefill: 64 x 128 tiles, three token blocks"},
     {4, 64, 192, 1, 0, "tiny gpt-oss qkv (hidden 64)"},
@@ -160,10 +161,12 @@ static const struct mm_case mm_cases[] = {
     {3, 17280, 2880, 0, 1, "EAGLE-3 MLP down"},
     {2, 2880, 32000, 0, 0, "EAGLE-3 draft lm_head"},
     {9, 4096, 2880, 1, 1, "9 rows: 32 x 64 tiles, o_proj with fused residual"},
-    {96, 2880, 5120, 1, 0, "96 rows: 32 x 64 tiles, two token blocks, gpt-oss qkv"},
-    {128, 4096, 2880, 1, 1, "128 rows (a 32-sequence verify): 32 x 64 tiles, o_proj + residual"},
+    {96, 2880, 5120, 1, 0, "96 rows: three 32-token stream tiles, gpt-oss qkv"},
+    {128, 4096, 2880, 1, 1, "128 rows (a 32-sequence verify): four stream tiles, o_proj"},
+    {200, 2880, 5120, 1, 0, "200 rows: 64 x 128 tiles, two token blocks, gpt-oss qkv"},
+    {40, 256, 70000, 1, 0, "40 rows, N > 65536: 32 x 64 tiles"},
     {260, 2880, 5120, 1, 0, "260 rows: 64 x 128 tiles, three token blocks, gpt-oss qkv"},
-    {129, 200, 70, 0, 1, "three 64-token tiles, partial features, K % 16 = 8"},
+    {129, 200, 70, 0, 1, "129 rows: two 128-token tiles, partial features, K % 16 = 8"},
     {40, 37, 50, 1, 1, "K not a multiple of 8 in the 32 x 64 tiles"},
     {5, 8, 19, 1, 1, "stream tile: K = 8, one chunk, the step's upper half zero-filled"},
     {3, 200, 37, 1, 1, "stream tile: K % 16 = 8, partial feature block"},
@@ -272,16 +275,16 @@ static void matmul_bf16_continuous_values_loose(void) {
 
 // A row's output bits must not depend on the batch: row r computed alone, then inside batches of
 // B rows at different positions with different neighbours. Covers every tensor-core tile shape
-// (a row alone and B = 8: the 16 × 8 stream tile; B = 12, 16: the 16 × 16 stream tile; B = 32: the
-// 16 × 32 stream tile; B = 64, 256: 32 × 64, several token tiles; B = 300: 64 × 128; K = 130
-// (K % 8 != 0): the 16 × 8 tile with element loads), which must all follow the same reduction
-// order, and the CUDA-core f32 kernel.
+// (a row alone and B = 8: the 16 × 8 stream tile; B = 12, 16: the 16 × 16 stream tile; B = 32, 64:
+// the 16 × 32 stream tile, one and two token tiles, or 32 × 64 at B = 64 for N > 65536; B = 256,
+// 300: 64 × 128; K = 130 (K % 8 != 0): the 16 × 8 tile with element loads), which must all follow
+// the same reduction order, and the CUDA-core f32 kernel.
 static void matmul_is_batch_invariant(void) {
-    const int shapes[][2] = {{2880, 2880}, {2880, 5120}, {2880, 32000}, {130, 40}};
+    const int shapes[][2] = {{2880, 2880}, {2880, 5120}, {2880, 32000}, {256, 66000}, {130, 40}};
     const int batches[] = {8, 12, 16, 32, 64, 256, 300};
     enum { NB = sizeof batches / sizeof batches[0] };
     enum { POOL = 300 };
-    for (int s = 0; s < 4; s++) {
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
         const int K = shapes[s][0], N = shapes[s][1];
         char name[96];
         snprintf(name, sizeof name, "matmul batch invariance K=%d N=%d", K, N);
@@ -720,9 +723,9 @@ static void matmul_deferred_norm_matches_reference(void) {
 }
 
 // A row's out and norm_out bits alone and inside batches of 8, 12, 16, 32, 64, 256 and 300 rows
-// (every tile shape: the 16 × 8, 16 × 16 and 16 × 32 stream tiles, 32 × 64, 64 × 128; the
-// CUDA-core kernel for f32), at other positions with other neighbours: THE ROW SCALE must have the same bits in every
-// kernel and tile. Continuous values (the sums and s do round); the residual is the output.
+// (the 16 × 8, 16 × 16 and 16 × 32 stream tiles, 64 × 128; the CUDA-core kernel for f32), at other
+// positions with other neighbours: THE ROW SCALE must have the same bits in every kernel and tile.
+// Continuous values (the sums and s do round); the residual is the output.
 static void matmul_deferred_norm_is_batch_invariant(void) {
     static const struct rms_case shapes[] = {
         {2880, 2880, 1, 1, 1, 1, "C x C, every field"},

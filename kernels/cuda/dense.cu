@@ -639,10 +639,11 @@ __global__ void __launch_bounds__(WM *WT *WK *DS_WARP)
 }
 
 // ---------------------------------------------------------------------------------------------
-// The weight-streaming tile for small T: bf16_bf16w_matmul_tc_stream<BT, STAGES> (T <= BT, BT 8
-// or 16; K % 8 == 0 and 16-byte aligned x and w). A block of 256 threads computes 16 features × BT
-// tokens: N/16 blocks (180 for N = 2880, 12,568 for the lm_head), each streaming its 16 weight rows
-// through a ring of STAGES stages of 16 × 256 (8 KB of W) + BT × 256 (x) bf16.
+// The weight-streaming tile for small T: bf16_bf16w_matmul_tc_stream<BT, STAGES> (T <= BT for BT 8
+// or 16; BT 32: grid x over token tiles of 32; K % 8 == 0 and 16-byte aligned x and w). A block
+// of 256 threads computes 16 features × BT tokens: N/16 blocks per token tile (180 for N = 2880,
+// 12,568 for the lm_head), each streaming its 16 weight rows through a ring of STAGES stages of
+// 16 × 256 (8 KB of W) + BT × 256 (x) bf16.
 //
 // Built to be memory bound rather than instruction bound:
 // - every thread's copies are fixed for the whole k loop: warp w copies W rows w and w + 8 and x
@@ -687,10 +688,23 @@ __global__ void __launch_bounds__(WM *WT *WK *DS_WARP)
 #ifndef TS_32_RS
 #define TS_32_RS 1
 #endif
+// Rows up to which the 32-token stream tile runs, in token tiles of 32 (grid x: the blocks of a
+// feature tile run side by side, so its weights come from DRAM about once), for products of at
+// most TS_32_MAX_N features. Every block re-reads its 32 rows of x from L2 (x traffic = T/16 × the
+// weight bytes): for the 120b verify's q/k/v and o_proj (45 - 80 wide tiles: a third of the GPU
+// idle) that is the cheaper cost, 55.7 µs per o_proj call against 116; for the 201,088-feature
+// lm_head, whose wide tiles fill the GPU anyway, it was not (1973 µs at 128 rows against 895 for
+// the 64 × 128 tiles and 1837 for 32 × 64).
+#ifndef TS_32_MAX_T
+#define TS_32_MAX_T 128
+#endif
+#ifndef TS_32_MAX_N
+#define TS_32_MAX_N 65536
+#endif
 // The wide-tile shapes by T (see ds_matmul_cuda): 32 × 64 tiles up to MM_MID_T rows, 16 × 64
-// instead with MM_NARROW64.
+// instead with MM_NARROW64. (256 took the 128-row lm_head from 895 to 1837 µs.)
 #ifndef MM_MID_T
-#define MM_MID_T 256
+#define MM_MID_T 64
 #endif
 #ifndef MM_NARROW64
 #define MM_NARROW64 0
@@ -791,15 +805,19 @@ __global__ void __launch_bounds__(TS_THREADS)
     static_assert(!ROPE || NI == 1, "the fused RoPE: up to 8 rows");
 
     const int warp = threadIdx.x / DS_WARP, lane = threadIdx.x % DS_WARP;
-    const int N = a.out_dim, K = a.in_dim, T = a.n_rows;
-    const int f0 = blockIdx.x * TS_BN;
+    // Block (x, y): the call's rows t0 .. t0 + T − 1 (token tile x) × features f0 .. f0 + 15.
+    // The 8- and 16-token tiles run one token tile (T <= BT: the decode kernels keep their code).
+    constexpr bool TILES = BT == 32;
+    const int N = a.out_dim, K = a.in_dim, t0 = TILES ? blockIdx.x * BT : 0;
+    const int T = TILES ? min(a.n_rows - t0, BT) : a.n_rows;
+    const int f0 = blockIdx.y * TS_BN;
     const int KT = (K + TS_BK - 1) / TS_BK, n_steps = (K + 15) / 16;
     const bool rt = ROPE && f0 < a.part_dim[0] + a.part_dim[1]; // a tile of RoPE pairs
 
     // Copy roles (see above). Tile row r of a stage holds W row ts_feature(r) (r < 16: f0 + r
     // unless a RoPE tile) or x row r − 16; chunk c of row r sits at mm_off<TS_BK>(r, c), and
     // (16 + w + 8j) & 7 == w & 7 == w.
-    const ds_bf16 *W = (const ds_bf16 *)a.w, *X = (const ds_bf16 *)a.x;
+    const ds_bf16 *W = (const ds_bf16 *)a.w, *X = (const ds_bf16 *)a.x + (size_t)t0 * K;
     const ds_bf16 *w0 = W + (size_t)min(ts_feature(a, rt, f0, warp), N - 1) * K + lane * 8;
     const ds_bf16 *w1 = W + (size_t)min(ts_feature(a, rt, f0, warp + 8), N - 1) * K + lane * 8;
     const ds_bf16 *xr[NI];
@@ -838,7 +856,7 @@ __global__ void __launch_bounds__(TS_THREADS)
             if (s < KT) ts_load_x<NI>(ring + s * STAGE_BYTES, x_off, xr, nx, s * TS_BK, lane * 8, K);
         cp_async_commit();
     } else {
-        mm_prefetch_w(W, f0, TS_BN, N, K);
+        if (blockIdx.x == 0) mm_prefetch_w(W, f0, TS_BN, N, K);
         DS_GRID_DEPENDENCY();
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++) {
@@ -856,9 +874,9 @@ __global__ void __launch_bounds__(TS_THREADS)
     if ((DN & DN_SCALE) && a.rms_of) {
         if (rs_pre) {
             for (int r = (int)threadIdx.x - 2 * DS_WARP; r >= 0 && r < T; r += 6 * DS_WARP)
-                s_row[r] = mm_rs_buf[r];
+                s_row[r] = mm_rs_buf[t0 + r];
         } else {
-            mm_row_scales<true>(a, 0, T, 2, 6, s_row);
+            mm_row_scales<true>(a, t0, T, 2, 6, s_row);
         }
     }
 
@@ -884,7 +902,7 @@ __global__ void __launch_bounds__(TS_THREADS)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int n = ts_feature(a, rt, f0, g + (r >> 1) * 8), t = ni * 8 + 2 * q + (r & 1);
-                ad[ni][r] = warp == 0 && n < N && t < T ? mm_addends<DN>(a, t, n)
+                ad[ni][r] = warp == 0 && n < N && t < T ? mm_addends<DN>(a, t0 + t, n)
                                                         : mm_add{0.f, 0.f, 0.f};
             }
     // RoPE tile: the cos and sin of pair g at tokens 2q, 2q + 1 (positions first: a chain of two
@@ -896,7 +914,7 @@ __global__ void __launch_bounds__(TS_THREADS)
         for (int e = 0; e < 2; e++) {
             const int t = 2 * q + e, H = a.rope_head_dim / 2;
             if (t >= T) continue;
-            const int32_t p = a.rope_positions[t];
+            const int32_t p = a.rope_positions[t0 + t];
             rok[e] = p >= 0 && p < a.rope_table_len;
             const size_t ti = (size_t)(rok[e] ? p : 0) * H + f0 % a.rope_head_dim / 16 * 8 + g;
             rc[e] = __ldg(a.rope_cos + ti), rs[e] = __ldg(a.rope_sin + ti);
@@ -974,7 +992,7 @@ __global__ void __launch_bounds__(TS_THREADS)
         for (int e = 0; e < 2; e++) {
             const int t = 2 * q + e;
             if (t >= T) continue;
-            const mm_dst d0 = mm_dst_of(a, t, n0), d1 = mm_dst_of(a, t, n1);
+            const mm_dst d0 = mm_dst_of(a, t0 + t, n0), d1 = mm_dst_of(a, t0 + t, n1);
             float v0 = acc[0][e] + xch[e * DS_WARP + lane];
             float v1 = acc[0][2 + e] + xch[(2 + e) * DS_WARP + lane];
             if ((DN & DN_SCALE) && a.rms_of)
@@ -996,8 +1014,8 @@ __global__ void __launch_bounds__(TS_THREADS)
         for (int r = 0; r < 4; r++) {
             const int n = f0 + g + (r >> 1) * 8, t = ni * 8 + 2 * q + (r & 1);
             if (n >= N || t >= T) continue;
-            mm_finish_add<DN>(a, t, n, acc[ni][r] + xch[(ni * 4 + r) * DS_WARP + lane],
-                              PRE ? ad[PRE ? ni : 0][r] : mm_addends<DN>(a, t, n),
+            mm_finish_add<DN>(a, t0 + t, n, acc[ni][r] + xch[(ni * 4 + r) * DS_WARP + lane],
+                              PRE ? ad[PRE ? ni : 0][r] : mm_addends<DN>(a, t0 + t, n),
                               (DN & DN_SCALE) && a.rms_of ? s_row[t] : 1.0f);
         }
 }
@@ -1016,7 +1034,11 @@ static enum ds_status ts_launch(const struct ds_matmul_args *a, cudaStream_t s, 
     const int smem = STAGES * (TS_BN + BT) * TS_ROW_BYTES + BT * (int)sizeof(float); // + scales
     static int set[4] = {0, 0, 0, 0};
     ds_smem_attr(k, &set[dn], smem);
-    ds_launch(k, cu_blocks(a->out_dim, TS_BN), TS_THREADS, smem, s, *a, rs);
+    const unsigned gy = cu_blocks(a->out_dim, TS_BN);
+    if (gy > 65535u)
+        return ds_error_set(DS_ERR_UNSUPPORTED, "matmul: %d output features (at most %d)",
+                            a->out_dim, 65535 * TS_BN);
+    ds_launch(k, dim3(BT == 32 ? cu_blocks(a->n_rows, BT) : 1u, gy), TS_THREADS, smem, s, *a, rs);
     return DS_OK;
 }
 
@@ -1188,14 +1210,14 @@ extern "C" enum ds_status ds_matmul_cuda(const struct ds_matmul_args *a, void *s
     if (a->act == DS_ELEM_BF16 && a->w_dtype == DS_ELEM_BF16) {
         const int vec = a->in_dim % 8 == 0 && aligned16(a->x) && aligned16(a->w);
         // The tile follows T (see THE REDUCTION ORDER: every shape gives the same bits).
-        // T <= 32 with 16-byte copies (decode, small verify): the weight-streaming tile, 16
-        // features per block (N / 16 blocks). Otherwise T <= 8: the 16 × 8 tile (element loads);
-        // T <= MM_MID_T: 32 × 64 tiles (or 16 × 64 with MM_NARROW64), so that a verify or a
-        // 32-row decode still has ~N / 32 blocks per token tile; larger T (prefill): 64 × 128.
+        // With 16-byte copies, T <= 32, or T <= TS_32_MAX_T for N <= TS_32_MAX_N (decode, verify):
+        // the weight-streaming tile, 16 features per block (N / 16 blocks per token tile of 8, 16
+        // or 32 rows). Otherwise T <= 8: the 16 × 8 tile (element loads); T <= MM_MID_T: 32 × 64
+        // tiles (or 16 × 64 with MM_NARROW64); larger T (prefill): 64 × 128.
         const int T = a->n_rows;
         if (vec && T <= 8) CU_TRY((ts_launch<8, TS_STAGES8>(a, s)));
         else if (vec && T <= 16) CU_TRY((ts_launch<16, 6>(a, s)));
-        else if (vec && T <= 32 && TS_32) {
+        else if (vec && TS_32 && (T <= 32 || (T <= TS_32_MAX_T && a->out_dim <= TS_32_MAX_N))) {
             const int rs = TS_32_RS ? mm_row_scales_launch(a, s) : 0;
             CU_TRY((ts_launch<32, TS_STAGES32>(a, s, rs)));
         } else {
