@@ -631,7 +631,10 @@ static void moe_matches_reference_over_a_shape_matrix(void) {
     moe_case("T=9 C=64 I=64 E=40 k=4 (36 pairs: grouping kernel, tiles 2+1)", 9, 64, 64, 40, 4,
              12, 0);
     moe_case("T=15 E=4 k=4 (wide: tiles 8+4+2+1, grouping kernel)", 15, 64, 64, 4, 4, 4, 0);
-    moe_case("T=150 E=2 k=2 (150 tokens per expert: 3 chunks)", 150, 32, 32, 2, 2, 5, 0);
+    moe_case("T=150 E=2 k=2 (150 tokens per expert: 3 chunks of 64 (f32), groups of 32 (bf16))",
+             150, 32, 32, 2, 2, 5, 0);
+    moe_case("T=300 E=2 k=2 (300 tokens per expert: bf16 chunks of 256 and 44)", 300, 32, 32, 2, 2,
+             15, 0);
     // One token with more row tiles than the one-block-per-SM kernels take (2·I/16 · k = 4096
     // tiles > 16 warps × SMs up to 256): the grouped gate_up and the fused down + combine run.
     moe_case("T=1 C=64 I=8192 E=4 k=4 (one token, fallback kernels)", 1, 64, 8192, 4, 4, 14, 0);

@@ -1070,7 +1070,19 @@ mm_rows(const char *lut, uint32_t ring_sm, uint8_t *sc, const uint8_t *wb, const
             out[nt][i] = __fadd_rn(acc[0][nt][i], acc[1][nt][i]);
 }
 
-#define MM_TOKEN_CHUNK 32 // pairs of one expert per block: NT <= 4 tiles of 8
+// Pairs of one expert per block, in groups of 8·NT (each group streams the expert's weights
+// once). Grid z covers T / MM_TOKEN_CHUNK chunks (an expert holds at most T pairs): at 32, a
+// 128-row verify launched 4 chunks per (row tile, expert) of which ~3 had no pair.
+#ifndef MM_TOKEN_CHUNK
+#define MM_TOKEN_CHUNK 256
+#endif
+// Blocks (in launch order) that fill the decode table before the grid dependency: about the
+// first wave (3 blocks on each of up to 170 SMs), whose fill then overlaps the previous kernel.
+// The later ones fill it once they know they have pairs: grid y covers min(E, T·KE) experts, and
+// a block of an unused one exits without writing 64 KB of shared memory.
+#ifndef MM_EARLY_LUT_BLOCKS
+#define MM_EARLY_LUT_BLOCKS 512
+#endif
 #ifndef MM_NT_BY_AVG
 #define MM_NT_BY_AVG 1 // 0: the grouped path always runs 4 tiles (32 columns) per weight pass
 #endif
@@ -1113,18 +1125,23 @@ static __host__ __device__ __forceinline__ int mm_smem_bytes(int warps, int K) {
     return MM_LUT_BYTES + warps * mm_scale_area(K);
 }
 
-// The set-up of the grouped tensor-core kernels (gate_up, down): the decode table (before the grid
-// dependency: it needs no input), the block's expert and pairs (moe_block_pairs), and the barrier
-// after which every warp may read the table. False when the block has nothing to do.
+// The set-up of the grouped tensor-core kernels (gate_up, down): the decode table (needs no input:
+// before the grid dependency in the first wave, see MM_EARLY_LUT_BLOCKS), the block's expert and
+// pairs (moe_block_pairs), and the barrier after which every warp may read the table. False when
+// the block has nothing to do (then it has not waited on that barrier: block-uniform).
 static __device__ __forceinline__ bool mm_block_setup(uint4 *lut, const struct ds_moe_args &a,
                                                       const int32_t *groups, const int32_t *pairs,
                                                       int32_t *s_list, int *s_info,
                                                       struct moe_block *k) {
-    mm_lut_fill(lut);
+    const bool early =
+            blockIdx.z == 0 && blockIdx.y * gridDim.x + blockIdx.x < MM_EARLY_LUT_BLOCKS;
+    if (early) mm_lut_fill(lut);
     DS_GRID_DEPENDENCY();
-    const bool any = moe_block_pairs(a, groups, pairs, MM_TOKEN_CHUNK, s_list, s_info, k);
+    if (!moe_block_pairs(a, groups, pairs, MM_TOKEN_CHUNK, s_list, s_info, k))
+        return false; // block-uniform
+    if (!early) mm_lut_fill(lut);
     __syncthreads(); // the table
-    return any;
+    return true;
 }
 
 // gate_up + clamped SwiGLU: grid (2I / 64, experts in use, chunks of 32 pairs). Writes h of unit
@@ -1155,6 +1172,9 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     // more pairs than that in this chunk: each group streams the weights again; the host picks
     // NT from the pairs per expert it expects). A column's bits do not depend on its group.
     for (int cb = beg; cb < end; cb += 8 * NT) {
+        // Every lane has read the scale area of the previous group before mm_rows copies the
+        // same bytes into it again (down_mma's groups are separated by a block barrier).
+        if (cb != beg) __syncwarp();
         int brow[NT], pr[NT];
         mm_token_rows<NT>(list, cb, end, KE, brow, pr);
         float rsv[NT];
@@ -2044,8 +2064,8 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
     const int32_t *groups = small ? NULL : w.groups;
     if (a->act == DS_ELEM_BF16) {
         // Tensor cores (every T; see "bf16 activations" above). Tiles of 8 pairs per expert: up
-        // to T on the small path (an expert holds at most one pair per row), 32 per chunk on the
-        // grouped one.
+        // to T on the small path (an expert holds at most one pair per row); on the grouped one
+        // NT tiles per weight pass, over the block's chunk of MM_TOKEN_CHUNK pairs.
 
         if (mm_smem_bytes(8, I) > 227 * 1024 || mm_smem_bytes(MM_WARPS, C) > 227 * 1024)
             return ds_error_set(DS_ERR_UNSUPPORTED,
