@@ -1144,8 +1144,9 @@ static __device__ __forceinline__ bool mm_block_setup(uint4 *lut, const struct d
     return true;
 }
 
-// gate_up + clamped SwiGLU: grid (2I / 64, experts in use, chunks of 32 pairs). Writes h of unit
-// r0/2 + g for the lane's columns 2t, 2t+1 as hi / lo bf16 (hh[pair·I + unit], hh + np·I).
+// gate_up + clamped SwiGLU: grid (2I / 64, experts in use, chunks of MM_TOKEN_CHUNK pairs).
+// Writes h of unit r0/2 + g for the lane's columns 2t, 2t+1 as hi / lo bf16 (hh[pair·I + unit],
+// hh + np·I).
 template <int NT>
 __global__ void __launch_bounds__(MM_THREADS, 3)
     bf16_mxfp4w_moe_gate_up_mma(const struct ds_moe_args a, const int32_t *groups,
