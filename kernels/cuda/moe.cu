@@ -937,10 +937,14 @@ static __device__ __forceinline__ void mm_load_act(const uint16_t *bp, int c, bo
 // The tile's scale bytes (16 rows × K/32, contiguous) go to the warp's scale area sc (shared
 // memory, mm_scale_area(K) bytes) with the first chunk's copies, so the chunk loop reads them from
 // shared memory: the activations' are the only global loads left in it.
-template <int NT, int NB, int DEPTH>
+// SPLIT: the range is two sums, [c_lo, c_split) into out0 and [c_split, c_hi) into out, each
+// exactly what a call over its own range returns (the down projection's K halves in one warp),
+// with one weight stream over both.
+template <int NT, int NB, int DEPTH, bool SPLIT = false>
 static __device__ __forceinline__ void
 mm_rows(const char *lut, uint32_t ring_sm, uint8_t *sc, const uint8_t *wb, const uint8_t *ws, int K,
-        int c_lo, int c_hi, const uint16_t *const bm[NB], const int brow[NT], float out[NT][4]) {
+        int c_lo, int c_hi, const uint16_t *const bm[NB], const int brow[NT], float out[NT][4],
+        int c_split = 0, float (*out0)[4] = nullptr) {
     const int lane = threadIdx.x % DS_WARP, t = lane & 3, g = lane >> 2, nb = K / DS_MXFP4_BLOCK;
     const size_t row_b = (size_t)K / 2;
     const uint32_t lane4 = (uint32_t)lane * 4u;
@@ -993,6 +997,15 @@ mm_rows(const char *lut, uint32_t ring_sm, uint8_t *sc, const uint8_t *wb, const
             const int c = c0 + d;
             if (c >= c_hi) break;
             const bool bok = 4 * c + t < nb;
+            if (SPLIT && c == c_split) { // the first sum is complete: bank it, start the second
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        out0[nt][i] = __fadd_rn(acc[0][nt][i], acc[1][nt][i]);
+                        acc[0][nt][i] = acc[1][nt][i] = 0.0f;
+                    }
+            }
             cp_async_wait<DEPTH - 1>(); // chunk c (the oldest group) has landed
             if (c == c_lo) __syncwarp(); // ... and with it every lane's scale copies
             const uint4 v0 = lds128(my + d * MM_STAGE_STRIDE);
@@ -1063,6 +1076,15 @@ mm_rows(const char *lut, uint32_t ring_sm, uint8_t *sc, const uint8_t *wb, const
         }
     }
     cp_async_wait<0>(); // nothing of this warp stays in flight into the stages
+    if (SPLIT && c_split >= c_hi) { // an empty second range: its sum is +0, as a call's over it
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                out0[nt][i] = __fadd_rn(acc[0][nt][i], acc[1][nt][i]);
+                acc[0][nt][i] = acc[1][nt][i] = 0.0f;
+            }
+    }
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -1210,9 +1232,15 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     }
 }
 
-// down: grid (C / 32, experts in use, chunks). Warp w: row tile w & 1 of the block's 32 rows, K
-// half w >> 1; the second half's sums go through shared memory to the first half's warp, which
-// writes y[pair][row] = (first + second) + b2 (f32) for rows r0 + 2g, r0 + 2g + 1.
+// down: y[pair][row] = (first + second) + b2 (f32) for rows r0 + 2g, r0 + 2g + 1, first and
+// second the sums over the K halves [0, mm_half) and [mm_half, mm_chunks). MM_DN_FULLK (1): grid
+// (C / 64, experts in use, chunks), warp w streams row tile w of the block's 64 rows over both
+// halves (mm_rows SPLIT), twice the stream per warp and no exchange. 0: grid (C / 32, ...), warp w
+// row tile w & 1 of the block's 32 rows over half w >> 1; the second half's sums go through shared
+// memory to the first half's warp. The same bits either way.
+#ifndef MM_DN_FULLK
+#define MM_DN_FULLK 1
+#endif
 template <int NT>
 __global__ void __launch_bounds__(MM_THREADS, 3)
     bf16_mxfp4w_moe_down_mma(const struct ds_moe_args a, const int32_t *groups,
@@ -1227,6 +1255,39 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     const int32_t *list = k.list;
     if (!any) return; // block-uniform
     const int C = a.dim, I = a.inter, lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
+    if constexpr (MM_DN_FULLK) {
+        const int r0 = blockIdx.x * MM_BLOCK_ROWS + warp * MM_ROWS;
+        if (r0 >= C) return; // warp-uniform; no block barrier follows
+        const int g = lane >> 2, t = lane & 3;
+        const size_t wr = (size_t)e * C + r0 + 2 * g, row_b = (size_t)I / 2, row_s = (size_t)I / 32;
+        const size_t np = (size_t)a.n_rows * a.top_k;
+        const uint16_t *bm[2] = {hh, hh + np * I};
+        const float b0 = ld_elem(a.down_bias, a.bias_dtype, wr);
+        const float b1 = ld_elem(a.down_bias, a.bias_dtype, wr + 1);
+        for (int cb = beg; cb < end; cb += 8 * NT) {
+            if (cb != beg) __syncwarp(); // the previous group's scale reads, as in gate_up_mma
+            int brow[NT], pr[NT];
+            mm_token_rows<NT>(list, cb, end, 1, brow, pr);
+            float first[NT][4], second[NT][4];
+            mm_rows<NT, 2, MM_DN_DEPTH, true>(
+                    (const char *)mm_lut, mm_slot(mm_lut, warp, MM_DN_DEPTH),
+                    (uint8_t *)mm_lut + MM_LUT_BYTES + warp * mm_scale_area(I),
+                    a.down_blocks + wr * row_b, a.down_scales + wr * row_s, I, 0, mm_chunks(I), bm,
+                    brow, second, mm_half(I), first);
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int q = 0; q < 2; q++) {
+                    const int p = __shfl_sync(DS_FULL_MASK, pr[nt], (2 * t + q) * 4);
+                    if (p < 0) continue;
+                    const float v0 = __fadd_rn(first[nt][q], second[nt][q]);
+                    const float v1 = __fadd_rn(first[nt][2 + q], second[nt][2 + q]);
+                    y[(size_t)p * C + r0 + 2 * g] = __fadd_rn(v0, b0);
+                    y[(size_t)p * C + r0 + 2 * g + 1] = __fadd_rn(v1, b1);
+                }
+        }
+        return;
+    }
     const int tile = warp & 1, half = warp >> 1;
     const int r0 = blockIdx.x * 2 * MM_ROWS + tile * MM_ROWS;
     const int g = lane >> 2, t = lane & 3;
@@ -2074,7 +2135,8 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
                                 op, C, I);
         const unsigned mch = cu_blocks((size_t)T, MM_TOKEN_CHUNK);
         const dim3 m1(cu_blocks((size_t)2 * I, MM_BLOCK_ROWS), n_used_max, mch);
-        const dim3 m2(cu_blocks((size_t)C, 2 * MM_ROWS), n_used_max, mch);
+        const dim3 m2(cu_blocks((size_t)C, MM_DN_FULLK ? MM_BLOCK_ROWS : 2 * MM_ROWS), n_used_max,
+                      mch);
         if (T == 1 && KE <= 4) {
             static int set_gu = 0, set_dn = 0;
             const int s1 = mm_smem_bytes(MM_WARPS, C), s2 = mm_smem_bytes(8, I);
