@@ -937,6 +937,18 @@ static __device__ __forceinline__ void mm_load_act(const uint16_t *bp, int c, bo
 // The tile's scale bytes (16 rows × K/32, contiguous) go to the warp's scale area sc (shared
 // memory, mm_scale_area(K) bytes) with the first chunk's copies, so the chunk loop reads them from
 // shared memory: the activations' are the only global loads left in it.
+// out0 = acc_even + acc_odd (what mm_rows returns for the chunks so far), then both restart at 0.
+template <int NT>
+static __device__ __forceinline__ void mm_bank(float acc[2][NT][4], float (*out0)[4]) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            out0[nt][i] = __fadd_rn(acc[0][nt][i], acc[1][nt][i]);
+            acc[0][nt][i] = acc[1][nt][i] = 0.0f;
+        }
+}
+
 // SPLIT: the range is two sums, [c_lo, c_split) into out0 and [c_split, c_hi) into out, each
 // exactly what a call over its own range returns (the down projection's K halves in one warp),
 // with one weight stream over both.
@@ -997,15 +1009,7 @@ mm_rows(const char *lut, uint32_t ring_sm, uint8_t *sc, const uint8_t *wb, const
             const int c = c0 + d;
             if (c >= c_hi) break;
             const bool bok = 4 * c + t < nb;
-            if (SPLIT && c == c_split) { // the first sum is complete: bank it, start the second
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        out0[nt][i] = __fadd_rn(acc[0][nt][i], acc[1][nt][i]);
-                        acc[0][nt][i] = acc[1][nt][i] = 0.0f;
-                    }
-            }
+            if (SPLIT && c == c_split) mm_bank<NT>(acc, out0); // the first sum is complete
             cp_async_wait<DEPTH - 1>(); // chunk c (the oldest group) has landed
             if (c == c_lo) __syncwarp(); // ... and with it every lane's scale copies
             const uint4 v0 = lds128(my + d * MM_STAGE_STRIDE);
@@ -1076,15 +1080,7 @@ mm_rows(const char *lut, uint32_t ring_sm, uint8_t *sc, const uint8_t *wb, const
         }
     }
     cp_async_wait<0>(); // nothing of this warp stays in flight into the stages
-    if (SPLIT && c_split >= c_hi) { // an empty second range: its sum is +0, as a call's over it
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                out0[nt][i] = __fadd_rn(acc[0][nt][i], acc[1][nt][i]);
-                acc[0][nt][i] = acc[1][nt][i] = 0.0f;
-            }
-    }
+    if (SPLIT && c_split >= c_hi) mm_bank<NT>(acc, out0); // an empty second range sums to +0
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
