@@ -1162,23 +1162,64 @@ static __device__ __forceinline__ bool mm_block_setup(uint4 *lut, const struct d
     return true;
 }
 
+// The grouped kernels as work items (MM_PERSIST, the grouping kernel's path): a grid of about 3
+// blocks per SM instead of one block per (row block, expert slot, chunk). A block fills the decode
+// table once, then takes items it = blockIdx.x, + gridDim.x, ... of (row block bx, expert in use
+// by, chunk bz), bx fastest, up to the device-side count of experts in use: no block of an unused
+// expert slot is launched, and the table and the set-up are paid once per block. An item is the
+// work of one block of the other grid (the same bits). The next item's expert and pairs are read
+// while the current one runs.
+#ifndef MM_PERSIST
+#define MM_PERSIST 1
+#endif
+static __device__ __forceinline__ struct moe_block mm_item_of(const struct moe_groups &gr,
+                                                              const int32_t *pairs, long long it,
+                                                              int nx, int n_used) {
+    const long long r = it / nx;
+    struct moe_block k;
+    k.e = gr.used[(int)(r % n_used)];
+    const int lo = gr.offsets[k.e], hi = gr.offsets[k.e + 1];
+    k.beg = lo + (int)(r / n_used) * MM_TOKEN_CHUNK;
+    k.end = min(hi, k.beg + MM_TOKEN_CHUNK);
+    k.list = pairs;
+    k.r0 = (int)(it % nx); // here: the item's row block
+    return k;
+}
+template <typename F>
+static __device__ __forceinline__ void mm_items(uint4 *lut, const struct ds_moe_args &a,
+                                                const int32_t *groups, const int32_t *pairs, int nx,
+                                                F item) {
+    mm_lut_fill(lut);
+    DS_GRID_DEPENDENCY();
+    const struct moe_groups gr = groups_of(groups, a.n_experts);
+    const int n_used = *gr.n_used;
+    const long long n_items =
+            (long long)n_used * nx * ((a.n_rows + MM_TOKEN_CHUNK - 1) / MM_TOKEN_CHUNK);
+    __syncthreads(); // the table
+    if ((long long)blockIdx.x >= n_items) return;
+    struct moe_block k = mm_item_of(gr, pairs, blockIdx.x, nx, n_used);
+    for (long long it = blockIdx.x; it < n_items; it += gridDim.x) {
+        const long long nit = it + gridDim.x;
+        const struct moe_block kn = nit < n_items ? mm_item_of(gr, pairs, nit, nx, n_used) : k;
+        if (k.beg < k.end) item(k.r0, k); // block-uniform
+        k = kn;
+    }
+}
+
 // gate_up + clamped SwiGLU: grid (2I / 64, experts in use, chunks of MM_TOKEN_CHUNK pairs).
 // Writes h of unit r0/2 + g for the lane's columns 2t, 2t+1 as hi / lo bf16 (hh[pair·I + unit],
 // hh + np·I).
+// One block's work (row block bx of expert k.e, pairs k.beg .. k.end): see the kernel below.
 template <int NT>
-__global__ void __launch_bounds__(MM_THREADS, 3)
-    bf16_mxfp4w_moe_gate_up_mma(const struct ds_moe_args a, const int32_t *groups,
-                                const int32_t *pairs, uint16_t *hh) {
-    extern __shared__ uint4 mm_lut[];
-    __shared__ int32_t s_list[DS_WARP];
-    __shared__ int s_info[2];
-    struct moe_block k;
-    const bool any = mm_block_setup(mm_lut, a, groups, pairs, s_list, s_info, &k);
+static __device__ __forceinline__ void gate_up_item(const struct ds_moe_args &a, uint16_t *hh,
+                                                    uint4 *mm_lut, int bx,
+                                                    const struct moe_block &k) {
     const int e = k.e, beg = k.beg, end = k.end;
     const int32_t *list = k.list;
     const int C = a.dim, I = a.inter, KE = a.top_k, lane = threadIdx.x % DS_WARP;
-    const int r0 = blockIdx.x * MM_BLOCK_ROWS + (threadIdx.x / DS_WARP) * MM_ROWS;
-    if (!any || r0 >= 2 * I) return;
+    const int r0 = bx * MM_BLOCK_ROWS + (threadIdx.x / DS_WARP) * MM_ROWS;
+    if (r0 >= 2 * I) return;
+    __syncwarp(); // a previous item's reads of the warp's scale area are done (see the groups)
     const int g = lane >> 2, t = lane & 3;
     const size_t ex_rows = (size_t)e * 2 * I, row_b = (size_t)C / 2, row_s = (size_t)C / 32;
     const size_t wr = ex_rows + r0 + 2 * g; // this lane's gate row; wr + 1 its linear row
@@ -1228,6 +1269,23 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     }
 }
 
+template <int NT>
+__global__ void __launch_bounds__(MM_THREADS, 3)
+    bf16_mxfp4w_moe_gate_up_mma(const struct ds_moe_args a, const int32_t *groups,
+                                const int32_t *pairs, uint16_t *hh) {
+    extern __shared__ uint4 mm_lut[];
+    if (MM_PERSIST && groups) {
+        mm_items(mm_lut, a, groups, pairs, (2 * a.inter + MM_BLOCK_ROWS - 1) / MM_BLOCK_ROWS,
+                 [&](int bx, const struct moe_block &k) { gate_up_item<NT>(a, hh, mm_lut, bx, k); });
+        return;
+    }
+    __shared__ int32_t s_list[DS_WARP];
+    __shared__ int s_info[2];
+    struct moe_block k;
+    if (!mm_block_setup(mm_lut, a, groups, pairs, s_list, s_info, &k)) return;
+    gate_up_item<NT>(a, hh, mm_lut, blockIdx.x, k);
+}
+
 // down: y[pair][row] = (first + second) + b2 (f32) for rows r0 + 2g, r0 + 2g + 1, first and
 // second the sums over the K halves [0, mm_half) and [mm_half, mm_chunks). MM_DN_FULLK (1): grid
 // (C / 64, experts in use, chunks), warp w streams row tile w of the block's 64 rows over both
@@ -1237,23 +1295,18 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
 #ifndef MM_DN_FULLK
 #define MM_DN_FULLK 1
 #endif
+// One block's work of the MM_DN_FULLK layout (row block bx of expert k.e): see the kernel below.
 template <int NT>
-__global__ void __launch_bounds__(MM_THREADS, 3)
-    bf16_mxfp4w_moe_down_mma(const struct ds_moe_args a, const int32_t *groups,
-                             const int32_t *pairs, const uint16_t *hh, float *y) {
-    extern __shared__ uint4 mm_lut[];
-    __shared__ int32_t s_list[DS_WARP];
-    __shared__ int s_info[2];
-    __shared__ float part[2][NT * 4][DS_WARP];
-    struct moe_block k;
-    const bool any = mm_block_setup(mm_lut, a, groups, pairs, s_list, s_info, &k);
+static __device__ __forceinline__ void down_item(const struct ds_moe_args &a, const uint16_t *hh,
+                                                 float *y, uint4 *mm_lut, int bx,
+                                                 const struct moe_block &k) {
     const int e = k.e, beg = k.beg, end = k.end;
     const int32_t *list = k.list;
-    if (!any) return; // block-uniform
     const int C = a.dim, I = a.inter, lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
-    if constexpr (MM_DN_FULLK) {
-        const int r0 = blockIdx.x * MM_BLOCK_ROWS + warp * MM_ROWS;
+    {
+        const int r0 = bx * MM_BLOCK_ROWS + warp * MM_ROWS;
         if (r0 >= C) return; // warp-uniform; no block barrier follows
+        __syncwarp(); // a previous item's reads of the warp's scale area are done
         const int g = lane >> 2, t = lane & 3;
         const size_t wr = (size_t)e * C + r0 + 2 * g, row_b = (size_t)I / 2, row_s = (size_t)I / 32;
         const size_t np = (size_t)a.n_rows * a.top_k;
@@ -1282,8 +1335,31 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
                     y[(size_t)p * C + r0 + 2 * g + 1] = __fadd_rn(v1, b1);
                 }
         }
+    }
+}
+
+template <int NT>
+__global__ void __launch_bounds__(MM_THREADS, 3)
+    bf16_mxfp4w_moe_down_mma(const struct ds_moe_args a, const int32_t *groups,
+                             const int32_t *pairs, const uint16_t *hh, float *y) {
+    extern __shared__ uint4 mm_lut[];
+    if (MM_DN_FULLK && MM_PERSIST && groups) {
+        mm_items(mm_lut, a, groups, pairs, (a.dim + MM_BLOCK_ROWS - 1) / MM_BLOCK_ROWS,
+                 [&](int bx, const struct moe_block &k) { down_item<NT>(a, hh, y, mm_lut, bx, k); });
         return;
     }
+    __shared__ int32_t s_list[DS_WARP];
+    __shared__ int s_info[2];
+    __shared__ float part[2][NT * 4][DS_WARP];
+    struct moe_block k;
+    if (!mm_block_setup(mm_lut, a, groups, pairs, s_list, s_info, &k)) return; // block-uniform
+    if constexpr (MM_DN_FULLK) {
+        down_item<NT>(a, hh, y, mm_lut, blockIdx.x, k);
+        return;
+    }
+    const int e = k.e, beg = k.beg, end = k.end;
+    const int32_t *list = k.list;
+    const int C = a.dim, I = a.inter, lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
     const int tile = warp & 1, half = warp >> 1;
     const int r0 = blockIdx.x * 2 * MM_ROWS + tile * MM_ROWS;
     const int g = lane >> 2, t = lane & 3;
@@ -2027,6 +2103,13 @@ static void mm_launch(const struct ds_moe_args *a, dim3 g1, dim3 g2, cudaStream_
                       const int32_t *groups, const struct moe_ws &w) {
     static int set_gu = 0, set_dn = 0;
     const int s1 = mm_smem_bytes(MM_WARPS, a->dim), s2 = mm_smem_bytes(MM_WARPS, a->inter);
+    if (MM_PERSIST && groups) { // work items (see mm_items): 3 blocks per SM at most
+        const unsigned long long cap = 3ull * (unsigned)moe_sm_count();
+        const unsigned long long n1 = (unsigned long long)g1.x * g1.y * g1.z;
+        const unsigned long long n2 = (unsigned long long)g2.x * g2.y * g2.z;
+        g1 = dim3((unsigned)(n1 < cap ? n1 : cap));
+        if (MM_DN_FULLK) g2 = dim3((unsigned)(n2 < cap ? n2 : cap));
+    }
     ds_smem_attr(bf16_mxfp4w_moe_gate_up_mma<NT>, &set_gu, s1);
     ds_smem_attr(bf16_mxfp4w_moe_down_mma<NT>, &set_dn, s2);
     ds_launch(bf16_mxfp4w_moe_gate_up_mma<NT>, g1, dim3(MM_THREADS), s1, st, *a, groups,
