@@ -961,6 +961,9 @@ mm_rows(const char *lut, uint32_t ring_sm, uint8_t *sc, const uint8_t *wb, const
     const size_t row_b = (size_t)K / 2;
     const uint32_t lane4 = (uint32_t)lane * 4u;
     const uint8_t *p = wb + 16 * t;
+    // A previous call on this warp's scale area (another column group or work item) is read by
+    // every lane before the copies below overwrite it: each lane reads other lanes' bytes.
+    __syncwarp();
     {
         // The scale copy joins chunk c_lo's commit group (issued below before its commit).
         const uint8_t *tile = ws - (size_t)2 * g * nb; // row 0 of the tile
@@ -1219,7 +1222,6 @@ static __device__ __forceinline__ void gate_up_item(const struct ds_moe_args &a,
     const int C = a.dim, I = a.inter, KE = a.top_k, lane = threadIdx.x % DS_WARP;
     const int r0 = bx * MM_BLOCK_ROWS + (threadIdx.x / DS_WARP) * MM_ROWS;
     if (r0 >= 2 * I) return;
-    __syncwarp(); // a previous item's reads of the warp's scale area are done (see the groups)
     const int g = lane >> 2, t = lane & 3;
     const size_t ex_rows = (size_t)e * 2 * I, row_b = (size_t)C / 2, row_s = (size_t)C / 32;
     const size_t wr = ex_rows + r0 + 2 * g; // this lane's gate row; wr + 1 its linear row
@@ -1232,9 +1234,6 @@ static __device__ __forceinline__ void gate_up_item(const struct ds_moe_args &a,
     // more pairs than that in this chunk: each group streams the weights again; the host picks
     // NT from the pairs per expert it expects). A column's bits do not depend on its group.
     for (int cb = beg; cb < end; cb += 8 * NT) {
-        // Every lane has read the scale area of the previous group before mm_rows copies the
-        // same bytes into it again (down_mma's groups are separated by a block barrier).
-        if (cb != beg) __syncwarp();
         int brow[NT], pr[NT];
         mm_token_rows<NT>(list, cb, end, KE, brow, pr);
         float rsv[NT];
@@ -1306,7 +1305,6 @@ static __device__ __forceinline__ void down_item(const struct ds_moe_args &a, co
     {
         const int r0 = bx * MM_BLOCK_ROWS + warp * MM_ROWS;
         if (r0 >= C) return; // warp-uniform; no block barrier follows
-        __syncwarp(); // a previous item's reads of the warp's scale area are done
         const int g = lane >> 2, t = lane & 3;
         const size_t wr = (size_t)e * C + r0 + 2 * g, row_b = (size_t)I / 2, row_s = (size_t)I / 32;
         const size_t np = (size_t)a.n_rows * a.top_k;
@@ -1314,7 +1312,6 @@ static __device__ __forceinline__ void down_item(const struct ds_moe_args &a, co
         const float b0 = ld_elem(a.down_bias, a.bias_dtype, wr);
         const float b1 = ld_elem(a.down_bias, a.bias_dtype, wr + 1);
         for (int cb = beg; cb < end; cb += 8 * NT) {
-            if (cb != beg) __syncwarp(); // the previous group's scale reads, as in gate_up_mma
             int brow[NT], pr[NT];
             mm_token_rows<NT>(list, cb, end, 1, brow, pr);
             float first[NT][4], second[NT][4];
