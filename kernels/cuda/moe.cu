@@ -1171,9 +1171,16 @@ static __device__ __forceinline__ bool mm_block_setup(uint4 *lut, const struct d
 // by, chunk bz), bx fastest, up to the device-side count of experts in use: no block of an unused
 // expert slot is launched, and the table and the set-up are paid once per block. An item is the
 // work of one block of the other grid (the same bits). The next item's expert and pairs are read
-// while the current one runs.
+// while the current one runs. Chosen at launch (the kernels' `items` argument) only where an expert
+// in use holds at most MM_PERSIST_AVG pairs on average: there most expert slots of the other grid
+// are idle (120b decode at 32 rows: 1 pair per expert, -0.8 ms per step), while with more pairs
+// per expert the capped grid was slower (120b verify at 128 rows: 4 per expert, +0.5 ms; 20b
+// decode at 32 rows: 4 per expert, +0.05 ms).
 #ifndef MM_PERSIST
 #define MM_PERSIST 1
+#endif
+#ifndef MM_PERSIST_AVG
+#define MM_PERSIST_AVG 2
 #endif
 static __device__ __forceinline__ struct moe_block mm_item_of(const struct moe_groups &gr,
                                                               const int32_t *pairs, long long it,
@@ -1271,9 +1278,9 @@ static __device__ __forceinline__ void gate_up_item(const struct ds_moe_args &a,
 template <int NT>
 __global__ void __launch_bounds__(MM_THREADS, 3)
     bf16_mxfp4w_moe_gate_up_mma(const struct ds_moe_args a, const int32_t *groups,
-                                const int32_t *pairs, uint16_t *hh) {
+                                const int32_t *pairs, uint16_t *hh, int items) {
     extern __shared__ uint4 mm_lut[];
-    if (MM_PERSIST && groups) {
+    if (MM_PERSIST && items) { // work items (mm_items; items implies groups)
         mm_items(mm_lut, a, groups, pairs, (2 * a.inter + MM_BLOCK_ROWS - 1) / MM_BLOCK_ROWS,
                  [&](int bx, const struct moe_block &k) { gate_up_item<NT>(a, hh, mm_lut, bx, k); });
         return;
@@ -1338,9 +1345,9 @@ static __device__ __forceinline__ void down_item(const struct ds_moe_args &a, co
 template <int NT>
 __global__ void __launch_bounds__(MM_THREADS, 3)
     bf16_mxfp4w_moe_down_mma(const struct ds_moe_args a, const int32_t *groups,
-                             const int32_t *pairs, const uint16_t *hh, float *y) {
+                             const int32_t *pairs, const uint16_t *hh, float *y, int items) {
     extern __shared__ uint4 mm_lut[];
-    if (MM_DN_FULLK && MM_PERSIST && groups) {
+    if (MM_DN_FULLK && MM_PERSIST && items) {
         mm_items(mm_lut, a, groups, pairs, (a.dim + MM_BLOCK_ROWS - 1) / MM_BLOCK_ROWS,
                  [&](int bx, const struct moe_block &k) { down_item<NT>(a, hh, y, mm_lut, bx, k); });
         return;
@@ -2097,10 +2104,11 @@ static int d1_pad_warps(int wg, int wd) {
 
 template <int NT>
 static void mm_launch(const struct ds_moe_args *a, dim3 g1, dim3 g2, cudaStream_t st,
-                      const int32_t *groups, const struct moe_ws &w) {
+                      const int32_t *groups, const struct moe_ws &w, long long avg) {
     static int set_gu = 0, set_dn = 0;
     const int s1 = mm_smem_bytes(MM_WARPS, a->dim), s2 = mm_smem_bytes(MM_WARPS, a->inter);
-    if (MM_PERSIST && groups) { // work items (see mm_items): 3 blocks per SM at most
+    const int items = MM_PERSIST && groups && avg <= MM_PERSIST_AVG;
+    if (items) { // work items (see mm_items): 3 blocks per SM at most
         const unsigned long long cap = 3ull * (unsigned)moe_sm_count();
         const unsigned long long n1 = (unsigned long long)g1.x * g1.y * g1.z;
         const unsigned long long n2 = (unsigned long long)g2.x * g2.y * g2.z;
@@ -2110,9 +2118,9 @@ static void mm_launch(const struct ds_moe_args *a, dim3 g1, dim3 g2, cudaStream_
     ds_smem_attr(bf16_mxfp4w_moe_gate_up_mma<NT>, &set_gu, s1);
     ds_smem_attr(bf16_mxfp4w_moe_down_mma<NT>, &set_dn, s2);
     ds_launch(bf16_mxfp4w_moe_gate_up_mma<NT>, g1, dim3(MM_THREADS), s1, st, *a, groups,
-              (const int32_t *)w.pairs, (uint16_t *)w.h);
+              (const int32_t *)w.pairs, (uint16_t *)w.h, items);
     ds_launch(bf16_mxfp4w_moe_down_mma<NT>, g2, dim3(MM_THREADS), s2, st, *a, groups,
-              (const int32_t *)w.pairs, (const uint16_t *)w.h, w.y);
+              (const int32_t *)w.pairs, (const uint16_t *)w.h, w.y, items);
 }
 
 // gate_up then down of one variant.
@@ -2235,7 +2243,7 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
             } else {
                 ds_smem_attr(bf16_mxfp4w_moe_gate_up_mma<1>, &set_gu, s1);
                 ds_launch(bf16_mxfp4w_moe_gate_up_mma<1>, m1, dim3(MM_THREADS), s1, st, *a,
-                          (const int32_t *)NULL, (const int32_t *)w.pairs, (uint16_t *)w.h);
+                          (const int32_t *)NULL, (const int32_t *)w.pairs, (uint16_t *)w.h, 0);
             }
             if (d1) {
                 const int s3 = d1_smem_bytes(wd, C, I, KE);
@@ -2286,7 +2294,7 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
                     const int s2 = mm_smem_bytes(MM_WARPS, I);
                     ds_smem_attr(bf16_mxfp4w_moe_down_mma<1>, &set_dn, s2);
                     ds_launch(bf16_mxfp4w_moe_down_mma<1>, m2, dim3(MM_THREADS), s2, st, *a,
-                              groups, (const int32_t *)w.pairs, (const uint16_t *)w.h, w.y);
+                              groups, (const int32_t *)w.pairs, (const uint16_t *)w.h, w.y, 0);
                 }
                 ds_launch(act_moe_combine, dim3((unsigned)T, cu_blocks((size_t)C, 256)), dim3(256),
                           0, st, *a, (const float *)w.y);
@@ -2294,11 +2302,11 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
             }
         }
         if (nt == 1)
-            mm_launch<1>(a, m1, m2, st, groups, w);
+            mm_launch<1>(a, m1, m2, st, groups, w, avg);
         else if (nt == 2)
-            mm_launch<2>(a, m1, m2, st, groups, w);
+            mm_launch<2>(a, m1, m2, st, groups, w, avg);
         else
-            mm_launch<4>(a, m1, m2, st, groups, w);
+            mm_launch<4>(a, m1, m2, st, groups, w, avg);
         ds_launch(act_moe_combine, dim3((unsigned)T, cu_blocks((size_t)C, 256)), dim3(256), 0, st,
                   *a, (const float *)w.y);
         return DS_OK;
