@@ -1605,11 +1605,12 @@ static __device__ __forceinline__ void g1_stream(const char *lut, uint32_t my, c
             cp_async_wait<DEPTH - 1>();     // chunk c0 + d (the oldest group) has landed
             if (c0 + d == c_lo) __syncwarp(); // ... and with it every lane's scale copies
             const uint4 v0 = lds128(my + d * SS), v1 = lds128(my + d * SS + RO);
-            // Past the row (the last chunk when nb % 4 != 0) the bytes read belong to the next
-            // row or area of shared memory and are replaced by 127 (the codes there are zeros).
+            // Past the row (the last chunk when nb % 4 != 0) the scale is 127 (the codes there
+            // are zeros) and nothing is read: row 15's s0p[nb] would lie in the next warp's area,
+            // which that warp's copies may be writing.
             const bool bok = kb < 0;
-            const uint32_t s0 = s0p[0], s1 = s0p[nb];
-            const uint32_t sc0 = mm_scale2(bok ? s0 : 127u), sc1 = mm_scale2(bok ? s1 : 127u);
+            const uint32_t sc0 = mm_scale2(bok ? s0p[0] : 127u);
+            const uint32_t sc1 = mm_scale2(bok ? s0p[nb] : 127u);
             const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w};
             const uint32_t w1[4] = {v1.x, v1.y, v1.z, v1.w};
             uint4 bv[NB][4];
