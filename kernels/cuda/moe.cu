@@ -937,14 +937,33 @@ static __device__ __forceinline__ void mm_load_act(const uint16_t *bp, int c, bo
 // The tile's scale bytes (16 rows × K/32, contiguous) go to the warp's scale area sc (shared
 // memory, mm_scale_area(K) bytes) with the first chunk's copies, so the chunk loop reads them from
 // shared memory: the activations' are the only global loads left in it.
-template <int NT, int NB, int DEPTH>
+// out0 = acc_even + acc_odd (what mm_rows returns for the chunks so far), then both restart at 0.
+template <int NT>
+static __device__ __forceinline__ void mm_bank(float acc[2][NT][4], float (*out0)[4]) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            out0[nt][i] = __fadd_rn(acc[0][nt][i], acc[1][nt][i]);
+            acc[0][nt][i] = acc[1][nt][i] = 0.0f;
+        }
+}
+
+// SPLIT: the range is two sums, [c_lo, c_split) into out0 and [c_split, c_hi) into out, each
+// exactly what a call over its own range returns (the down projection's K halves in one warp),
+// with one weight stream over both.
+template <int NT, int NB, int DEPTH, bool SPLIT = false>
 static __device__ __forceinline__ void
 mm_rows(const char *lut, uint32_t ring_sm, uint8_t *sc, const uint8_t *wb, const uint8_t *ws, int K,
-        int c_lo, int c_hi, const uint16_t *const bm[NB], const int brow[NT], float out[NT][4]) {
+        int c_lo, int c_hi, const uint16_t *const bm[NB], const int brow[NT], float out[NT][4],
+        int c_split = 0, float (*out0)[4] = nullptr) {
     const int lane = threadIdx.x % DS_WARP, t = lane & 3, g = lane >> 2, nb = K / DS_MXFP4_BLOCK;
     const size_t row_b = (size_t)K / 2;
     const uint32_t lane4 = (uint32_t)lane * 4u;
     const uint8_t *p = wb + 16 * t;
+    // A previous call on this warp's scale area (another column group or work item) is read by
+    // every lane before the copies below overwrite it: each lane reads other lanes' bytes.
+    __syncwarp();
     {
         // The scale copy joins chunk c_lo's commit group (issued below before its commit).
         const uint8_t *tile = ws - (size_t)2 * g * nb; // row 0 of the tile
@@ -993,6 +1012,7 @@ mm_rows(const char *lut, uint32_t ring_sm, uint8_t *sc, const uint8_t *wb, const
             const int c = c0 + d;
             if (c >= c_hi) break;
             const bool bok = 4 * c + t < nb;
+            if (SPLIT && c == c_split) mm_bank<NT>(acc, out0); // the first sum is complete
             cp_async_wait<DEPTH - 1>(); // chunk c (the oldest group) has landed
             if (c == c_lo) __syncwarp(); // ... and with it every lane's scale copies
             const uint4 v0 = lds128(my + d * MM_STAGE_STRIDE);
@@ -1063,6 +1083,7 @@ mm_rows(const char *lut, uint32_t ring_sm, uint8_t *sc, const uint8_t *wb, const
         }
     }
     cp_async_wait<0>(); // nothing of this warp stays in flight into the stages
+    if (SPLIT && c_split >= c_hi) mm_bank<NT>(acc, out0); // an empty second range sums to +0
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -1144,23 +1165,70 @@ static __device__ __forceinline__ bool mm_block_setup(uint4 *lut, const struct d
     return true;
 }
 
+// The grouped kernels as work items (MM_PERSIST, the grouping kernel's path): a grid of about 3
+// blocks per SM instead of one block per (row block, expert slot, chunk). A block fills the decode
+// table once, then takes items it = blockIdx.x, + gridDim.x, ... of (row block bx, expert in use
+// by, chunk bz), bx fastest, up to the device-side count of experts in use: no block of an unused
+// expert slot is launched, and the table and the set-up are paid once per block. An item is the
+// work of one block of the other grid (the same bits). The next item's expert and pairs are read
+// while the current one runs. Chosen at launch (the kernels' `items` argument) only where an expert
+// in use holds at most MM_PERSIST_AVG pairs on average: there most expert slots of the other grid
+// are idle (120b decode at 32 rows: 1 pair per expert, -0.8 ms per step), while with more pairs
+// per expert the capped grid was slower (120b verify at 128 rows: 4 per expert, +0.5 ms; 20b
+// decode at 32 rows: 4 per expert, +0.05 ms).
+#ifndef MM_PERSIST
+#define MM_PERSIST 1
+#endif
+#ifndef MM_PERSIST_AVG
+#define MM_PERSIST_AVG 2
+#endif
+static __device__ __forceinline__ struct moe_block mm_item_of(const struct moe_groups &gr,
+                                                              const int32_t *pairs, long long it,
+                                                              int nx, int n_used) {
+    const long long r = it / nx;
+    struct moe_block k;
+    k.e = gr.used[(int)(r % n_used)];
+    const int lo = gr.offsets[k.e], hi = gr.offsets[k.e + 1];
+    k.beg = lo + (int)(r / n_used) * MM_TOKEN_CHUNK;
+    k.end = min(hi, k.beg + MM_TOKEN_CHUNK);
+    k.list = pairs;
+    k.r0 = (int)(it % nx); // here: the item's row block
+    return k;
+}
+template <typename F>
+static __device__ __forceinline__ void mm_items(uint4 *lut, const struct ds_moe_args &a,
+                                                const int32_t *groups, const int32_t *pairs, int nx,
+                                                F item) {
+    mm_lut_fill(lut);
+    DS_GRID_DEPENDENCY();
+    const struct moe_groups gr = groups_of(groups, a.n_experts);
+    const int n_used = *gr.n_used;
+    const long long n_items =
+            (long long)n_used * nx * ((a.n_rows + MM_TOKEN_CHUNK - 1) / MM_TOKEN_CHUNK);
+    __syncthreads(); // the table
+    if ((long long)blockIdx.x >= n_items) return;
+    struct moe_block k = mm_item_of(gr, pairs, blockIdx.x, nx, n_used);
+    for (long long it = blockIdx.x; it < n_items; it += gridDim.x) {
+        const long long nit = it + gridDim.x;
+        const struct moe_block kn = nit < n_items ? mm_item_of(gr, pairs, nit, nx, n_used) : k;
+        if (k.beg < k.end) item(k.r0, k); // block-uniform
+        k = kn;
+    }
+}
+
 // gate_up + clamped SwiGLU: grid (2I / 64, experts in use, chunks of MM_TOKEN_CHUNK pairs).
 // Writes h of unit r0/2 + g for the lane's columns 2t, 2t+1 as hi / lo bf16 (hh[pair·I + unit],
 // hh + np·I).
+// One block's work (row block bx of expert k.e, pairs k.beg .. k.end): see the kernel below.
 template <int NT>
-__global__ void __launch_bounds__(MM_THREADS, 3)
-    bf16_mxfp4w_moe_gate_up_mma(const struct ds_moe_args a, const int32_t *groups,
-                                const int32_t *pairs, uint16_t *hh) {
-    extern __shared__ uint4 mm_lut[];
-    __shared__ int32_t s_list[DS_WARP];
-    __shared__ int s_info[2];
-    struct moe_block k;
-    const bool any = mm_block_setup(mm_lut, a, groups, pairs, s_list, s_info, &k);
+static __device__ __forceinline__ void gate_up_item(const struct ds_moe_args &a, uint16_t *hh,
+                                                    uint4 *mm_lut, int bx,
+                                                    const struct moe_block &k) {
     const int e = k.e, beg = k.beg, end = k.end;
     const int32_t *list = k.list;
     const int C = a.dim, I = a.inter, KE = a.top_k, lane = threadIdx.x % DS_WARP;
-    const int r0 = blockIdx.x * MM_BLOCK_ROWS + (threadIdx.x / DS_WARP) * MM_ROWS;
-    if (!any || r0 >= 2 * I) return;
+    const int r0 = bx * MM_BLOCK_ROWS + (threadIdx.x / DS_WARP) * MM_ROWS;
+    if (r0 >= 2 * I) return;
     const int g = lane >> 2, t = lane & 3;
     const size_t ex_rows = (size_t)e * 2 * I, row_b = (size_t)C / 2, row_s = (size_t)C / 32;
     const size_t wr = ex_rows + r0 + 2 * g; // this lane's gate row; wr + 1 its linear row
@@ -1173,9 +1241,6 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     // more pairs than that in this chunk: each group streams the weights again; the host picks
     // NT from the pairs per expert it expects). A column's bits do not depend on its group.
     for (int cb = beg; cb < end; cb += 8 * NT) {
-        // Every lane has read the scale area of the previous group before mm_rows copies the
-        // same bytes into it again (down_mma's groups are separated by a block barrier).
-        if (cb != beg) __syncwarp();
         int brow[NT], pr[NT];
         mm_token_rows<NT>(list, cb, end, KE, brow, pr);
         float rsv[NT];
@@ -1210,22 +1275,94 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     }
 }
 
-// down: grid (C / 32, experts in use, chunks). Warp w: row tile w & 1 of the block's 32 rows, K
-// half w >> 1; the second half's sums go through shared memory to the first half's warp, which
-// writes y[pair][row] = (first + second) + b2 (f32) for rows r0 + 2g, r0 + 2g + 1.
+template <int NT>
+__global__ void __launch_bounds__(MM_THREADS, 3)
+    bf16_mxfp4w_moe_gate_up_mma(const struct ds_moe_args a, const int32_t *groups,
+                                const int32_t *pairs, uint16_t *hh, int items) {
+    extern __shared__ uint4 mm_lut[];
+    if (MM_PERSIST && items) { // work items (mm_items; items implies groups)
+        mm_items(mm_lut, a, groups, pairs, (2 * a.inter + MM_BLOCK_ROWS - 1) / MM_BLOCK_ROWS,
+                 [&](int bx, const struct moe_block &k) { gate_up_item<NT>(a, hh, mm_lut, bx, k); });
+        return;
+    }
+    __shared__ int32_t s_list[DS_WARP];
+    __shared__ int s_info[2];
+    struct moe_block k;
+    if (!mm_block_setup(mm_lut, a, groups, pairs, s_list, s_info, &k)) return;
+    gate_up_item<NT>(a, hh, mm_lut, blockIdx.x, k);
+}
+
+// down: y[pair][row] = (first + second) + b2 (f32) for rows r0 + 2g, r0 + 2g + 1, first and
+// second the sums over the K halves [0, mm_half) and [mm_half, mm_chunks). MM_DN_FULLK (1): grid
+// (C / 64, experts in use, chunks), warp w streams row tile w of the block's 64 rows over both
+// halves (mm_rows SPLIT), twice the stream per warp and no exchange. 0: grid (C / 32, ...), warp w
+// row tile w & 1 of the block's 32 rows over half w >> 1; the second half's sums go through shared
+// memory to the first half's warp. The same bits either way.
+#ifndef MM_DN_FULLK
+#define MM_DN_FULLK 1
+#endif
+// One block's work of the MM_DN_FULLK layout (row block bx of expert k.e): see the kernel below.
+template <int NT>
+static __device__ __forceinline__ void down_item(const struct ds_moe_args &a, const uint16_t *hh,
+                                                 float *y, uint4 *mm_lut, int bx,
+                                                 const struct moe_block &k) {
+    const int e = k.e, beg = k.beg, end = k.end;
+    const int32_t *list = k.list;
+    const int C = a.dim, I = a.inter, lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
+    {
+        const int r0 = bx * MM_BLOCK_ROWS + warp * MM_ROWS;
+        if (r0 >= C) return; // warp-uniform; no block barrier follows
+        const int g = lane >> 2, t = lane & 3;
+        const size_t wr = (size_t)e * C + r0 + 2 * g, row_b = (size_t)I / 2, row_s = (size_t)I / 32;
+        const size_t np = (size_t)a.n_rows * a.top_k;
+        const uint16_t *bm[2] = {hh, hh + np * I};
+        const float b0 = ld_elem(a.down_bias, a.bias_dtype, wr);
+        const float b1 = ld_elem(a.down_bias, a.bias_dtype, wr + 1);
+        for (int cb = beg; cb < end; cb += 8 * NT) {
+            int brow[NT], pr[NT];
+            mm_token_rows<NT>(list, cb, end, 1, brow, pr);
+            float first[NT][4], second[NT][4];
+            mm_rows<NT, 2, MM_DN_DEPTH, true>(
+                    (const char *)mm_lut, mm_slot(mm_lut, warp, MM_DN_DEPTH),
+                    (uint8_t *)mm_lut + MM_LUT_BYTES + warp * mm_scale_area(I),
+                    a.down_blocks + wr * row_b, a.down_scales + wr * row_s, I, 0, mm_chunks(I), bm,
+                    brow, second, mm_half(I), first);
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int q = 0; q < 2; q++) {
+                    const int p = __shfl_sync(DS_FULL_MASK, pr[nt], (2 * t + q) * 4);
+                    if (p < 0) continue;
+                    const float v0 = __fadd_rn(first[nt][q], second[nt][q]);
+                    const float v1 = __fadd_rn(first[nt][2 + q], second[nt][2 + q]);
+                    y[(size_t)p * C + r0 + 2 * g] = __fadd_rn(v0, b0);
+                    y[(size_t)p * C + r0 + 2 * g + 1] = __fadd_rn(v1, b1);
+                }
+        }
+    }
+}
+
 template <int NT>
 __global__ void __launch_bounds__(MM_THREADS, 3)
     bf16_mxfp4w_moe_down_mma(const struct ds_moe_args a, const int32_t *groups,
-                             const int32_t *pairs, const uint16_t *hh, float *y) {
+                             const int32_t *pairs, const uint16_t *hh, float *y, int items) {
     extern __shared__ uint4 mm_lut[];
+    if (MM_DN_FULLK && MM_PERSIST && items) {
+        mm_items(mm_lut, a, groups, pairs, (a.dim + MM_BLOCK_ROWS - 1) / MM_BLOCK_ROWS,
+                 [&](int bx, const struct moe_block &k) { down_item<NT>(a, hh, y, mm_lut, bx, k); });
+        return;
+    }
     __shared__ int32_t s_list[DS_WARP];
     __shared__ int s_info[2];
     __shared__ float part[2][NT * 4][DS_WARP];
     struct moe_block k;
-    const bool any = mm_block_setup(mm_lut, a, groups, pairs, s_list, s_info, &k);
+    if (!mm_block_setup(mm_lut, a, groups, pairs, s_list, s_info, &k)) return; // block-uniform
+    if constexpr (MM_DN_FULLK) {
+        down_item<NT>(a, hh, y, mm_lut, blockIdx.x, k);
+        return;
+    }
     const int e = k.e, beg = k.beg, end = k.end;
     const int32_t *list = k.list;
-    if (!any) return; // block-uniform
     const int C = a.dim, I = a.inter, lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
     const int tile = warp & 1, half = warp >> 1;
     const int r0 = blockIdx.x * 2 * MM_ROWS + tile * MM_ROWS;
@@ -1468,11 +1605,12 @@ static __device__ __forceinline__ void g1_stream(const char *lut, uint32_t my, c
             cp_async_wait<DEPTH - 1>();     // chunk c0 + d (the oldest group) has landed
             if (c0 + d == c_lo) __syncwarp(); // ... and with it every lane's scale copies
             const uint4 v0 = lds128(my + d * SS), v1 = lds128(my + d * SS + RO);
-            // Past the row (the last chunk when nb % 4 != 0) the bytes read belong to the next
-            // row or area of shared memory and are replaced by 127 (the codes there are zeros).
+            // Past the row (the last chunk when nb % 4 != 0) the scale is 127 (the codes there
+            // are zeros) and nothing is read: row 15's s0p[nb] would lie in the next warp's area,
+            // which that warp's copies may be writing.
             const bool bok = kb < 0;
-            const uint32_t s0 = s0p[0], s1 = s0p[nb];
-            const uint32_t sc0 = mm_scale2(bok ? s0 : 127u), sc1 = mm_scale2(bok ? s1 : 127u);
+            const uint32_t sc0 = mm_scale2(bok ? s0p[0] : 127u);
+            const uint32_t sc1 = mm_scale2(bok ? s0p[nb] : 127u);
             const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w};
             const uint32_t w1[4] = {v1.x, v1.y, v1.z, v1.w};
             uint4 bv[NB][4];
@@ -1967,15 +2105,23 @@ static int d1_pad_warps(int wg, int wd) {
 
 template <int NT>
 static void mm_launch(const struct ds_moe_args *a, dim3 g1, dim3 g2, cudaStream_t st,
-                      const int32_t *groups, const struct moe_ws &w) {
+                      const int32_t *groups, const struct moe_ws &w, long long avg) {
     static int set_gu = 0, set_dn = 0;
     const int s1 = mm_smem_bytes(MM_WARPS, a->dim), s2 = mm_smem_bytes(MM_WARPS, a->inter);
+    const int items = MM_PERSIST && groups && avg <= MM_PERSIST_AVG;
+    if (items) { // work items (see mm_items): 3 blocks per SM at most
+        const unsigned long long cap = 3ull * (unsigned)moe_sm_count();
+        const unsigned long long n1 = (unsigned long long)g1.x * g1.y * g1.z;
+        const unsigned long long n2 = (unsigned long long)g2.x * g2.y * g2.z;
+        g1 = dim3((unsigned)(n1 < cap ? n1 : cap));
+        if (MM_DN_FULLK) g2 = dim3((unsigned)(n2 < cap ? n2 : cap));
+    }
     ds_smem_attr(bf16_mxfp4w_moe_gate_up_mma<NT>, &set_gu, s1);
     ds_smem_attr(bf16_mxfp4w_moe_down_mma<NT>, &set_dn, s2);
     ds_launch(bf16_mxfp4w_moe_gate_up_mma<NT>, g1, dim3(MM_THREADS), s1, st, *a, groups,
-              (const int32_t *)w.pairs, (uint16_t *)w.h);
+              (const int32_t *)w.pairs, (uint16_t *)w.h, items);
     ds_launch(bf16_mxfp4w_moe_down_mma<NT>, g2, dim3(MM_THREADS), s2, st, *a, groups,
-              (const int32_t *)w.pairs, (const uint16_t *)w.h, w.y);
+              (const int32_t *)w.pairs, (const uint16_t *)w.h, w.y, items);
 }
 
 // gate_up then down of one variant.
@@ -2074,7 +2220,8 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
                                 op, C, I);
         const unsigned mch = cu_blocks((size_t)T, MM_TOKEN_CHUNK);
         const dim3 m1(cu_blocks((size_t)2 * I, MM_BLOCK_ROWS), n_used_max, mch);
-        const dim3 m2(cu_blocks((size_t)C, 2 * MM_ROWS), n_used_max, mch);
+        const dim3 m2(cu_blocks((size_t)C, MM_DN_FULLK ? MM_BLOCK_ROWS : 2 * MM_ROWS), n_used_max,
+                      mch);
         if (T == 1 && KE <= 4) {
             static int set_gu = 0, set_dn = 0;
             const int s1 = mm_smem_bytes(MM_WARPS, C), s2 = mm_smem_bytes(8, I);
@@ -2097,7 +2244,7 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
             } else {
                 ds_smem_attr(bf16_mxfp4w_moe_gate_up_mma<1>, &set_gu, s1);
                 ds_launch(bf16_mxfp4w_moe_gate_up_mma<1>, m1, dim3(MM_THREADS), s1, st, *a,
-                          (const int32_t *)NULL, (const int32_t *)w.pairs, (uint16_t *)w.h);
+                          (const int32_t *)NULL, (const int32_t *)w.pairs, (uint16_t *)w.h, 0);
             }
             if (d1) {
                 const int s3 = d1_smem_bytes(wd, C, I, KE);
@@ -2148,7 +2295,7 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
                     const int s2 = mm_smem_bytes(MM_WARPS, I);
                     ds_smem_attr(bf16_mxfp4w_moe_down_mma<1>, &set_dn, s2);
                     ds_launch(bf16_mxfp4w_moe_down_mma<1>, m2, dim3(MM_THREADS), s2, st, *a,
-                              groups, (const int32_t *)w.pairs, (const uint16_t *)w.h, w.y);
+                              groups, (const int32_t *)w.pairs, (const uint16_t *)w.h, w.y, 0);
                 }
                 ds_launch(act_moe_combine, dim3((unsigned)T, cu_blocks((size_t)C, 256)), dim3(256),
                           0, st, *a, (const float *)w.y);
@@ -2156,11 +2303,11 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
             }
         }
         if (nt == 1)
-            mm_launch<1>(a, m1, m2, st, groups, w);
+            mm_launch<1>(a, m1, m2, st, groups, w, avg);
         else if (nt == 2)
-            mm_launch<2>(a, m1, m2, st, groups, w);
+            mm_launch<2>(a, m1, m2, st, groups, w, avg);
         else
-            mm_launch<4>(a, m1, m2, st, groups, w);
+            mm_launch<4>(a, m1, m2, st, groups, w, avg);
         ds_launch(act_moe_combine, dim3((unsigned)T, cu_blocks((size_t)C, 256)), dim3(256), 0, st,
                   *a, (const float *)w.y);
         return DS_OK;
