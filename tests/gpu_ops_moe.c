@@ -564,10 +564,18 @@ static size_t moe_compare(const char *what, const float *got, const float *want,
     return bad;
 }
 
-static void moe_case(const char *name, int T, int C, int I, int E, int K, uint64_t seed,
-                     int timed) {
+// hot: every row's first slot picks expert 0 (the others stay spread), so one expert holds T
+// pairs while the average over the experts in use stays small.
+static void moe_case_routed(const char *name, int T, int C, int I, int E, int K, uint64_t seed,
+                            int timed, int hot) {
     if (C >= 2880 && g_small_skip(name)) return; // real shapes: the normal run covers them
     struct moe_prob p = moe_random(T, C, I, E, K, seed);
+    if (hot)
+        for (int t = 0; t < T; t++) {
+            const int first = p.ids[t * K]; // moe_random's slots: (first + 3k) % E
+            for (int k = 0; k < K; k++) // 0, then distinct experts in [1, E) (E - 1 > 3(K - 1))
+                p.ids[t * K + k] = k ? 1 + (first + 3 * k) % (E - 1) : 0;
+        }
     float *want = moe_reference(&p);
     int32_t *d_ids = g_upload(p.ids, sizeof(int32_t) * T * K);
     float *d_wts = g_upload(p.wts, sizeof(float) * T * K);
@@ -619,6 +627,11 @@ static void moe_case(const char *name, int T, int C, int I, int E, int K, uint64
     moe_free(&p);
 }
 
+static void moe_case(const char *name, int T, int C, int I, int E, int K, uint64_t seed,
+                     int timed) {
+    moe_case_routed(name, T, C, I, E, K, seed, timed, 0);
+}
+
 // The GEMV kernels come in three variants: one row (token tiles of 1), tiles of 2 and 1, and the
 // wide one (8, 4, 2, 1) when T·k >= 3·E; up to T·k = 32 pairs the blocks group the pairs
 // themselves, above a grouping kernel does. The names say which runs.
@@ -635,6 +648,10 @@ static void moe_matches_reference_over_a_shape_matrix(void) {
              150, 32, 32, 2, 2, 5, 0);
     moe_case("T=300 E=2 k=2 (300 tokens per expert: bf16 chunks of 256 and 44)", 300, 32, 32, 2, 2,
              15, 0);
+    // 600 pairs over 512 experts (2 per expert in use: the bf16 work items), expert 0 holding
+    // all 300 rows' first slot: its items of chunks 0 and 1, every other expert's empty chunk 1.
+    moe_case_routed("T=300 E=512 k=2, expert 0 hot (work items over two chunks)", 300, 32, 32, 512,
+                    2, 16, 0, 1);
     // One token with more row tiles than the one-block-per-SM kernels take (2·I/16 · k = 4096
     // tiles > 16 warps × SMs up to 256): the grouped gate_up and the fused down + combine run.
     moe_case("T=1 C=64 I=8192 E=4 k=4 (one token, fallback kernels)", 1, 64, 8192, 4, 4, 14, 0);
