@@ -1173,9 +1173,9 @@ static __device__ __forceinline__ bool mm_block_setup(uint4 *lut, const struct d
 // work of one block of the other grid (the same bits). The next item's expert and pairs are read
 // while the current one runs. Chosen at launch (the kernels' `items` argument) only where an expert
 // in use holds at most MM_PERSIST_AVG pairs on average: there most expert slots of the other grid
-// are idle (120b decode at 32 rows: 1 pair per expert, -0.8 ms per step), while with more pairs
-// per expert the capped grid was slower (120b verify at 128 rows: 4 per expert, +0.5 ms; 20b
-// decode at 32 rows: 4 per expert, +0.05 ms).
+// are idle (120b decode at 32 rows, 1 pair per expert: -0.8 ms per step against the full grids),
+// while with more pairs per expert the capped grid was slower (120b verify at 128 rows, 4 per
+// expert: +1.5 ms; docs/performance.md §4, "Batch 32, second round").
 #ifndef MM_PERSIST
 #define MM_PERSIST 1
 #endif
