@@ -1301,6 +1301,28 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
 #ifndef MM_DN_FULLK
 #define MM_DN_FULLK 1
 #endif
+// The down epilogue: y[p][r0 + 2g (+1)] = (first + second) + bias for each pair column of the
+// warp's tile (pr: the column's pair, < 0 for none). Both down layouts end here, so they keep the
+// same bits whichever way the second half's sums arrived.
+template <int NT>
+static __device__ __forceinline__ void down_store(float *y, int C, int r0, int lane,
+                                                  const int (&pr)[NT], const float (&first)[NT][4],
+                                                  const float (&second)[NT][4], float b0,
+                                                  float b1) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+            const int p = __shfl_sync(DS_FULL_MASK, pr[nt], (2 * t + q) * 4);
+            if (p < 0) continue;
+            const float v0 = __fadd_rn(first[nt][q], second[nt][q]);
+            const float v1 = __fadd_rn(first[nt][2 + q], second[nt][2 + q]);
+            y[(size_t)p * C + r0 + 2 * g] = __fadd_rn(v0, b0);
+            y[(size_t)p * C + r0 + 2 * g + 1] = __fadd_rn(v1, b1);
+        }
+}
+
 // One block's work of the MM_DN_FULLK layout (row block bx of expert k.e): see the kernel below.
 template <int NT>
 static __device__ __forceinline__ void down_item(const struct ds_moe_args &a, const uint16_t *hh,
@@ -1312,7 +1334,7 @@ static __device__ __forceinline__ void down_item(const struct ds_moe_args &a, co
     {
         const int r0 = bx * MM_BLOCK_ROWS + warp * MM_ROWS;
         if (r0 >= C) return; // warp-uniform; no block barrier follows
-        const int g = lane >> 2, t = lane & 3;
+        const int g = lane >> 2;
         const size_t wr = (size_t)e * C + r0 + 2 * g, row_b = (size_t)I / 2, row_s = (size_t)I / 32;
         const size_t np = (size_t)a.n_rows * a.top_k;
         const uint16_t *bm[2] = {hh, hh + np * I};
@@ -1327,17 +1349,7 @@ static __device__ __forceinline__ void down_item(const struct ds_moe_args &a, co
                     (uint8_t *)mm_lut + MM_LUT_BYTES + warp * mm_scale_area(I),
                     a.down_blocks + wr * row_b, a.down_scales + wr * row_s, I, 0, mm_chunks(I), bm,
                     brow, second, mm_half(I), first);
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                for (int q = 0; q < 2; q++) {
-                    const int p = __shfl_sync(DS_FULL_MASK, pr[nt], (2 * t + q) * 4);
-                    if (p < 0) continue;
-                    const float v0 = __fadd_rn(first[nt][q], second[nt][q]);
-                    const float v1 = __fadd_rn(first[nt][2 + q], second[nt][2 + q]);
-                    y[(size_t)p * C + r0 + 2 * g] = __fadd_rn(v0, b0);
-                    y[(size_t)p * C + r0 + 2 * g + 1] = __fadd_rn(v1, b1);
-                }
+            down_store<NT>(y, C, r0, lane, pr, first, second, b0, b1);
         }
     }
 }
@@ -1366,7 +1378,7 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
     const int C = a.dim, I = a.inter, lane = threadIdx.x % DS_WARP, warp = threadIdx.x / DS_WARP;
     const int tile = warp & 1, half = warp >> 1;
     const int r0 = blockIdx.x * 2 * MM_ROWS + tile * MM_ROWS;
-    const int g = lane >> 2, t = lane & 3;
+    const int g = lane >> 2;
     const size_t ex_rows = (size_t)e * C, row_b = (size_t)I / 2, row_s = (size_t)I / 32;
     const size_t wr = ex_rows + r0 + 2 * g;
     const size_t np = (size_t)a.n_rows * a.top_k;
@@ -1395,18 +1407,15 @@ __global__ void __launch_bounds__(MM_THREADS, 3)
                 for (int i = 0; i < 4; i++)
                     part[tile][nt * 4 + i][lane] = acc[nt][i];
         __syncthreads();
-        if (fin)
+        if (fin) {
+            float second[NT][4];
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                for (int q = 0; q < 2; q++) {
-                    const int p = __shfl_sync(DS_FULL_MASK, pr[nt], (2 * t + q) * 4);
-                    if (p < 0) continue;
-                    const float v0 = __fadd_rn(acc[nt][q], part[tile][nt * 4 + q][lane]);
-                    const float v1 = __fadd_rn(acc[nt][2 + q], part[tile][nt * 4 + 2 + q][lane]);
-                    y[(size_t)p * C + r0 + 2 * g] = __fadd_rn(v0, b0);
-                    y[(size_t)p * C + r0 + 2 * g + 1] = __fadd_rn(v1, b1);
-                }
+                for (int i = 0; i < 4; i++)
+                    second[nt][i] = part[tile][nt * 4 + i][lane];
+            down_store<NT>(y, C, r0, lane, pr, acc, second, b0, b1);
+        }
         if (cb + 8 * NT < end) __syncthreads(); // part is rewritten by the next group
     }
 }
