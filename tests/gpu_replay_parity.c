@@ -13,6 +13,9 @@
 //   - entropies within ENT_REL relative (plus ENT_ABS for entropies near 0): -sum p log p adds
 //     up the vocabulary in a different order on each side; 1e-3 covers that, not a bug.
 // The first mismatch of each table is printed with the neighbouring rows' context.
+// Under DS_GPU_TEST_SMALL (the sanitizer pass, whose cost is per kernel launch) the replay is
+// about 5x shorter: conversations a and d, B = 1,2, 8 new tokens (on the CPU: 24 steps rows, 72
+// drafts, 4 of them accepted); the comparison is the same.
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +26,7 @@
 
 #include "ds/device.h"
 #include "ds/record.h"
+#include "gpu_ops_common.h" // g_small_only
 #include "harness.h"
 #include "run_attr.h"
 #include "run_util.h"
@@ -39,19 +43,26 @@ int ds_cmd_run(int argc, char **argv);
 
 // Prompts of a few lengths in the tiny tokenizer's alphabet (the ones tests/test_run.c uses,
 // plus a longer one so a B = 4 step mixes context lengths).
-static const char CONVS[] =
+#define CONV_A                                                                                     \
     "{\"id\": \"a\", \"conversations\": [{\"from\": \"human\", \"value\": \"hello world\"}]}\n"
+#define CONV_D                                                                                     \
+    "{\"id\": \"d\", \"conversations\": [{\"from\": \"human\", \"value\": \"held world hello "    \
+    "or hell\"}]}\n"
+static const char CONVS[] =
+    CONV_A
     "{\"id\": \"b\", \"conversations\": [{\"from\": \"human\", \"value\": \"hell or held\"}]}\n"
     "{\"id\": \"c\", \"conversations\": [{\"from\": \"human\", \"value\": \"world\"}]}\n"
-    "{\"id\": \"d\", \"conversations\": [{\"from\": \"human\", \"value\": \"held world hello "
-    "or hell\"}]}\n";
+    CONV_D;
+// Small mode: the longest prompt stays, so a B = 2 step still mixes context lengths.
+static const char CONVS_SMALL[] = CONV_A CONV_D;
+static int small; // DS_GPU_TEST_SMALL: the shorter replay
 
 static int run_device(const char *out, const char *device, const char *act, char *err,
                       size_t cap) {
     char *argv[] = {"run", "--target", RU_TARGET, "--draft", RU_DRAFT, "--tokenizer",
                     RU_TOKENIZER, "--dataset", DATA, "--out", (char *)out, "--quiet",
-                    "--overwrite", "--rule", "greedy", "--batch-sizes", "1,4",
-                    "--draft-tokens", "3", "--max-new-tokens", "24", "--device",
+                    "--overwrite", "--rule", "greedy", "--batch-sizes", small ? "1,2" : "1,4",
+                    "--draft-tokens", "3", "--max-new-tokens", small ? "8" : "24", "--device",
                     (char *)device, "--activations", (char *)act, NULL};
     return ru_capture(ds_cmd_run, (int)(sizeof argv / sizeof *argv) - 1, argv, err, cap);
 }
@@ -118,7 +129,7 @@ static const char *step_diff(const struct ds_rec_step *a, const struct ds_rec_st
 
 static void test_parity(void) {
     mkdir(DIR, 0755);
-    EXPECT(ru_write(DATA, CONVS));
+    EXPECT(ru_write(DATA, small ? CONVS_SMALL : CONVS));
     char err[8192];
     int rc = run_device(OUT_CPU, "cpu", "auto", err, sizeof err);
     if (rc != 0) printf("# cpu run: %s", err);
@@ -195,6 +206,10 @@ cleanup:
 
 int main(void) {
     if (ds_cuda_device_count() == 0) DS_SKIP("no CUDA device");
+    small = g_small_only();
+    if (small)
+        printf("small mode (DS_GPU_TEST_SMALL) shortened the replay to conversations a and d, "
+               "B = 1,2, 8 new tokens (full: 4 conversations, B = 1,4, 24 new tokens)\n");
     DS_RUN(test_parity);
     unlink(OUT_CPU);
     unlink(OUT_CUDA);
