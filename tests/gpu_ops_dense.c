@@ -1288,11 +1288,14 @@ static void dense_chain_with_dependent_launches_equals_synced_chain(void) {
     for (int ti = 0; ti < 3; ti++) {
         const int T = Ts[ti];
         for (int i = 0; i < T; i++) hrows[i] = T - 1 - i; // reversed rows
-        G_CHECK(cudaMemcpy(d_rows, hrows, (size_t)T * 4, cudaMemcpyHostToDevice));
+        // Every copy on st: st is a non-blocking stream, which a legacy-stream cudaMemcpy or
+        // cudaMemset does not order against (device-side copies and memsets may return before
+        // they are done), so a chain could read a half-reset x.
+        G_CHECK(cudaMemcpyAsync(d_rows, hrows, (size_t)T * 4, cudaMemcpyHostToDevice, st));
         for (int rep = 0; rep <= REPS; rep++) {
             const int sync = rep == 0; // the first run is the stepwise reference
-            G_CHECK(cudaMemcpy(d_x, d_x0, xb, cudaMemcpyDeviceToDevice));
-            G_CHECK(cudaMemset(d_out, 0xff, hb));
+            G_CHECK(cudaMemcpyAsync(d_x, d_x0, xb, cudaMemcpyDeviceToDevice, st));
+            G_CHECK(cudaMemsetAsync(d_out, 0xff, hb, st));
             EXPECT_OK(dense_chain(st, sync, T, d_x, d_xn, d_y, d_y1, d_w, d_g, d_rows, d_out));
             G_CHECK(cudaStreamSynchronize(st));
             g_download(sync ? want_o : got_o, d_out, (size_t)T * (C / 2) * 2);
