@@ -47,7 +47,7 @@
 
 enum bench_kind {
     BK_EMBED, BK_RMSNORM, BK_MATMUL, BK_ADD, BK_SILU, BK_GATHER, BK_ROPE, BK_ATTN, BK_ROUTER,
-    BK_MOE, BK_SOFTMAX, BK_ARGMAX, BK_TOPK, BK_ENTROPY, BK_OVERLAP, BK_SCATTER,
+    BK_MOE, BK_SOFTMAX, BK_ARGMAX, BK_TOPK, BK_ENTROPY, BK_OVERLAP, BK_SCATTER, BK_READ,
 };
 
 struct bench_case {
@@ -72,6 +72,10 @@ struct bench_case {
         struct ds_entropy_args entropy;
         struct ds_overlap_args overlap;
         struct ds_vocab_scatter_args scatter;
+        struct {
+            struct ds_read_args r[2]; // one or two launches (n)
+            int n;
+        } read;
     } a;
     void *bufs[BENCH_MAX_BUFS];
     int n_bufs;
@@ -100,6 +104,11 @@ static enum ds_status run_case(const struct bench_case *c, cudaStream_t s) {
     case BK_ENTROPY: return ds_entropy_cuda(&c->a.entropy, s);
     case BK_OVERLAP: return ds_overlap_cuda(&c->a.overlap, s);
     case BK_SCATTER: return ds_vocab_scatter_cuda(&c->a.scatter, s);
+    case BK_READ: {
+        enum ds_status st = DS_OK;
+        for (int i = 0; i < c->a.read.n && st == DS_OK; i++) st = ds_read_cuda(&c->a.read.r[i], s);
+        return st;
+    }
     }
     return ds_error_set(DS_ERR_ARG, "bench: unknown op kind %d", (int)c->kind);
 }
@@ -169,6 +178,78 @@ static int setup_matmul(struct bench_case *c, const char *name, int T, int K, in
                       (bias ? N : 0));
     c->flops = 2.0 * T * (double)N * K;
     return 1;
+}
+
+// The bench's routing: each row picks top_k distinct experts by a fixed hash, so the number of
+// experts touched (and the weight bytes) grows with T as in real routing. Fills ids and weights
+// (T·KE), marks used[e]; returns the experts touched.
+static int bench_route(int T, int E, int KE, int32_t *ids, float *w, char *used) {
+    int touched = 0;
+    for (int t = 0; t < T; t++) {
+        uint64_t h = ds_fill_hash(77, (uint64_t)t);
+        for (int j = 0; j < KE; j++) {
+            int e = (int)((h >> (8 * j)) % (uint64_t)E);
+            for (int q = 0; q < j; q++)
+                if (ids[t * KE + q] == e) e = (e + 1) % E, q = -1; // keep the ids distinct
+            ids[t * KE + j] = e;
+            w[t * KE + j] = 1.0f / KE;
+            touched += !used[e];
+            used[e] = 1;
+        }
+    }
+    return touched;
+}
+
+// The read instrument over the weight pieces the MoE op reads at T rows (the experts bench_route
+// touches: gate_up blocks, scales, bias, then the same of down), in one launch or two (gate_up's
+// pieces, then down's): the floor of a kernel design that must stream those bytes.
+static int setup_moe_read(struct bench_case *c, int T, const struct bench_model *m, int launches,
+                          cudaStream_t s) {
+    const int E = m->n_experts, KE = m->top_k, I = m->inter, C = m->hidden;
+    c->kind = BK_READ;
+    int32_t *ids = malloc((size_t)T * KE * 4);
+    float *w = malloc((size_t)T * KE * 4);
+    char *used = calloc((size_t)E, 1);
+    struct ds_read_piece *pc = malloc(sizeof *pc * 6 * (size_t)E);
+    if (!ids || !w || !used || !pc) {
+        free(ids), free(w), free(used), free(pc);
+        return 0;
+    }
+    const int touched = bench_route(T, E, KE, ids, w, used);
+    // Per expert: gate_up blocks, scales, bias; down blocks, scales, bias (bytes; bf16 biases).
+    const uint64_t sz[6] = {(uint64_t)2 * I * C / 2, (uint64_t)2 * I * C / 32, (uint64_t)2 * I * 2,
+                            (uint64_t)C * I / 2,     (uint64_t)C * I / 32,     (uint64_t)C * 2};
+    unsigned char *arr[6];
+    int ok = 1, n[2] = {0, 0};
+    for (int k = 0; k < 6 && ok; k++) ok = (arr[k] = buf_bytes(c, sz[k] * E, 0, 255, s)) != NULL;
+    // gate_up's pieces first, then down's: launch 0 takes [0, n[0]), launch 1 the rest.
+    for (int part = 0; part < 2 && ok; part++)
+        for (int e = 0; e < E; e++)
+            if (used[e])
+                for (int k = 3 * part; k < 3 * part + 3; k++) {
+                    pc[n[0] + n[1]] = (struct ds_read_piece){.p = arr[k] + sz[k] * e,
+                                                             .bytes = sz[k]};
+                    n[part]++;
+                }
+    snprintf(c->name, sizeof c->name, "moe read-only x%d", launches);
+    snprintf(c->shape, sizeof c->shape, "T=%d, %d experts: the MoE's weight bytes, %d launch%s", T,
+             touched, launches, launches > 1 ? "es" : "");
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    c->a.read.n = launches;
+    uint32_t *out = ok ? buf_fill(c, DS_ELEM_F32, 4, 0.0f, 0.0f, s) : NULL;
+    for (int l = 0; l < launches && ok && out; l++) {
+        // One launch: every piece; two: gate_up's, then down's (each about 4 blocks per SM).
+        struct ds_read_piece *p = pc + (launches == 1 ? 0 : (l ? n[0] : 0));
+        const int np = launches == 1 ? n[0] + n[1] : n[l];
+        int nb = 0;
+        ok = ds_read_plan(p, np, 4 * (sms > 0 ? sms : 132), &nb) == DS_OK &&
+             (c->a.read.r[l].pieces = buf_copy(c, p, sizeof *p * (size_t)np)) != NULL;
+        c->a.read.r[l].n_pieces = np, c->a.read.r[l].n_blocks = nb, c->a.read.r[l].out = out;
+    }
+    c->bytes = (double)touched * (double)(sz[0] + sz[1] + sz[2] + sz[3] + sz[4] + sz[5]);
+    free(ids), free(w), free(used), free(pc);
+    return ok && out;
 }
 
 // Builds case `idx` for T rows; returns 1 when built, 0 on an allocation failure, -1 past the end.
@@ -347,19 +428,7 @@ static int setup_case(struct bench_case *c, int idx, int T, const struct bench_m
             free(ids), free(w), free(used);
             return 0;
         }
-        int touched = 0;
-        for (int t = 0; t < T; t++) {
-            uint64_t h = ds_fill_hash(77, (uint64_t)t);
-            for (int j = 0; j < KE; j++) {
-                int e = (int)((h >> (8 * j)) % (uint64_t)E);
-                for (int q = 0; q < j; q++)
-                    if (ids[t * KE + q] == e) e = (e + 1) % E, q = -1; // keep the ids distinct
-                ids[t * KE + j] = e;
-                w[t * KE + j] = 1.0f / KE;
-                touched += !used[e];
-                used[e] = 1;
-            }
-        }
+        const int touched = bench_route(T, E, KE, ids, w, used);
         snprintf(c->name, sizeof c->name, "moe mxfp4");
         snprintf(c->shape, sizeof c->shape, "T=%d E=%d top-%d C=%d I=%d, %d experts touched", T,
                  E, KE, C, I, touched);
@@ -389,27 +458,29 @@ static int setup_case(struct bench_case *c, int idx, int T, const struct bench_m
         c->flops = 2.0 * T * KE * (3.0 * I * C);
         return 1;
     }
-    case 17:
-    case 18:
+    case 17: return setup_moe_read(c, T, m, 1, s);
+    case 18: return setup_moe_read(c, T, m, 2, s);
     case 19:
     case 20:
     case 21:
     case 22:
-    case 23: {
+    case 23:
+    case 24:
+    case 25: {
         // Vocabulary rows over the target vocabulary (the draft's are smaller).
         const size_t n = (size_t)T * V;
         const int Dv = m->draft_vocab;
-        if (idx <= 18) {
+        if (idx <= 20) {
             c->kind = BK_SOFTMAX;
             struct ds_softmax_args *a = &c->a.softmax;
             *a = (struct ds_softmax_args){.act = B, .n_rows = T, .vocab = V, .temperature = 1.0f,
                                           .top_p = 1.0f};
-            if (idx == 18) a->temperature = 0.8f, a->top_k = 50, a->top_p = 0.9f;
-            snprintf(c->name, sizeof c->name, "softmax%s", idx == 18 ? " top-k50 top-p0.9" : "");
+            if (idx == 20) a->temperature = 0.8f, a->top_k = 50, a->top_p = 0.9f;
+            snprintf(c->name, sizeof c->name, "softmax%s", idx == 20 ? " top-k50 top-p0.9" : "");
             NEED(a->logits = buf_fill(c, B, n, -10.0f, 10.0f, s));
             NEED(a->probs = buf_fill(c, F, n, 0.0f, 0.0f, s));
             c->bytes = (2.0 + 4.0) * n;
-        } else if (idx == 19) {
+        } else if (idx == 21) {
             c->kind = BK_ARGMAX;
             snprintf(c->name, sizeof c->name, "argmax");
             struct ds_argmax_args *a = &c->a.argmax;
@@ -418,7 +489,7 @@ static int setup_case(struct bench_case *c, int idx, int T, const struct bench_m
             NEED(a->ids = buf_fill(c, F, (size_t)T, 0.0f, 0.0f, s));
             NEED(a->values = buf_fill(c, F, (size_t)T, 0.0f, 0.0f, s));
             c->bytes = 2.0 * n;
-        } else if (idx == 20) {
+        } else if (idx == 22) {
             c->kind = BK_TOPK;
             snprintf(c->name, sizeof c->name, "topk k=20");
             struct ds_topk_args *a = &c->a.topk;
@@ -427,7 +498,7 @@ static int setup_case(struct bench_case *c, int idx, int T, const struct bench_m
             NEED(a->ids = buf_fill(c, F, (size_t)T * 20, 0.0f, 0.0f, s));
             NEED(a->values = buf_fill(c, F, (size_t)T * 20, 0.0f, 0.0f, s));
             c->bytes = 2.0 * n;
-        } else if (idx == 21) {
+        } else if (idx == 23) {
             c->kind = BK_ENTROPY;
             snprintf(c->name, sizeof c->name, "entropy");
             struct ds_entropy_args *a = &c->a.entropy;
@@ -442,7 +513,7 @@ static int setup_case(struct bench_case *c, int idx, int T, const struct bench_m
             void *d_map = buf_copy(c, map, (size_t)Dv * 4);
             free(map);
             NEED(d_map);
-            if (idx == 22) {
+            if (idx == 24) {
                 c->kind = BK_OVERLAP;
                 snprintf(c->name, sizeof c->name, "overlap (draft map)");
                 struct ds_overlap_args *a = &c->a.overlap;
@@ -484,7 +555,10 @@ static void usage(FILE *f) {
                "                        [--seed S] [--device N] [--json]\n"
                "                        [--trace off,phases,kernels [--by-grid]]\n"
                "  --ops times every CUDA op at the real shapes on synthetic inputs; --iters 0\n"
-               "  only checks that each op runs. --steps times whole target decode / verify steps\n"
+               "  only checks that each op runs. The rows \"moe read-only x1 / x2\" stream the\n"
+               "  weight bytes of the MoE row above them and do nothing else, in one launch and\n"
+               "  in two (gate_up's, then down's): a floor for kernels that must read them.\n"
+               "  --steps times whole target decode / verify steps\n"
                "  and draft extend / step calls of a synthetic model (--layers: a slice)\n"
                "  --trace (with --steps): times each step kind at each listed trace level in\n"
                "  alternating blocks (2 rounds of --iters steps per level), each step wrapped as\n"

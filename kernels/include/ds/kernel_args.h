@@ -449,6 +449,24 @@ struct ds_vocab_scatter_args {
     void *dst;              // (rows, V) act
 };
 
+// A bench instrument, not a model op: read the bytes of a list of pieces and fold them, nothing
+// else. `draftscope bench --ops` times it over the MoE's weight pieces beside the MoE op, as the
+// floor of any kernel that must read those bytes (with its launch). out (4 words) ^= the XOR of
+// every 16-byte unit of every piece, taken as four little-endian uint32: XOR is exact and
+// order-free, so the fold is deterministic and checks that every byte was read.
+struct ds_read_piece {
+    const void *p;            // 16-byte aligned
+    uint64_t bytes;           // a multiple of 16, > 0
+    uint32_t first_block;     // the CUDA grid's blocks for this piece (ds_read_plan fills them;
+    uint32_t n_blocks;        // the reference ignores them)
+};
+struct ds_read_args {
+    int n_pieces;
+    const struct ds_read_piece *pieces; // host memory for ds_read_ref, device for ds_read_cuda
+    int n_blocks;                       // the CUDA grid: ds_read_plan's total
+    uint32_t *out;                      // 4 words, XORed into
+};
+
 #ifdef __cplusplus
 }
 #endif

@@ -45,6 +45,15 @@ enum ds_status ds_topk_ref(const struct ds_topk_args *a);
 enum ds_status ds_entropy_ref(const struct ds_entropy_args *a);
 enum ds_status ds_overlap_ref(const struct ds_overlap_args *a);
 enum ds_status ds_vocab_scatter_ref(const struct ds_vocab_scatter_args *a);
+// The bench's read instrument (ds_read_args): out ^= the fold of every piece. DS_ERR_ARG for a
+// piece that is misaligned, empty or not a multiple of 16 bytes.
+enum ds_status ds_read_ref(const struct ds_read_args *a);
+// Splits about `target_blocks` CUDA blocks over the pieces in proportion to their bytes (at least
+// one each) and fills each piece's first_block / n_blocks; *n_blocks the total. Host-side, so the
+// CUDA op (which reads its table from device memory) needs no check of its own: DS_ERR_ARG as
+// ds_read_ref, and for n_pieces < 1 or target_blocks < 1.
+enum ds_status ds_read_plan(struct ds_read_piece *pieces, int n_pieces, int target_blocks,
+                            int *n_blocks);
 
 // Bytes of workspace the CPU reference ds_moe_ref needs for n_rows rows. CPU only: the CUDA op
 // needs more; size a workspace for any backend with ds_moe_workspace_bytes_v2.

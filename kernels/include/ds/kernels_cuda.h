@@ -67,6 +67,10 @@ enum ds_status ds_topk_cuda(const struct ds_topk_args *a, void *stream);
 enum ds_status ds_entropy_cuda(const struct ds_entropy_args *a, void *stream);
 enum ds_status ds_overlap_cuda(const struct ds_overlap_args *a, void *stream);
 enum ds_status ds_vocab_scatter_cuda(const struct ds_vocab_scatter_args *a, void *stream);
+// read.cu: the bench's read instrument. a->pieces is a device copy of a table that ds_read_plan
+// filled (the op trusts it), a->n_blocks its total. It reads the table and the pieces before its
+// grid dependency: neither may be written by the two kernels before it on the stream.
+enum ds_status ds_read_cuda(const struct ds_read_args *a, void *stream);
 
 // ---------------------------------------------------------------------------------------------
 // Backend object (kernels/cuda/backend_cuda.cu)

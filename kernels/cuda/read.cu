@@ -1,0 +1,78 @@
+// kernels/cuda/read.cu: the bench's read instrument (ds_read_args in ds/kernel_args.h; the CPU
+// twin and the grid plan are kernels/ref/read_ref.c). It streams the bytes of a list of pieces
+// and folds them, with no other work, so its time is the floor of any kernel that must read the
+// same bytes, launch included: `draftscope bench --ops` runs it over the MoE's weight pieces.
+//
+// Work split: ds_read_plan gives each piece a run of blocks in proportion to its bytes; a block
+// finds its piece by a binary search of the table (first_block is increasing), then its threads
+// stride over the piece's 16-byte units with four streaming loads (`ld.global.cs`) in flight each.
+//
+// Launch: ds_launch (programmatic dependent launch). The pieces are read before the grid
+// dependency, as the MoE kernels read their weights (common.cuh: memory that no kernel of the two
+// before it writes), and the dependents are released at once, so a second read launch streams
+// beside the first's tail as the MoE's down kernel streams beside gate_up. Only the fold's
+// write waits. The fold uses atomicXor: XOR is exact and order-free, so the result does not
+// depend on the order the blocks finish in (the no-atomics rule is about rounding).
+#include "common.cuh"
+
+#include "ds/kernels_cuda.h"
+
+#define READ_THREADS 256
+
+__global__ void __launch_bounds__(READ_THREADS)
+    read_fold(const struct ds_read_piece *t, int n, uint32_t *out) {
+    ds_grid_launch_dependents();
+    __shared__ int s_piece;
+    if (threadIdx.x == 0) { // the last piece whose first block is at or before this one
+        int lo = 0, hi = n - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (t[mid].first_block <= blockIdx.x)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        s_piece = lo;
+    }
+    __syncthreads();
+    const struct ds_read_piece pc = t[s_piece];
+    const uint4 *p = (const uint4 *)pc.p;
+    const uint64_t n16 = pc.bytes / 16, stride = (uint64_t)pc.n_blocks * READ_THREADS;
+    uint64_t i = (uint64_t)(blockIdx.x - pc.first_block) * READ_THREADS + threadIdx.x;
+    uint4 acc = make_uint4(0u, 0u, 0u, 0u);
+    for (; i + 3 * stride < n16; i += 4 * stride) {
+        const uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride);
+        const uint4 c = __ldcs(p + i + 2 * stride), d = __ldcs(p + i + 3 * stride);
+        acc.x ^= a.x ^ b.x ^ c.x ^ d.x, acc.y ^= a.y ^ b.y ^ c.y ^ d.y;
+        acc.z ^= a.z ^ b.z ^ c.z ^ d.z, acc.w ^= a.w ^ b.w ^ c.w ^ d.w;
+    }
+    for (; i < n16; i += stride) {
+        const uint4 a = __ldcs(p + i);
+        acc.x ^= a.x, acc.y ^= a.y, acc.z ^= a.z, acc.w ^= a.w;
+    }
+    for (int o = DS_WARP / 2; o; o >>= 1) {
+        acc.x ^= __shfl_xor_sync(DS_FULL_MASK, acc.x, o);
+        acc.y ^= __shfl_xor_sync(DS_FULL_MASK, acc.y, o);
+        acc.z ^= __shfl_xor_sync(DS_FULL_MASK, acc.z, o);
+        acc.w ^= __shfl_xor_sync(DS_FULL_MASK, acc.w, o);
+    }
+    ds_grid_wait(); // out: earlier kernels may read or write it
+    if (threadIdx.x % DS_WARP == 0) {
+        if (acc.x) atomicXor(out + 0, acc.x);
+        if (acc.y) atomicXor(out + 1, acc.y);
+        if (acc.z) atomicXor(out + 2, acc.z);
+        if (acc.w) atomicXor(out + 3, acc.w);
+    }
+}
+
+extern "C" enum ds_status ds_read_cuda(const struct ds_read_args *a, void *stream) {
+    static const char op[] = "read";
+    if (!a) return ds_error_set(DS_ERR_ARG, "%s: no arguments", op);
+    CU_TRY(cu_check_dim(op, "n_pieces", a->n_pieces, 1));
+    CU_TRY(cu_check_dim(op, "n_blocks", a->n_blocks, 1));
+    CU_TRY(cu_check_ptr(op, "pieces", a->pieces));
+    CU_TRY(cu_check_ptr(op, "out", a->out));
+    ds_launch(read_fold, dim3((unsigned)a->n_blocks), dim3(READ_THREADS), 0, DS_STREAM(stream),
+              a->pieces, a->n_pieces, a->out);
+    return DS_OK;
+}
