@@ -11,10 +11,11 @@
 //
 // For each row count T every op gets freshly allocated buffers filled on the GPU from a seed
 // (ds_cuda_fill_uniform / ds_cuda_fill_bytes: every input byte is defined), runs twice to warm
-// up, then `iters` timed repetitions: an L2 flush (a memset of twice the L2 size, not timed), a
-// cudaEvent pair around the op on the bench stream. Reported: median and minimum time, GB/s of the
-// bytes the op must touch (weights once + activations in and out) for the median, that figure as
-// a share of 4.3 TB/s, and TFLOP/s for the matmul-like ops. --iters 0 runs each op once and only
+// up, then `iters` timed repetitions: an L2 flush (a memset of twice the L2 size, then its dirty
+// lines dropped without write-back, ds_l2_discard_cuda; not timed; --l2 dirty keeps them, as
+// builds before the option did), a cudaEvent pair around the op on the bench stream. Reported:
+// median and minimum time, GB/s of the bytes the op must touch (weights once + activations in
+// and out) for the median, that figure as a share of the copy bandwidth, and TFLOP/s for the matmul-like ops. --iters 0 runs each op once and only
 // checks that it succeeds (the form ctest can run).
 //
 // Shapes (config.json of the public checkpoints): hidden 2880, 64 query heads and 8 KV heads of
@@ -549,7 +550,7 @@ static int cmp_float(const void *a, const void *b) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: draftscope bench --ops [--shape 20b|120b] [--rows 1,4,32,256] [--iters N]\n"
-               "                        [--kv L] [--device N] [--json]\n"
+               "                        [--kv L] [--l2 clean|dirty] [--device N] [--json]\n"
                "       draftscope bench --steps [--shape 20b|120b] [--batches 1,8,32,64]\n"
                "                        [--iters N] [--kv L] [--graphs on|off|both] [--layers N]\n"
                "                        [--seed S] [--device N] [--json]\n"
@@ -558,6 +559,9 @@ static void usage(FILE *f) {
                "  only checks that each op runs. The rows \"moe read-only x1 / x2\" stream the\n"
                "  weight bytes of the MoE row above them and do nothing else, in one launch and\n"
                "  in two (gate_up's, then down's): a floor for kernels that must read them.\n"
+               "  Before each timed op a memset of twice the L2 size evicts the op's inputs;\n"
+               "  --l2 clean (default) then drops its dirty lines, --l2 dirty leaves them for\n"
+               "  the op to write back (up to ~50 MB on an H200: the figures before the option).\n"
                "  --steps times whole target decode / verify steps\n"
                "  and draft extend / step calls of a synthetic model (--layers: a slice)\n"
                "  --trace (with --steps): times each step kind at each listed trace level in\n"
@@ -1188,7 +1192,7 @@ cleanup:
 int ds_cmd_bench(int argc, char **argv) {
     int ops = 0, steps = 0, json = 0, iters = 20, kv = 4096, device = 0, graphs = 2, layers = 0;
     unsigned trace_mask = 0;
-    int by_grid = 0;
+    int by_grid = 0, dirty = 0;
     unsigned long long seed = 0;
     int rows[BENCH_MAX_ROWS_LIST] = {1, 4, 32, 256}, n_rows = 4;
     int batches[BENCH_MAX_ROWS_LIST] = {1, 8, 32, 64}, n_batches = 4;
@@ -1254,6 +1258,12 @@ int ds_cmd_bench(int argc, char **argv) {
             json = 1;
         } else if (!strcmp(o, "--by-grid")) {
             by_grid = 1;
+        } else if (v && !strcmp(o, "--l2")) {
+            dirty = !strcmp(v, "dirty") ? 1 : !strcmp(v, "clean") ? 0 : -1, i++;
+            if (dirty < 0) {
+                fprintf(stderr, "draftscope bench: --l2 wants clean or dirty, got '%s'\n", v);
+                return 2;
+            }
         } else if (v && !strcmp(o, "--shape")) {
             shape = v, i++;
         } else if (v && !strcmp(o, "--iters")) {
@@ -1346,9 +1356,9 @@ int ds_cmd_bench(int argc, char **argv) {
     const bool measured = ceil_gbs > 0.0;
     if (!measured) ceil_gbs = BENCH_CEIL_GBS;
     if (!json)
-        printf("draftscope bench on %s (gpt-oss-%s shapes, KV %d, %d iterations, copy bandwidth "
-               "%.0f GB/s %s)\n%-22s %-52s %10s %10s %9s %6s %8s\n",
-               prop.name, shape, kv, iters, ceil_gbs,
+        printf("draftscope bench on %s (gpt-oss-%s shapes, KV %d, %d iterations, L2 %s, copy "
+               "bandwidth %.0f GB/s %s)\n%-22s %-52s %10s %10s %9s %6s %8s\n",
+               prop.name, shape, kv, iters, dirty ? "dirty" : "clean", ceil_gbs,
                measured ? "measured in this run" : "assumed (not measured)", "op", "shape",
                "median_us", "min_us", "GB/s", "%copy", "TFLOP/s");
     for (int ri = 0; ri < n_rows && !rc; ri++) {
@@ -1368,7 +1378,10 @@ int ds_cmd_bench(int argc, char **argv) {
             enum ds_status st = DS_OK;
             for (int w = 0; w < (iters ? 2 : 1) && st == DS_OK && !up; w++) st = run_case(&c, s);
             for (int it = 0; it < iters && st == DS_OK && !up; it++) {
-                cudaMemsetAsync(flush, it & 0xff, flush_bytes, s); // evict the inputs from L2
+                // Evict the inputs from L2 (a memset of twice its size), then drop the memset's
+                // dirty lines: otherwise the op pays for writing them back (docs/performance.md).
+                cudaMemsetAsync(flush, it & 0xff, flush_bytes, s);
+                if (!dirty) st = ds_l2_discard_cuda(flush, flush_bytes, s);
                 cudaEventRecord(ev0, s);
                 st = run_case(&c, s);
                 cudaEventRecord(ev1, s);
@@ -1392,11 +1405,11 @@ int ds_cmd_bench(int argc, char **argv) {
             }
             if (json) {
                 json_array_append_new(
-                    out, json_pack("{s:s, s:s, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+                    out, json_pack("{s:s, s:s, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}",
                                    "op", c.name, "shape", c.shape, "rows", rows[ri], "model", shape,
                                    "median_us", med, "min_us", mn, "bytes", c.bytes, "gb_s", gbs,
                                    "copy_gb_s", ceil_gbs, "copy_share", gbs / ceil_gbs, "tflop_s",
-                                   tfl));
+                                   tfl, "l2", dirty ? "dirty" : "clean"));
             } else {
                 printf("%-22s %-52s %10.1f %10.1f %9.0f %5.0f%% ", c.name, c.shape, med, mn, gbs,
                        100.0 * gbs / ceil_gbs);

@@ -13,6 +13,11 @@
 // beside the first's tail as the MoE's down kernel streams beside gate_up. Only the fold's
 // write waits. The fold uses atomicXor: XOR is exact and order-free, so the result does not
 // depend on the order the blocks finish in (the no-atomics rule is about rounding).
+//
+// ds_l2_discard_cuda, the bench's other L2 tool: after its flush (a memset larger than L2, which
+// leaves L2 full of dirty lines), `discard.global.L2` drops those lines without writing them
+// back, so the timed op that follows neither finds its inputs in L2 nor pays for the flush's
+// write-backs.
 #include "common.cuh"
 
 #include "ds/kernels_cuda.h"
@@ -63,6 +68,24 @@ __global__ void __launch_bounds__(READ_THREADS)
         if (acc.z) atomicXor(out + 2, acc.z);
         if (acc.w) atomicXor(out + 3, acc.w);
     }
+}
+
+// One thread per 128-byte line of [lo, lo + n·128).
+__global__ void l2_discard(char *lo, uint64_t n) {
+    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) asm volatile("discard.global.L2 [%0], 128;" ::"l"(lo + 128 * i) : "memory");
+}
+
+extern "C" enum ds_status ds_l2_discard_cuda(void *p, size_t bytes, void *stream) {
+    CU_TRY(cu_check_ptr("l2_discard", "p", p));
+    // Whole lines inside the range only: a line that reaches outside it holds other data.
+    const uintptr_t lo = ((uintptr_t)p + 127) & ~(uintptr_t)127;
+    const uintptr_t hi = ((uintptr_t)p + bytes) & ~(uintptr_t)127;
+    if (hi <= lo) return DS_OK;
+    const uint64_t n = (hi - lo) / 128;
+    l2_discard<<<(unsigned)((n + 255) / 256), 256, 0, DS_STREAM(stream)>>>((char *)lo, n);
+    DS_KERNEL_CHECK();
+    return DS_OK;
 }
 
 extern "C" enum ds_status ds_read_cuda(const struct ds_read_args *a, void *stream) {
