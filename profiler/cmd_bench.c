@@ -15,8 +15,9 @@
 // lines dropped without write-back, ds_l2_discard_cuda; not timed; --l2 dirty keeps them, as
 // builds before the option did), a cudaEvent pair around the op on the bench stream. Reported:
 // median and minimum time, GB/s of the bytes the op must touch (weights once + activations in
-// and out) for the median, that figure as a share of the copy bandwidth, and TFLOP/s for the matmul-like ops. --iters 0 runs each op once and only
-// checks that it succeeds (the form ctest can run).
+// and out) for the median, that figure as a share of the copy bandwidth, and TFLOP/s for the
+// matmul-like ops. --iters 0 runs each op once and only checks that it succeeds (the form ctest
+// can run).
 //
 // Shapes (config.json of the public checkpoints): hidden 2880, 64 query heads and 8 KV heads of
 // 64, vocab 201,088, experts 32 (20b) or 128 (120b) top-4 with intermediate 2880; the EAGLE-3
@@ -220,6 +221,7 @@ static int setup_moe_read(struct bench_case *c, int T, const struct bench_model 
     // Per expert: gate_up blocks, scales, bias; down blocks, scales, bias (bytes; bf16 biases).
     const uint64_t sz[6] = {(uint64_t)2 * I * C / 2, (uint64_t)2 * I * C / 32, (uint64_t)2 * I * 2,
                             (uint64_t)C * I / 2,     (uint64_t)C * I / 32,     (uint64_t)C * 2};
+    // Whole arrays of E experts, as the MoE case allocates them, so the pieces lie as far apart.
     unsigned char *arr[6];
     int ok = 1, n[2] = {0, 0};
     for (int k = 0; k < 6 && ok; k++) ok = (arr[k] = buf_bytes(c, sz[k] * E, 0, 255, s)) != NULL;
