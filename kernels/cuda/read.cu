@@ -4,7 +4,7 @@
 // same bytes, launch included: `draftscope bench --ops` runs it over the MoE's weight pieces.
 //
 // Work split: ds_read_plan gives each piece a run of blocks in proportion to its bytes; a block
-// finds its piece by a binary search of the table (first_block is increasing), then its threads
+// finds its piece in one parallel scan of the table (first_block is increasing), then its threads
 // stride over the piece's 16-byte units with four streaming loads (`ld.global.cs`) in flight each.
 //
 // Launch: ds_launch (programmatic dependent launch). The pieces are read before the grid
@@ -27,17 +27,16 @@
 __global__ void __launch_bounds__(READ_THREADS)
     read_fold(const struct ds_read_piece *t, int n, uint32_t *out) {
     ds_grid_launch_dependents();
+    // The block's piece: the last whose first block is at or before this one. Threads check
+    // READ_THREADS-entry windows of the table with independent loads (one round trip per window
+    // instead of a binary search's ~log2(n) dependent ones, which right after the bench's L2
+    // flush all go to DRAM); the unique match writes s_piece.
     __shared__ int s_piece;
-    if (threadIdx.x == 0) { // the last piece whose first block is at or before this one
-        int lo = 0, hi = n - 1;
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) / 2;
-            if (t[mid].first_block <= blockIdx.x)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        s_piece = lo;
+    for (int w = 0; w < n; w += READ_THREADS) {
+        const int i = w + (int)threadIdx.x;
+        if (i < n && t[i].first_block <= blockIdx.x &&
+            (i + 1 == n || t[i + 1].first_block > blockIdx.x))
+            s_piece = i;
     }
     __syncthreads();
     const struct ds_read_piece pc = t[s_piece];
