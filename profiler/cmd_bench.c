@@ -240,21 +240,20 @@ static int setup_moe_read(struct bench_case *c, int T, const struct bench_model 
     int sms = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     c->a.read.n = launches;
-    uint32_t *out = ok ? buf_fill(c, DS_ELEM_F32, 4, 0.0f, 0.0f, s) : NULL;
-    for (int l = 0; l < launches && ok && out; l++) {
-        // One launch: every piece; two: gate_up's, then down's. About 2 blocks per SM in each:
-        // at 1 and 4 rows (120b, --l2 clean) 2 per SM read fastest of 2, 4, 8 and 16 (T = 1:
-        // 23.7, 27.6, 40.6, 64.7 us in one launch); fewer were not tried.
+    for (int l = 0; l < launches && ok; l++) {
+        // One launch: every piece; two: gate_up's, then down's. About 2 blocks per SM in each
+        // (with a shared atomic fold, 2 per SM read fastest of 2, 4, 8 and 16 at 1 and 4 rows).
         struct ds_read_piece *p = pc + (launches == 1 ? 0 : (l ? n[0] : 0));
         const int np = launches == 1 ? n[0] + n[1] : n[l];
         int nb = 0;
         ok = ds_read_plan(p, np, 2 * (sms > 0 ? sms : 132), &nb) == DS_OK &&
-             (c->a.read.r[l].pieces = buf_copy(c, p, sizeof *p * (size_t)np)) != NULL;
-        c->a.read.r[l].n_pieces = np, c->a.read.r[l].n_blocks = nb, c->a.read.r[l].out = out;
+             (c->a.read.r[l].pieces = buf_copy(c, p, sizeof *p * (size_t)np)) != NULL &&
+             (c->a.read.r[l].out = buf_fill(c, DS_ELEM_F32, 4 * (size_t)nb, 0.0f, 0.0f, s));
+        c->a.read.r[l].n_pieces = np, c->a.read.r[l].n_blocks = nb;
     }
     c->bytes = (double)touched * (double)(sz[0] + sz[1] + sz[2] + sz[3] + sz[4] + sz[5]);
     free(ids), free(w), free(used), free(pc);
-    return ok && out;
+    return ok;
 }
 
 // Builds case `idx` for T rows; returns 1 when built, 0 on an allocation failure, -1 past the end.

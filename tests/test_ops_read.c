@@ -1,34 +1,58 @@
-// The bench's read instrument on the host: the fold of ds_read_ref (the CUDA op's reference) and
-// the grid plan ds_read_plan. Every expectation is exact: the fold is XOR, the plan integers.
+// The bench's read instrument on the host: the per-block folds of ds_read_ref (the CUDA op's
+// reference) and the grid plan ds_read_plan. Every expectation is exact: folds are XOR, the plan
+// integers.
 #include <stdalign.h>
 #include <string.h>
 
 #include "ds/kernels.h"
 #include "test_ops_common.h"
 
-// Two pieces whose fold is worked out by hand below (word k of the fold is the XOR of word k of
-// every 16-byte unit).
+// Two pieces whose folds are worked out by hand below (word k of a fold is the XOR of word k of
+// its 16-byte units). With one block each (the plan's minimum), row 0 is a's fold and row 1 b's.
+// Then one piece over two blocks: unit u goes to block (u mod 512) / 256.
 static void fold_of_known_words(void) {
     alignas(16) uint32_t a[8] = {1, 2, 3, 4, 16, 32, 64, 128};
     alignas(16) uint32_t b[4] = {0xff, 0, 0, 1};
     struct ds_read_piece pc[2] = {{.p = a, .bytes = sizeof a}, {.p = b, .bytes = sizeof b}};
-    uint32_t out[4] = {0, 0, 0, 0};
-    struct ds_read_args r = {.n_pieces = 2, .pieces = pc, .out = out};
+    int nb = 0;
+    EXPECT_OK(ds_read_plan(pc, 2, 1, &nb));
+    EXPECT_EQ_INT(nb, 2);
+    uint32_t out[8];
+    memset(out, 0xab, sizeof out); // written, not accumulated
+    struct ds_read_args r = {.n_pieces = 2, .pieces = pc, .n_blocks = nb, .out = out};
     EXPECT_OK(ds_read_ref(&r));
-    EXPECT_EQ_INT(out[0], 1 ^ 16 ^ 0xff);
-    EXPECT_EQ_INT(out[1], 2 ^ 32);
-    EXPECT_EQ_INT(out[2], 3 ^ 64);
-    EXPECT_EQ_INT(out[3], 4 ^ 128 ^ 1);
-    EXPECT_OK(ds_read_ref(&r)); // out ^= the same fold: back to zero
-    for (int k = 0; k < 4; k++)
-        EXPECT_EQ_INT(out[k], 0);
+    const uint32_t want[8] = {1 ^ 16, 2 ^ 32, 3 ^ 64, 4 ^ 128, 0xff, 0, 0, 1};
+    for (int k = 0; k < 8; k++)
+        EXPECT_EQ_INT(out[k], want[k]);
+    // 600 units over 2 blocks: block 0 reads units 0-255 and 512-599, block 1 units 256-511.
+    enum { U = 600 };
+    static alignas(16) uint32_t big[4 * U];
+    uint32_t w0[4] = {0}, w1[4] = {0};
+    for (int u = 0; u < U; u++)
+        for (int k = 0; k < 4; k++) {
+            big[4 * u + k] = (uint32_t)(u * 2654435761u + k);
+            if (u < 256 || u >= 512)
+                w0[k] ^= big[4 * u + k];
+            else
+                w1[k] ^= big[4 * u + k];
+        }
+    struct ds_read_piece one = {.p = big, .bytes = sizeof big, .first_block = 0, .n_blocks = 2};
+    r = (struct ds_read_args){.n_pieces = 1, .pieces = &one, .n_blocks = 2, .out = out};
+    EXPECT_OK(ds_read_ref(&r));
+    for (int k = 0; k < 4; k++) {
+        EXPECT_EQ_INT(out[k], w0[k]);
+        EXPECT_EQ_INT(out[4 + k], w1[k]);
+    }
+    one.n_blocks = 3; // past the 2 blocks of the call
+    EXPECT_STATUS(ds_read_ref(&r), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("outside 2 blocks");
 }
 
 static void bad_pieces_are_refused(void) {
     alignas(16) unsigned char buf[64] = {0};
     uint32_t out[4] = {0};
-    struct ds_read_piece pc = {.p = buf + 4, .bytes = 16};
-    struct ds_read_args r = {.n_pieces = 1, .pieces = &pc, .out = out};
+    struct ds_read_piece pc = {.p = buf + 4, .bytes = 16, .n_blocks = 1};
+    struct ds_read_args r = {.n_pieces = 1, .pieces = &pc, .n_blocks = 1, .out = out};
     EXPECT_STATUS(ds_read_ref(&r), DS_ERR_ARG);
     EXPECT_ERROR_HAS("read: piece 0 at");
     EXPECT_ERROR_HAS("not 16-byte aligned");

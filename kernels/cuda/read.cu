@@ -11,8 +11,9 @@
 // dependency, as the MoE kernels read their weights (common.cuh: memory that no kernel of the two
 // before it writes), and the dependents are released at once, so a second read launch streams
 // beside the first's tail as the MoE's down kernel streams beside gate_up. Only the fold's
-// write waits. The fold uses atomicXor: XOR is exact and order-free, so the result does not
-// depend on the order the blocks finish in (the no-atomics rule is about rounding).
+// write waits. Each block writes its own row of out: a single shared fold took an atomicXor per
+// warp on the same four words, which serialise, and the instrument got slower the more blocks it
+// had (the H200 figures in docs/performance.md fit about 3 ns per warp).
 //
 // ds_l2_discard_cuda, the bench's other L2 tool: after its flush (a memset larger than L2, which
 // leaves L2 full of dirty lines), `discard.global.L2` drops those lines without writing them
@@ -22,7 +23,7 @@
 
 #include "ds/kernels_cuda.h"
 
-#define READ_THREADS 256
+#define READ_THREADS DS_READ_THREADS
 
 __global__ void __launch_bounds__(READ_THREADS)
     read_fold(const struct ds_read_piece *t, int n, uint32_t *out) {
@@ -60,12 +61,17 @@ __global__ void __launch_bounds__(READ_THREADS)
         acc.z ^= __shfl_xor_sync(DS_FULL_MASK, acc.z, o);
         acc.w ^= __shfl_xor_sync(DS_FULL_MASK, acc.w, o);
     }
+    // The block's fold in its own row of out: no atomics (same-address ones serialise).
+    __shared__ uint4 s_warp[READ_THREADS / DS_WARP];
+    const int warp = threadIdx.x / DS_WARP;
+    if (threadIdx.x % DS_WARP == 0) s_warp[warp] = acc;
+    __syncthreads();
     ds_grid_wait(); // out: earlier kernels may read or write it
-    if (threadIdx.x % DS_WARP == 0) {
-        if (acc.x) atomicXor(out + 0, acc.x);
-        if (acc.y) atomicXor(out + 1, acc.y);
-        if (acc.z) atomicXor(out + 2, acc.z);
-        if (acc.w) atomicXor(out + 3, acc.w);
+    if (threadIdx.x == 0) {
+        uint4 f = s_warp[0];
+        for (int w = 1; w < READ_THREADS / DS_WARP; w++)
+            f.x ^= s_warp[w].x, f.y ^= s_warp[w].y, f.z ^= s_warp[w].z, f.w ^= s_warp[w].w;
+        ((uint4 *)out)[blockIdx.x] = f;
     }
 }
 
@@ -94,6 +100,8 @@ extern "C" enum ds_status ds_read_cuda(const struct ds_read_args *a, void *strea
     CU_TRY(cu_check_dim(op, "n_blocks", a->n_blocks, 1));
     CU_TRY(cu_check_ptr(op, "pieces", a->pieces));
     CU_TRY(cu_check_ptr(op, "out", a->out));
+    if ((uintptr_t)a->out % 16)
+        return ds_error_set(DS_ERR_ARG, "%s: out is not 16-byte aligned", op);
     ds_launch(read_fold, dim3((unsigned)a->n_blocks), dim3(READ_THREADS), 0, DS_STREAM(stream),
               a->pieces, a->n_pieces, a->out);
     return DS_OK;

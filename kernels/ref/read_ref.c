@@ -1,5 +1,6 @@
 // CPU reference of the bench's read instrument (ds_read_args) and the host-side plan of its CUDA
-// grid. The fold is the XOR of every 16-byte unit as four little-endian uint32 words.
+// grid. The fold is the XOR of 16-byte units as four little-endian uint32 words, one fold per
+// block of the plan.
 #include <stdint.h>
 #include <string.h>
 
@@ -16,22 +17,30 @@ static enum ds_status check_piece(const struct ds_read_piece *pc, int i) {
 }
 
 enum ds_status ds_read_ref(const struct ds_read_args *a) {
-    if (!a || a->n_pieces < 1 || !a->pieces || !a->out)
-        return ds_error_set(DS_ERR_ARG, "read: no pieces or no output");
-    uint32_t acc[4] = {0, 0, 0, 0};
+    if (!a || a->n_pieces < 1 || !a->pieces || !a->out || a->n_blocks < 1)
+        return ds_error_set(DS_ERR_ARG, "read: no pieces, no blocks or no output");
     for (int i = 0; i < a->n_pieces; i++) {
         const struct ds_read_piece *pc = &a->pieces[i];
         enum ds_status st = check_piece(pc, i);
         if (st != DS_OK) return st;
+        if (!pc->n_blocks || (uint64_t)pc->first_block + pc->n_blocks > (uint64_t)a->n_blocks)
+            return ds_error_set(DS_ERR_ARG, "read: piece %d's blocks [%u, +%u) outside %d blocks",
+                                i, pc->first_block, pc->n_blocks, a->n_blocks);
+    }
+    memset(a->out, 0, sizeof *a->out * 4 * (size_t)a->n_blocks);
+    for (int i = 0; i < a->n_pieces; i++) {
+        const struct ds_read_piece *pc = &a->pieces[i];
         const unsigned char *b = pc->p;
-        for (uint64_t u = 0; u < pc->bytes; u += 4) {
-            uint32_t w;
-            memcpy(&w, b + u, 4); // the hosts we build for are little-endian, as the GPU
-            acc[(u / 4) % 4] ^= w;
+        const uint64_t span = (uint64_t)pc->n_blocks * DS_READ_THREADS;
+        for (uint64_t u = 0; u < pc->bytes / 16; u++) {
+            uint32_t *row = a->out + 4 * ((size_t)pc->first_block + (u % span) / DS_READ_THREADS);
+            for (int k = 0; k < 4; k++) {
+                uint32_t w;
+                memcpy(&w, b + 16 * u + 4 * k, 4); // little-endian hosts, as the GPU
+                row[k] ^= w;
+            }
         }
     }
-    for (int k = 0; k < 4; k++)
-        a->out[k] ^= acc[k];
     return DS_OK;
 }
 

@@ -451,20 +451,25 @@ struct ds_vocab_scatter_args {
 
 // A bench instrument, not a model op: read the bytes of a list of pieces and fold them, nothing
 // else. `draftscope bench --ops` times it over the MoE's weight pieces beside the MoE op, as the
-// floor of any kernel that must read those bytes (with its launch). out (4 words) ^= the XOR of
-// every 16-byte unit of every piece, taken as four little-endian uint32: XOR is exact and
-// order-free, so the fold is deterministic and checks that every byte was read.
+// floor of any kernel that must read those bytes (with its launch). The fold of a set of 16-byte
+// units is their XOR, taken as four little-endian uint32 words. Row b of out is the fold of the
+// units block b of the plan reads: unit u of piece i belongs to block first_block +
+// (u mod (n_blocks·DS_READ_THREADS)) / DS_READ_THREADS. Rows are written, not accumulated, and
+// no block touches another's row (a shared fold would need same-address atomics, whose
+// serialisation costs more than the read at small sizes); the XOR of the rows is the fold of
+// every piece, which checks that every byte was read.
+#define DS_READ_THREADS 256 // threads per block of the CUDA grid
 struct ds_read_piece {
     const void *p;            // 16-byte aligned
     uint64_t bytes;           // a multiple of 16, > 0
-    uint32_t first_block;     // the CUDA grid's blocks for this piece (ds_read_plan fills them;
-    uint32_t n_blocks;        // the reference ignores them)
+    uint32_t first_block;     // the blocks that read this piece (ds_read_plan fills them)
+    uint32_t n_blocks;
 };
 struct ds_read_args {
     int n_pieces;
     const struct ds_read_piece *pieces; // host memory for ds_read_ref, device for ds_read_cuda
-    int n_blocks;                       // the CUDA grid: ds_read_plan's total
-    uint32_t *out;                      // 4 words, XORed into
+    int n_blocks;                       // ds_read_plan's total: the CUDA grid
+    uint32_t *out;                      // (n_blocks, 4) words, 16-byte aligned: each block's fold
 };
 
 #ifdef __cplusplus

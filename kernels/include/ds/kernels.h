@@ -45,8 +45,9 @@ enum ds_status ds_topk_ref(const struct ds_topk_args *a);
 enum ds_status ds_entropy_ref(const struct ds_entropy_args *a);
 enum ds_status ds_overlap_ref(const struct ds_overlap_args *a);
 enum ds_status ds_vocab_scatter_ref(const struct ds_vocab_scatter_args *a);
-// The bench's read instrument (ds_read_args): out ^= the fold of every piece. DS_ERR_ARG for a
-// piece that is misaligned, empty or not a multiple of 16 bytes.
+// The bench's read instrument (ds_read_args): each block's fold, for pieces ds_read_plan split.
+// DS_ERR_ARG for a piece that is misaligned, empty or not a multiple of 16 bytes, or whose blocks
+// lie outside [0, n_blocks).
 enum ds_status ds_read_ref(const struct ds_read_args *a);
 // Splits about `target_blocks` CUDA blocks over the pieces in proportion to their bytes (at least
 // one each) and fills each piece's first_block / n_blocks; *n_blocks the total. Host-side, so the
