@@ -2112,6 +2112,23 @@ static int d1_pad_warps(int wg, int wd) {
     return 0;
 }
 
+// The SM's split of its on-chip memory between L1 and shared memory is set when a block is placed
+// on an idle SM, from the kernel's preference; by default the driver picks a split just large
+// enough for the one-token gate_up block (118 KiB at the 120b shapes), which leaves no room for a
+// down block beside it, so PDL could not place the down blocks until gate_up's blocks left (H200,
+// %globaltimer per block: down's blocks entered at 14.3 us of a 30 us op, with gate_up's exits).
+// Both kernels ask for the largest shared split. A placement hint: the bits do not depend on it.
+// MOE_CARVEOUT 0: the driver's choice (for measuring what it costs).
+#ifndef MOE_CARVEOUT
+#define MOE_CARVEOUT 1
+#endif
+template <typename K> static void moe_carveout_max(K k, int *set) {
+    if (!MOE_CARVEOUT || *set) return;
+    DS_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       (int)cudaSharedmemCarveoutMaxShared));
+    *set = 1;
+}
+
 template <int NT>
 static void mm_launch(const struct ds_moe_args *a, dim3 g1, dim3 g2, cudaStream_t st,
                       const int32_t *groups, const struct moe_ws &w, long long avg) {
@@ -2237,7 +2254,7 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
             // One block per SM for both products, their work spread evenly over the SMs (gate_up:
             // (slot, row tile) pairs; down: (tile, slot, K half) units), when their shared memory
             // fits; the down kernel needs the gate_up kernel's zeroed counters.
-            static int set_g1 = 0, set_d1 = 0;
+            static int set_g1 = 0, set_d1 = 0, co_g1 = 0, co_d1 = 0;
             const int sms = moe_sm_count();
             const int tiles = KE * (2 * I / MM_ROWS), units = C / MM_ROWS * 2 * KE;
             const int wg = (tiles + sms - 1) / sms, wd = (units + sms - 1) / sms;
@@ -2248,6 +2265,7 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
             if (g1) {
                 const int s0 = g1_smem_bytes(wg, C);
                 ds_smem_attr(bf16_mxfp4w_moe_gate_up_1tok_mma, &set_g1, s0);
+                moe_carveout_max(bf16_mxfp4w_moe_gate_up_1tok_mma, &co_g1);
                 ds_launch(bf16_mxfp4w_moe_gate_up_1tok_mma, dim3((unsigned)((tiles + wg - 1) / wg)),
                           dim3((unsigned)(wg * DS_WARP)), s0, st, *a, (uint16_t *)w.h, cnt);
             } else {
@@ -2258,6 +2276,7 @@ extern "C" enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream)
             if (d1) {
                 const int s3 = d1_smem_bytes(wd, C, I, KE);
                 ds_smem_attr(bf16_mxfp4w_moe_down_1tok_mma, &set_d1, s3);
+                moe_carveout_max(bf16_mxfp4w_moe_down_1tok_mma, &co_d1);
                 const int pad = g1 && D1_PAD ? d1_pad_warps(wg, wd) : 0;
                 ds_launch(bf16_mxfp4w_moe_down_1tok_mma, dim3((unsigned)((units + wd - 1) / wd)),
                           dim3((unsigned)((wd + pad) * DS_WARP)), s3, st, *a,
