@@ -81,6 +81,7 @@ struct bench_case {
     } a;
     void *bufs[BENCH_MAX_BUFS];
     int n_bufs;
+    char why[200]; // why setting up failed, when not for lack of memory (empty otherwise)
 };
 
 struct bench_model {
@@ -246,8 +247,12 @@ static int setup_moe_read(struct bench_case *c, int T, const struct bench_model 
         struct ds_read_piece *p = pc + (launches == 1 ? 0 : (l ? n[0] : 0));
         const int np = launches == 1 ? n[0] + n[1] : n[l];
         int nb = 0;
-        ok = ds_read_plan(p, np, 4 * (sms > 0 ? sms : 132), &nb) == DS_OK &&
-             (c->a.read.r[l].pieces = buf_copy(c, p, sizeof *p * (size_t)np)) != NULL &&
+        if (ds_read_plan(p, np, 4 * (sms > 0 ? sms : 132), &nb) != DS_OK) {
+            snprintf(c->why, sizeof c->why, "%s", ds_error_last());
+            ok = 0;
+            break;
+        }
+        ok = (c->a.read.r[l].pieces = buf_copy(c, p, sizeof *p * (size_t)np)) != NULL &&
              (c->a.read.r[l].out = buf_fill(c, DS_ELEM_F32, 4 * (size_t)nb, 0.0f, 0.0f, s));
         c->a.read.r[l].n_pieces = np, c->a.read.r[l].n_blocks = nb;
     }
@@ -1370,8 +1375,8 @@ int ds_cmd_bench(int argc, char **argv) {
             int built = setup_case(&c, idx, rows[ri], &m, kv, s);
             if (built < 0) break;
             if (!built) {
-                fprintf(stderr, "draftscope bench: %s T=%d: out of GPU memory setting up\n",
-                        c.name, rows[ri]);
+                fprintf(stderr, "draftscope bench: %s T=%d: %s\n", c.name, rows[ri],
+                        c.why[0] ? c.why : "out of GPU memory setting up");
                 case_free(&c);
                 continue;
             }
