@@ -1498,6 +1498,12 @@ __global__ void __launch_bounds__(MM_FUSED_THREADS, 2)
 #define G1_DEPTH 3 // chunks (1 KB per warp each) in flight per warp: fewer in flight, sooner first
                    // chunks (decode ms at 8, 6, 5, 4, 3: 2.63, 2.58, 2.56, 2.57, 2.545)
 #endif
+// G1_BLOAD 1: in the one- and few-token kernels only the lanes of used B columns (the token's,
+// or the pairs') load activations from shared memory; 0: every lane does (discarded columns
+// read a real row). The bits do not depend on it.
+#ifndef G1_BLOAD
+#define G1_BLOAD 1
+#endif
 #define G1_STAGE 1024       // one stage of a warp's ring
 #define G1_MAX_WARPS 16
 
@@ -1582,7 +1588,8 @@ template <int NB, int DEPTH, int SS = G1_STAGE, int RO = 512, bool SPLIT = false
 static __device__ __forceinline__ void g1_stream(const char *lut, uint32_t my, const uint8_t *sc,
                                                  const uint8_t *p, size_t row_b, int nb, int c_lo,
                                                  int c_hi, const char *const xs[NB], float out[4],
-                                                 int split = -1, float *first = nullptr) {
+                                                 int split = -1, float *first = nullptr,
+                                                 bool bload = true) {
     const int lane = threadIdx.x % DS_WARP, g = lane >> 2, t = lane & 3;
     const uint32_t lane4 = (uint32_t)lane * 4u;
     const uint8_t *s0p = sc + 2 * g * nb + t + 4 * c_lo;
@@ -1622,12 +1629,14 @@ static __device__ __forceinline__ void g1_stream(const char *lut, uint32_t my, c
             const uint32_t sc1 = mm_scale2(bok ? s0p[nb] : 127u);
             const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w};
             const uint32_t w1[4] = {v1.x, v1.y, v1.z, v1.w};
+            // Lanes whose B column is discarded (!bload) take zeros instead of loading: fewer
+            // shared-memory wavefronts, and a column of D depends only on its own column of B.
             uint4 bv[NB][4];
 #pragma unroll
             for (int s = 0; s < NB; s++)
 #pragma unroll
                 for (int i = 0; i < 4; i++)
-                    bv[s][i] = xl[s][4 * i];
+                    bv[s][i] = bload ? xl[s][4 * i] : make_uint4(0u, 0u, 0u, 0u);
             // One B set: the 8 fragments first (their table loads issued together); two: each
             // just before its mma's (registers), as mm_rows does. Same mma sequence.
             uint32_t A[NB == 1 ? 8 : 1][4];
@@ -1710,7 +1719,8 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
     const float rs = moe_row_scale(a, 0); // with the biases: its latency hides behind the loop
     const char *const xsv[1] = {xs};
     float acc[4];
-    g1_stream<1, G1_DEPTH>((const char *)mm_lut, my, sc, p, row_b, nb, 0, nch, xsv, acc);
+    g1_stream<1, G1_DEPTH>((const char *)mm_lut, my, sc, p, row_b, nb, 0, nch, xsv, acc, -1,
+                           nullptr, G1_BLOAD ? g == 0 : true);
     if (t != 0) return; // column 0 (the token) lives in lanes t = 0: rows 2g (acc[0]), 2g + 1
     const float gg = __fadd_rn(__fmul_rn(acc[0], rs), bg), ll = __fadd_rn(__fmul_rn(acc[2], rs), bl);
     const float h = swiglu_clamped(gg, ll, a.swiglu_alpha, a.swiglu_limit);
@@ -1864,7 +1874,7 @@ __global__ void __launch_bounds__(G1_MAX_WARPS *DS_WARP, 1)
         const char *const xsv[2] = {xs + 2 * (slot - s0) * xb, xs + (2 * (slot - s0) + 1) * xb};
         float acc[4];
         g1_stream<2, D1_DEPTH, SS, RO>((const char *)mm_lut, my, sc, p, row_b, nb, c_lo, c_hi, xsv,
-                                       acc);
+                                       acc, -1, nullptr, G1_BLOAD ? g == 0 : true);
         if (t == 0) { // column 0: rows 2g, 2g + 1
             part[(size_t)u * MM_ROWS + 2 * g] = acc[0];
             part[(size_t)u * MM_ROWS + 2 * g + 1] = acc[2];
@@ -1966,7 +1976,8 @@ __global__ void __launch_bounds__(G2_MAX_WARPS *DS_WARP, 1)
         const float bl = ld_elem(a.gate_up_bias, a.bias_dtype, wr + 1);
         const char *const xsv[1] = {xs + tok * xb};
         float acc[4];
-        g1_stream<1, G1_DEPTH>((const char *)mm_lut, my, sc, p, row_b, nb, 0, nch, xsv, acc);
+        g1_stream<1, G1_DEPTH>((const char *)mm_lut, my, sc, p, row_b, nb, 0, nch, xsv, acc, -1,
+                               nullptr, G1_BLOAD ? g < n : true);
         // gate_up_mma's epilogue: rows 2g (acc[q]) and 2g + 1 (acc[2 + q]), column 2t + q.
         const int unit = r0 / 2 + g;
 #pragma unroll
@@ -2064,7 +2075,8 @@ __global__ void __launch_bounds__(G2_MAX_WARPS *DS_WARP, 1)
         const char *const xsv[2] = {xs + rb * xb, xs + (rb + 1) * xb};
         float h0[4], h1[4];
         g1_stream<2, D1_DEPTH, MM_STAGE_STRIDE, 1024, true>((const char *)mm_lut, my, sc, p, row_b,
-                                                            nb, 0, nch, xsv, h1, hc, h0);
+                                                            nb, 0, nch, xsv, h1, hc, h0,
+                                                            G1_BLOAD ? g < n : true);
         // down_mma's epilogue: column 2t + q, rows 2g (h[q]) and 2g + 1 (h[2 + q]).
 #pragma unroll
         for (int q = 0; q < 2; q++) {
