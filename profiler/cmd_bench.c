@@ -1389,7 +1389,7 @@ int ds_cmd_bench(int argc, char **argv) {
                 // Evict the inputs from L2 (a memset of twice its size), then drop the memset's
                 // dirty lines: otherwise the op pays for writing them back (docs/performance.md).
                 cudaMemsetAsync(flush, it & 0xff, flush_bytes, s);
-                if (!dirty) st = ds_l2_discard_cuda(flush, flush_bytes, s);
+                if (!dirty && (st = ds_l2_discard_cuda(flush, flush_bytes, s)) != DS_OK) break;
                 cudaEventRecord(ev0, s);
                 st = run_case(&c, s);
                 cudaEventRecord(ev1, s);

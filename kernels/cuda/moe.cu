@@ -1486,10 +1486,10 @@ __global__ void __launch_bounds__(MM_FUSED_THREADS, 2)
 // uneven spread of its 3-blocks-per-SM grid:
 // - one block per SM: warp w of block b owns row tile b·W + w of the KE × 2I/16 (slot, tile)
 //   pairs, W = ceil(tiles / SMs), so every SM streams the same number of tiles;
-// - the token's x is staged once per block in shared memory (G1 layout below) and every lane
-//   reads its B words from there, so the chunk loop has no global loads, predicates or zeroing
-//   for the activations (lanes g != 0 read the same x: their columns are discarded, and a
-//   column of D depends only on its own column of B);
+// - the token's x is staged once per block in shared memory (G1 layout below) and the lanes of
+//   B column 0 (g = 0) read their B words from there, so the chunk loop has no global loads for
+//   the activations; lanes g != 0 take zeros (G1_BLOAD): their columns are discarded, and a
+//   column of D depends only on its own column of B;
 // - the weight ring of each warp is contiguous (row 2g's 16 bytes of lane l at 16l, row 2g + 1's
 //   at 512 + 16l): the table's holes hold only 4 warps' rings.
 // A slot with an expert id outside [0, E) writes nothing (the grouped kernels drop it too); a
@@ -1963,7 +1963,8 @@ __global__ void __launch_bounds__(G2_MAX_WARPS *DS_WARP, 1)
         const uint8_t *p = a.gate_up_blocks + wr * row_b + 16 * t;
         g1_start<G1_DEPTH>(my, sc, a.gate_up_scales + (wr - 2 * g) * row_s, p, row_b, nb, 0, nch);
         // Column g' of D is pair list[g'] (g' < n); this lane's B column is g's token (a
-        // discarded column reads token 0: a column of D depends only on its own column of B).
+        // discarded column, g >= n, reads nothing under G1_BLOAD: a column of D depends only on
+        // its own column of B).
         const int tok = g < n ? list[g] / KE : 0;
         int pq[2];
         float rs[2];
@@ -2070,7 +2071,8 @@ __global__ void __launch_bounds__(G2_MAX_WARPS *DS_WARP, 1)
                                                   row_b, nb, 0, nch);
         const float b0 = ld_elem(a.down_bias, a.bias_dtype, wr);
         const float b1 = ld_elem(a.down_bias, a.bias_dtype, wr + 1);
-        // This lane's B column g: its pair's staged hi and lo (a discarded column reads row 0).
+        // This lane's B column g: its pair's staged hi and lo (a discarded column, g >= n, reads
+        // nothing under G1_BLOAD; row 0's address keeps the pointer inside the staged rows).
         const int rb = g < n ? 2 * (off + g) : 0;
         const char *const xsv[2] = {xs + rb * xb, xs + (rb + 1) * xb};
         float h0[4], h1[4];

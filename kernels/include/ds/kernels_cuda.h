@@ -70,10 +70,10 @@ enum ds_status ds_vocab_scatter_cuda(const struct ds_vocab_scatter_args *a, void
 // read.cu: the bench's read instrument. a->pieces is a device copy of a table that ds_read_plan
 // filled (the op trusts it), a->n_blocks its total. It reads the table and the pieces before its
 // grid dependency: neither may be written by the two kernels before it on the stream.
+enum ds_status ds_read_cuda(const struct ds_read_args *a, void *stream);
 // Drops the L2 lines of the whole 128-byte lines inside [p, p + bytes) without writing them back:
 // their contents become undefined. For the bench's L2 flush buffer only (read.cu).
 enum ds_status ds_l2_discard_cuda(void *p, size_t bytes, void *stream);
-enum ds_status ds_read_cuda(const struct ds_read_args *a, void *stream);
 
 // ---------------------------------------------------------------------------------------------
 // Backend object (kernels/cuda/backend_cuda.cu)
