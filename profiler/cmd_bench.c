@@ -571,7 +571,11 @@ static void usage(FILE *f) {
                "  --l2 clean (default) then drops its dirty lines, --l2 dirty leaves them for\n"
                "  the op to write back (up to ~50 MB on an H200: the figures before the option).\n"
                "  --steps times whole target decode / verify steps\n"
-               "  and draft extend / step calls of a synthetic model (--layers: a slice)\n"
+               "  and draft extend / step calls of a synthetic model (--layers N: the first N\n"
+               "  layers only; 0, the default, keeps them all).\n"
+               "  Defaults: --shape 20b, --rows 1,4,32,256, --batches 1,8,32,64, --iters 20\n"
+               "  (0..10000), --kv 4096 (1..131072; --steps needs 8 or more), --graphs both,\n"
+               "  --seed 0, --device 0. Lists take up to 16 entries.\n"
                "  --trace (with --steps): times each step kind at each listed trace level in\n"
                "  alternating blocks (2 rounds of --iters steps per level), each step wrapped as\n"
                "  the run wraps it (one phase, then ds_trace_poll), and prints ms/step per level,\n"
@@ -1197,6 +1201,51 @@ cleanup:
     return rc;
 }
 
+// --kv at most: gpt-oss's context length (max_position_embeddings).
+#define BENCH_MAX_KV 131072
+
+// An integer option's value in [lo, hi] (a usage error, printed, when not).
+static bool bench_int(const char *opt, const char *v, int lo, int hi, int *out) {
+    long long x;
+    if (!ds_cli_parse_ll(v, lo, hi, &x)) {
+        fprintf(stderr, "draftscope bench: %s wants an integer in %d..%d, got '%s'\n", opt, lo, hi,
+                v);
+        return false;
+    }
+    *out = (int)x;
+    return true;
+}
+
+// A comma-separated list of 1 .. BENCH_MAX_ROWS_LIST integers in [1, hi].
+static bool bench_list(const char *opt, const char *v, int hi, int *out, int *n) {
+    int k = 0;
+    const char *p = v;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        char item[32];
+        const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        long long x;
+        if (k == BENCH_MAX_ROWS_LIST) {
+            fprintf(stderr, "draftscope bench: %s takes at most %d entries, got '%s'\n", opt,
+                    BENCH_MAX_ROWS_LIST, v);
+            return false;
+        }
+        if (len == 0 || len >= sizeof item) goto bad;
+        memcpy(item, p, len), item[len] = 0;
+        if (!ds_cli_parse_ll(item, 1, hi, &x)) goto bad;
+        out[k++] = (int)x;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    *n = k;
+    return true;
+bad:
+    fprintf(stderr,
+            "draftscope bench: %s wants a comma-separated list of integers in 1..%d, got '%s'\n",
+            opt, hi, v);
+    return false;
+}
+
 int ds_cmd_bench(int argc, char **argv) {
     int ops = 0, steps = 0, json = 0, iters = 20, kv = 4096, device = 0, graphs = 2, layers = 0;
     unsigned trace_mask = 0;
@@ -1226,11 +1275,8 @@ int ds_cmd_bench(int argc, char **argv) {
                 return 2;
             }
         } else if (v && !strcmp(o, "--layers")) {
-            layers = atoi(v), i++;
-            if (layers < 0 || layers > 256) {
-                fprintf(stderr, "draftscope bench: --layers wants 0..256, got '%s'\n", v);
-                return 2;
-            }
+            if (!bench_int(o, v, 0, 256, &layers)) return 2;
+            i++;
         } else if (v && !strcmp(o, "--trace")) {
             char buf[64];
             snprintf(buf, sizeof buf, "%s", v);
@@ -1248,19 +1294,14 @@ int ds_cmd_bench(int argc, char **argv) {
             }
             i++;
         } else if (v && !strcmp(o, "--seed")) {
-            seed = strtoull(v, NULL, 10), i++;
-        } else if (v && !strcmp(o, "--batches")) {
-            n_batches = 0;
-            for (const char *p = v; *p && n_batches < BENCH_MAX_ROWS_LIST;) {
-                char *end;
-                long r = strtol(p, &end, 10);
-                if (end == p || r < 1 || r > 256) {
-                    fprintf(stderr, "draftscope bench: --batches: bad entry in '%s' (1..256)\n", v);
-                    return 2;
-                }
-                batches[n_batches++] = (int)r;
-                p = *end == ',' ? end + 1 : end;
+            if (!ds_cli_parse_ull(v, &seed)) {
+                fprintf(stderr,
+                        "draftscope bench: --seed wants an unsigned 64-bit integer, got '%s'\n", v);
+                return 2;
             }
+            i++;
+        } else if (v && !strcmp(o, "--batches")) {
+            if (!bench_list(o, v, 256, batches, &n_batches)) return 2;
             i++;
         } else if (!strcmp(o, "--json")) {
             json = 1;
@@ -1275,23 +1316,16 @@ int ds_cmd_bench(int argc, char **argv) {
         } else if (v && !strcmp(o, "--shape")) {
             shape = v, i++;
         } else if (v && !strcmp(o, "--iters")) {
-            iters = atoi(v), i++;
+            if (!bench_int(o, v, 0, 10000, &iters)) return 2;
+            i++;
         } else if (v && !strcmp(o, "--kv")) {
-            kv = atoi(v), i++;
+            if (!bench_int(o, v, 1, BENCH_MAX_KV, &kv)) return 2;
+            i++;
         } else if (v && !strcmp(o, "--device")) {
-            device = atoi(v), i++;
+            if (!bench_int(o, v, 0, 1023, &device)) return 2;
+            i++;
         } else if (v && !strcmp(o, "--rows")) {
-            n_rows = 0;
-            for (const char *p = v; *p && n_rows < BENCH_MAX_ROWS_LIST;) {
-                char *end;
-                long r = strtol(p, &end, 10);
-                if (end == p || r < 1 || r > 65536) {
-                    fprintf(stderr, "draftscope bench: --rows: bad entry in '%s'\n", v);
-                    return 2;
-                }
-                rows[n_rows++] = (int)r;
-                p = *end == ',' ? end + 1 : end;
-            }
+            if (!bench_list(o, v, 65536, rows, &n_rows)) return 2;
             i++;
         } else {
             fprintf(stderr, "draftscope bench: unknown or incomplete option '%s'\n", o);
@@ -1318,10 +1352,6 @@ int ds_cmd_bench(int argc, char **argv) {
     if (!strcmp(shape, "120b")) m.n_experts = 128;
     else if (strcmp(shape, "20b")) {
         fprintf(stderr, "draftscope bench: --shape must be 20b or 120b, got '%s'\n", shape);
-        return 2;
-    }
-    if (iters < 0 || iters > 10000 || kv < 1) {
-        fprintf(stderr, "draftscope bench: --iters must be in [0, 10000] and --kv >= 1\n");
         return 2;
     }
     if (steps) {

@@ -99,15 +99,6 @@ struct gen_opts {
     enum ds_device_kind device;
 };
 
-static bool parse_ll(const char *s, long long lo, long long hi, long long *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
 // "1,2,3" → ids, each in [0, vocab).
 static enum ds_status parse_ids(const char *s, int64_t vocab, struct ds_token_vec *out) {
     const char *p = s;
@@ -675,7 +666,7 @@ int ds_cmd_generate(int argc, char **argv) {
             o.dataset = optarg;
             break;
         case O_INDEX:
-            if (!parse_ll(optarg, 0, INT32_MAX, &o.index))
+            if (!ds_cli_parse_ll(optarg, 0, INT32_MAX, &o.index))
                 return usage_error("--index wants an integer >= 0", optarg);
             break;
         case O_RAW:
@@ -685,7 +676,7 @@ int ds_cmd_generate(int argc, char **argv) {
             o.tokenizer = optarg;
             break;
         case 'n':
-            if (!parse_ll(optarg, 1, INT32_MAX, &o.max_new))
+            if (!ds_cli_parse_ll(optarg, 1, INT32_MAX, &o.max_new))
                 return usage_error("--max-new-tokens wants an integer >= 1", optarg);
             break;
         case O_TEMP: {
@@ -696,12 +687,12 @@ int ds_cmd_generate(int argc, char **argv) {
             break;
         }
         case O_SEED:
-            if (!parse_ll(optarg, 0, INT64_MAX, &ll))
+            if (!ds_cli_parse_ll(optarg, 0, INT64_MAX, &ll))
                 return usage_error("--seed wants an integer >= 0", optarg);
             o.seed = (unsigned long long)ll;
             break;
         case O_MAXCTX:
-            if (!parse_ll(optarg, 1, INT32_MAX, &o.max_context))
+            if (!ds_cli_parse_ll(optarg, 1, INT32_MAX, &o.max_context))
                 return usage_error("--max-context wants an integer >= 1", optarg);
             break;
         case O_LOGITS:
@@ -718,7 +709,7 @@ int ds_cmd_generate(int argc, char **argv) {
             o.synthetic = optarg;
             break;
         case O_BATCH:
-            if (!parse_ll(optarg, 1, 1024, &o.batch))
+            if (!ds_cli_parse_ll(optarg, 1, 1024, &o.batch))
                 return usage_error("--batch wants an integer in 1..1024", optarg);
             break;
         case O_NOGRAPHS:

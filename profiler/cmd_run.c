@@ -155,15 +155,6 @@ struct run_opts {
     bool baseline;
 };
 
-static bool parse_ll(const char *s, long long lo, long long hi, long long *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
 // Resolves --synthetic-weights before any work (0 when usable, else the exit status): a malformed
 // spec, an unknown preset or missing config, and a layer slice the target or the synthetic draft
 // cannot have are usage errors (2); a config file that exists but does not parse is an input
@@ -735,7 +726,7 @@ int ds_cmd_run(int argc, char **argv) {
                                    optarg);
             break;
         case 'k':
-            if (!parse_ll(optarg, 1, DS_SPEC_MAX_K, &ll))
+            if (!ds_cli_parse_ll(optarg, 1, DS_SPEC_MAX_K, &ll))
                 return usage_error("--draft-tokens wants an integer in 1..16", optarg);
             o.spec.k = (int)ll;
             break;
@@ -756,16 +747,16 @@ int ds_cmd_run(int argc, char **argv) {
             o.spec.top_p = (float)dv;
             break;
         case O_SEED:
-            if (!parse_ll(optarg, 0, INT64_MAX, &ll))
+            if (!ds_cli_parse_ll(optarg, 0, INT64_MAX, &ll))
                 return usage_error("--seed wants an integer >= 0", optarg);
             o.spec.seed = (uint64_t)ll;
             break;
         case 'n':
-            if (!parse_ll(optarg, 1, INT32_MAX / 2, &o.max_new))
+            if (!ds_cli_parse_ll(optarg, 1, INT32_MAX / 2, &o.max_new))
                 return usage_error("--max-new-tokens wants an integer >= 1", optarg);
             break;
         case 'N':
-            if (!parse_ll(optarg, 1, INT32_MAX, &o.num_conv))
+            if (!ds_cli_parse_ll(optarg, 1, INT32_MAX, &o.num_conv))
                 return usage_error("--num-conversations wants an integer >= 1", optarg);
             break;
         case O_SHUFFLE: o.shuffle = true; break;
@@ -779,11 +770,11 @@ int ds_cmd_run(int argc, char **argv) {
                 return usage_error("--reasoning-effort wants low, medium or high", optarg);
             break;
         case O_MAXCTX:
-            if (!parse_ll(optarg, 2, INT32_MAX, &o.max_context))
+            if (!ds_cli_parse_ll(optarg, 2, INT32_MAX, &o.max_context))
                 return usage_error("--max-context wants an integer >= 2", optarg);
             break;
         case O_CHUNK:
-            if (!parse_ll(optarg, 1, 1 << 20, &ll))
+            if (!ds_cli_parse_ll(optarg, 1, 1 << 20, &ll))
                 return usage_error("--prefill-chunk wants an integer >= 1", optarg);
             o.spec.prefill_chunk = (int)ll;
             break;

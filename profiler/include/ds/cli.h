@@ -4,6 +4,8 @@
 #ifndef DS_CLI_H
 #define DS_CLI_H
 
+#include <stdbool.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -15,6 +17,11 @@ int ds_cmd_tokenize(int argc, char **argv);
 int ds_cmd_render(int argc, char **argv);
 int ds_cmd_bench(int argc, char **argv);
 int ds_cmd_summary(int argc, char **argv);
+
+// s is a whole decimal integer in [lo, hi] (no trailing characters, no overflow): *out, true.
+bool ds_cli_parse_ll(const char *s, long long lo, long long hi, long long *out);
+// s is a whole unsigned decimal integer (digits only) that fits 64 bits: *out, true.
+bool ds_cli_parse_ull(const char *s, unsigned long long *out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,131 @@
+// draftscope bench's option checks (no GPU needed: every case here is refused before the device
+// is touched) and the shared number parsers of ds/cli.h.
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ds/cli.h"
+#include "harness.h"
+
+static char err_path[256], err_text[4096];
+
+// Runs bench with stderr captured into err_text; returns its exit code.
+static int bench(int argc, const char **argv) {
+    fflush(stderr);
+    int saved = dup(2), fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    close(fd);
+    int rc = ds_cmd_bench(argc, (char **)argv);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    FILE *f = fopen(err_path, "r");
+    size_t n = f ? fread(err_text, 1, sizeof err_text - 1, f) : 0;
+    err_text[n] = 0;
+    if (f) fclose(f);
+    return rc;
+}
+
+static void parse_ll_bounds(void) {
+    long long v = -7;
+    EXPECT(ds_cli_parse_ll("0", 0, 10, &v) && v == 0);
+    EXPECT(ds_cli_parse_ll("10", 0, 10, &v) && v == 10);
+    EXPECT(!ds_cli_parse_ll("11", 0, 10, &v));
+    EXPECT(!ds_cli_parse_ll("-1", 0, 10, &v));
+    EXPECT(ds_cli_parse_ll("-1", -1, 10, &v) && v == -1);
+    EXPECT(!ds_cli_parse_ll("", 0, 10, &v));
+    EXPECT(!ds_cli_parse_ll("3x", 0, 10, &v));
+    EXPECT(!ds_cli_parse_ll("x3", 0, 10, &v));
+    EXPECT(!ds_cli_parse_ll("99999999999999999999", LLONG_MIN, LLONG_MAX, &v)); // overflows
+    EXPECT(ds_cli_parse_ll("9223372036854775807", LLONG_MIN, LLONG_MAX, &v) && v == LLONG_MAX);
+    EXPECT_EQ_INT((int)(v == LLONG_MAX), 1); // a refused parse leaves *out alone
+}
+
+static void parse_ull_bounds(void) {
+    unsigned long long v = 5;
+    EXPECT(ds_cli_parse_ull("0", &v) && v == 0);
+    EXPECT(ds_cli_parse_ull("18446744073709551615", &v) && v == ULLONG_MAX);
+    EXPECT(!ds_cli_parse_ull("18446744073709551616", &v)); // 2^64
+    EXPECT(!ds_cli_parse_ull("-1", &v));                   // strtoull would wrap it
+    EXPECT(!ds_cli_parse_ull("+1", &v));
+    EXPECT(!ds_cli_parse_ull(" 1", &v));
+    EXPECT(!ds_cli_parse_ull("", &v));
+    EXPECT(!ds_cli_parse_ull("12a", &v));
+    EXPECT(v == ULLONG_MAX);
+}
+
+// Each bad value: exit 2 and one line naming the option and the value.
+static void bad_values_are_usage_errors(void) {
+    static const char *const cases[][4] = {
+        {"--ops", "--rows", "0", "--rows"},
+        {"--ops", "--rows", "1,,4", "'1,,4'"},
+        {"--ops", "--rows", "1,4,", "'1,4,'"},
+        {"--ops", "--rows", "65537", "1..65536"},
+        {"--ops", "--rows", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", "at most 16"},
+        {"--steps", "--batches", "257", "1..256"},
+        {"--steps", "--batches", "8;32", "'8;32'"},
+        {"--ops", "--iters", "99999999999", "0..10000"},
+        {"--ops", "--iters", "3x", "'3x'"},
+        {"--ops", "--kv", "0", "1..131072"},
+        {"--ops", "--kv", "200000", "1..131072"},
+        {"--steps", "--layers", "abc", "--layers"},
+        {"--steps", "--layers", "-3", "0..256"},
+        {"--steps", "--seed", "-1", "--seed"},
+        {"--steps", "--seed", "18446744073709551616", "--seed"},
+        {"--ops", "--device", "x", "--device"},
+        {"--ops", "--shape", "70b", "'70b'"},
+        {"--ops", "--l2", "warm", "'warm'"},
+        {"--steps", "--graphs", "maybe", "'maybe'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *argv[] = {"bench", cases[i][0], cases[i][1], cases[i][2]};
+        const int rc = bench(4, argv);
+        if (rc != 2 || !strstr(err_text, cases[i][3]) || !strstr(err_text, cases[i][1]))
+            DS_FAILF("bench %s %s %s: rc %d, stderr '%s' (want 2 and '%s')", cases[i][0],
+                     cases[i][1], cases[i][2], rc, err_text, cases[i][3]);
+    }
+}
+
+static void inconsistent_options_are_usage_errors(void) {
+    const char *none[] = {"bench"};
+    EXPECT_EQ_INT(bench(1, none), 2);
+    EXPECT(strstr(err_text, "--ops or --steps") != NULL);
+    const char *both[] = {"bench", "--ops", "--steps"};
+    EXPECT_EQ_INT(bench(3, both), 2);
+    const char *short_kv[] = {"bench", "--steps", "--kv", "4"};
+    EXPECT_EQ_INT(bench(4, short_kv), 2);
+    EXPECT(strstr(err_text, "--kv >= 8") != NULL);
+    const char *trace_ops[] = {"bench", "--ops", "--trace", "phases"};
+    EXPECT_EQ_INT(bench(4, trace_ops), 2);
+    EXPECT(strstr(err_text, "--trace goes with --steps") != NULL);
+    const char *missing[] = {"bench", "--ops", "--rows"};
+    EXPECT_EQ_INT(bench(3, missing), 2);
+    EXPECT(strstr(err_text, "'--rows'") != NULL);
+}
+
+static void help_exits_zero(void) {
+    fflush(stdout);
+    int saved = dup(1), fd = open("/dev/null", O_WRONLY);
+    dup2(fd, 1);
+    close(fd);
+    const char *argv[] = {"bench", "--help"};
+    const int rc = ds_cmd_bench(2, (char **)argv);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    EXPECT_EQ_INT(rc, 0);
+}
+
+int main(void) {
+    snprintf(err_path, sizeof err_path, "%s/test_bench_args.%d.err", DS_BINARY_DIR, (int)getpid());
+    DS_RUN(parse_ll_bounds);
+    DS_RUN(parse_ull_bounds);
+    DS_RUN(bad_values_are_usage_errors);
+    DS_RUN(inconsistent_options_are_usage_errors);
+    DS_RUN(help_exits_zero);
+    unlink(err_path);
+    return ds_test_end();
+}
