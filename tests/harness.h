@@ -7,10 +7,12 @@
 #ifndef DS_TEST_HARNESS_H
 #define DS_TEST_HARNESS_H
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ds/status.h"
 
@@ -84,6 +86,21 @@ static const char *ds_t_case_name = "";
             printf("ok %s\n", #fn);                                                                \
         }                                                                                          \
     } while (0)
+
+// Sends file descriptor fd (1 stdout, 2 stderr) to the file at path (created or truncated) until
+// ds_t_restore(fd, the returned descriptor); the stdio buffers are flushed either side.
+static inline int ds_t_redirect(int fd, const char *path) {
+    fflush(stdout), fflush(stderr);
+    const int saved = dup(fd), f = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(f, fd);
+    close(f);
+    return saved;
+}
+static inline void ds_t_restore(int fd, int saved) {
+    fflush(stdout), fflush(stderr);
+    dup2(saved, fd);
+    close(saved);
+}
 
 static inline int ds_test_end(void) {
     printf("%d passed, %d failed\n", ds_t_cases_passed, ds_t_cases_failed);

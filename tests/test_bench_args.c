@@ -1,6 +1,5 @@
 // draftscope bench's option checks (no GPU needed: every case here is refused before the device
 // is touched) and the shared number parsers of ds/cli.h.
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,14 +13,9 @@ static char err_path[256], err_text[4096];
 
 // Runs bench with stderr captured into err_text; returns its exit code.
 static int bench(int argc, const char **argv) {
-    fflush(stderr);
-    int saved = dup(2), fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 2);
-    close(fd);
-    int rc = ds_cmd_bench(argc, (char **)argv);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
+    const int saved = ds_t_redirect(2, err_path);
+    const int rc = ds_cmd_bench(argc, (char **)argv);
+    ds_t_restore(2, saved);
     FILE *f = fopen(err_path, "r");
     size_t n = f ? fread(err_text, 1, sizeof err_text - 1, f) : 0;
     err_text[n] = 0;
@@ -107,16 +101,18 @@ static void inconsistent_options_are_usage_errors(void) {
 }
 
 static void help_exits_zero(void) {
-    fflush(stdout);
-    int saved = dup(1), fd = open("/dev/null", O_WRONLY);
-    dup2(fd, 1);
-    close(fd);
+    const int saved = ds_t_redirect(1, err_path);
     const char *argv[] = {"bench", "--help"};
     const int rc = ds_cmd_bench(2, (char **)argv);
-    fflush(stdout);
-    dup2(saved, 1);
-    close(saved);
+    ds_t_restore(1, saved);
     EXPECT_EQ_INT(rc, 0);
+    FILE *f = fopen(err_path, "r");
+    char line[128] = "";
+    if (f) {
+        if (!fgets(line, sizeof line, f)) line[0] = 0;
+        fclose(f);
+    }
+    EXPECT(strstr(line, "usage: draftscope bench") != NULL);
 }
 
 int main(void) {
