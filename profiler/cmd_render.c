@@ -3,6 +3,7 @@
 #include "ds/cli.h"
 #include "ds/dataset.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +30,8 @@ static void usage(FILE *f) {
 }
 
 static int parse_size(const char *s, size_t *out) {
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (!*s || *end || s[0] == '-') return 0;
+    unsigned long long v;
+    if (!ds_cli_parse_ull(s, &v) || v > SIZE_MAX) return 0; // digits only, no overflow
     *out = (size_t)v;
     return 1;
 }

@@ -328,6 +328,17 @@ static void cli_exit_codes(void) {
     EXPECT_ERROR_HAS("over the context limit of 10");
     char *no_index[] = {"render", "--dataset", DATA "spec_bench_questions.jsonl", NULL};
     EXPECT_EQ_INT(ds_cmd_render(3, no_index), 2);
+    // Numbers: digits only, no overflow (99999999999999999999 wrapped to 2^64 - 1 before).
+    static const char *const bad_numbers[] = {"99999999999999999999", "-1", "+1", "1x", ""};
+    for (size_t i = 0; i < sizeof bad_numbers / sizeof bad_numbers[0]; i++) {
+        char *bad[] = {"render", "--dataset", DATA "spec_bench_questions.jsonl", "--index",
+                       (char *)bad_numbers[i], "--tokenizer", DATA "o200k_base.tiktoken", NULL};
+        EXPECT_EQ_INT(ds_cmd_render(7, bad), 2);
+        char *bad_max[] = {"render", "--dataset", DATA "spec_bench_questions.jsonl", "--index", "1",
+                           "--tokenizer", DATA "o200k_base.tiktoken", "--max-context",
+                           (char *)bad_numbers[i], NULL};
+        EXPECT_EQ_INT(ds_cmd_render(9, bad_max), 2);
+    }
     char *tok[] = {"tokenize", "--tokenizer", DATA "tiny_tokenizer.json", "--text", "hello world",
                    NULL};
     EXPECT_EQ_INT(ds_cmd_tokenize(5, tok), 0);
