@@ -3,6 +3,8 @@
 #include "ds/cli.h"
 #include "ds/tokenizer.h"
 
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,9 +36,16 @@ static int decode_ids(const ds_tokenizer_t *tok, const char *list) {
     int rc = 0;
     for (const char *p = list; *p;) {
         char *end;
-        long v = strtol(p, &end, 10);
+        errno = 0;
+        const long long v = strtoll(p, &end, 10);
         if (end == p) {
             fprintf(stderr, "draftscope tokenize: --decode: \"%s\" is not a list of ids\n", list);
+            rc = 2;
+            goto cleanup;
+        }
+        if (errno || v < 0 || v > INT32_MAX) { // the cast below would wrap it onto another id
+            fprintf(stderr, "draftscope tokenize: --decode: id %.*s is out of range\n",
+                    (int)(end - p), p);
             rc = 2;
             goto cleanup;
         }

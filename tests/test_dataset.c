@@ -347,6 +347,13 @@ static void cli_exit_codes(void) {
     char *bad_ids[] = {"tokenize", "--tokenizer", DATA "tiny_tokenizer.json", "--decode", "1,x",
                        NULL};
     EXPECT_EQ_INT(ds_cmd_tokenize(5, bad_ids), 2);
+    // 2^32 + 1 wrapped onto id 1 (and decoded it) when ids were cast from long.
+    char *wrap_ids[] = {"tokenize", "--tokenizer", DATA "tiny_tokenizer.json", "--decode",
+                        "4294967297", NULL};
+    EXPECT_EQ_INT(ds_cmd_tokenize(5, wrap_ids), 2);
+    char *neg_ids[] = {"tokenize", "--tokenizer", DATA "tiny_tokenizer.json", "--decode", "1,-1",
+                       NULL};
+    EXPECT_EQ_INT(ds_cmd_tokenize(5, neg_ids), 2);
 }
 
 int main(void) {
