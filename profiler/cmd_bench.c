@@ -1064,9 +1064,15 @@ static int bench_steps(const char *shape, const int *batches, int n_batches, int
         fprintf(stderr, "draftscope bench: %s\n", ds_error_last());
         goto cleanup;
     }
+    // The preset and the layer slice (--layers) are the command line's: a usage error (2).
     if (ds_synthetic_parse(arg, &spec) != DS_OK ||
         ds_synthetic_target_config(&spec, &tc) != DS_OK ||
-        ds_synthetic_aux_plan(&tc, &aux) != DS_OK || ds_backend_cuda_create(device, &be) != DS_OK) {
+        ds_synthetic_aux_plan(&tc, &aux) != DS_OK) {
+        fprintf(stderr, "draftscope bench: %s\n", ds_error_last());
+        rc = 2;
+        goto cleanup;
+    }
+    if (ds_backend_cuda_create(device, &be) != DS_OK) {
         fprintf(stderr, "draftscope bench: %s\n", ds_error_last());
         goto cleanup;
     }

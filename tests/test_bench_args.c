@@ -95,6 +95,14 @@ static void inconsistent_options_are_usage_errors(void) {
     const char *trace_ops[] = {"bench", "--ops", "--trace", "phases"};
     EXPECT_EQ_INT(bench(4, trace_ops), 2);
     EXPECT(strstr(err_text, "--trace goes with --steps") != NULL);
+    // A layer slice the synthetic pair cannot have: refused before the device (the draft's three
+    // aux states need three target layers; 20b has 24).
+    const char *two_layers[] = {"bench", "--steps", "--layers", "2"};
+    EXPECT_EQ_INT(bench(4, two_layers), 2);
+    EXPECT(strstr(err_text, "at least 3") != NULL);
+    const char *too_many[] = {"bench", "--steps", "--shape", "20b", "--layers", "30"};
+    EXPECT_EQ_INT(bench(6, too_many), 2);
+    EXPECT(strstr(err_text, "30 layers") != NULL);
     const char *missing[] = {"bench", "--ops", "--rows"};
     EXPECT_EQ_INT(bench(3, missing), 2);
     EXPECT(strstr(err_text, "'--rows'") != NULL);
