@@ -281,11 +281,16 @@ static enum ds_status load_prompt(struct gen_state *g, const struct gen_opts *o,
     enum ds_status s = ds_dataset_open(o->dataset, &dopt, &g->ds);
     if (s != DS_OK) return s;
     struct ds_dataset_turn turn;
+    char note[512];
+    const size_t skipped = ds_dataset_skip_note(g->ds, note, sizeof note);
     if (o->index < 0 || (size_t)o->index >= ds_dataset_num_conversations(g->ds))
         return ds_error_set(DS_ERR_RANGE,
                             "%s: --index %lld, the file has %zu usable "
-                            "conversations",
-                            o->dataset, o->index, ds_dataset_num_conversations(g->ds));
+                            "conversations%s%s",
+                            o->dataset, o->index, ds_dataset_num_conversations(g->ds),
+                            skipped ? "; " : "", note);
+    // --index counts usable conversations only: say which records it passed over.
+    if (skipped) fprintf(stderr, "draftscope generate: %s: %s\n", o->dataset, note);
     if ((s = ds_dataset_turn(g->ds, (size_t)o->index, 1, &turn)) != DS_OK) return s;
     return ds_dataset_render(g->ds, g->h, NULL, &turn, 0, &g->prompt);
 }

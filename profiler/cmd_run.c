@@ -97,6 +97,9 @@ static void usage(FILE *f) {
         "  -N, --num-conversations N   conversations to replay (default: all usable ones)\n"
         "      --shuffle               pick them by a seeded shuffle (--seed) instead of the first N\n"
         "      --turns first|all       first user turn only (default), or every turn\n"
+        "      --on-bad skip|fail      a malformed record (bad JSON or UTF-8, wrong types) is\n"
+        "                              skipped and counted, with one line on stderr (default),\n"
+        "                              or stops the run before anything is written\n"
         "      --reasoning-effort E    low, medium (default) or high (harmony system message)\n"
         "      --max-context N         context limit in positions (default: longest prompt +\n"
         "                              max-new-tokens, at most the target's limit); longer\n"
@@ -148,6 +151,7 @@ struct run_opts {
     long long max_new, num_conv, max_context;
     bool shuffle, overwrite, resume, quiet, json;
     enum ds_dataset_turns turns;
+    enum ds_dataset_on_bad on_bad;
     enum ds_reasoning reasoning;
     enum ds_device_kind device;
     enum ds_act_choice act; // DS_ACT_DEFAULT = auto
@@ -378,11 +382,17 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     dopt.seed = o->spec.seed;
     dopt.num_conversations = (size_t)o->num_conv;
     dopt.turns = o->turns;
+    dopt.on_bad = o->on_bad;
     if ((s = ds_dataset_open(o->dataset, &dopt, &g->ds))) return fail(ds_error_last());
+    // Skipped records are said, even with --quiet: they are input the run leaves out.
+    char note[512];
+    const size_t skipped = ds_dataset_skip_note(g->ds, note, sizeof note);
     if (ds_dataset_num_requests(g->ds) == 0) {
-        ds_error_set(DS_ERR_FORMAT, "%s: no usable conversation", o->dataset);
+        ds_error_set(DS_ERR_FORMAT, "%s: no usable conversation%s%s", o->dataset,
+                     skipped ? "; " : "", note);
         return fail(ds_error_last());
     }
+    if (skipped) fprintf(stderr, "draftscope run: %s: %s\n", o->dataset, note);
     struct ds_harmony_system sys;
     ds_harmony_system_default(&sys);
     sys.reasoning = o->reasoning;
@@ -653,6 +663,7 @@ int ds_cmd_run(int argc, char **argv) {
         O_SEED,
         O_SHUFFLE,
         O_TURNS,
+        O_ON_BAD,
         O_REASON,
         O_MAXCTX,
         O_CHUNK,
@@ -681,6 +692,7 @@ int ds_cmd_run(int argc, char **argv) {
         {"num-conversations", required_argument, NULL, 'N'},
         {"shuffle", no_argument, NULL, O_SHUFFLE},
         {"turns", required_argument, NULL, O_TURNS},
+        {"on-bad", required_argument, NULL, O_ON_BAD},
         {"reasoning-effort", required_argument, NULL, O_REASON},
         {"max-context", required_argument, NULL, O_MAXCTX},
         {"prefill-chunk", required_argument, NULL, O_CHUNK},
@@ -705,6 +717,7 @@ int ds_cmd_run(int argc, char **argv) {
                                   .prefill_chunk = 512},
                          .max_new = 256,
                          .turns = DS_TURNS_FIRST,
+                         .on_bad = DS_DATASET_SKIP_BAD,
                          .reasoning = DS_REASONING_MEDIUM,
                          .device = DS_DEVICE_AUTO};
     long long ll;
@@ -764,6 +777,11 @@ int ds_cmd_run(int argc, char **argv) {
             if (!strcmp(optarg, "first")) o.turns = DS_TURNS_FIRST;
             else if (!strcmp(optarg, "all")) o.turns = DS_TURNS_ALL;
             else return usage_error("--turns wants first or all", optarg);
+            break;
+        case O_ON_BAD:
+            if (!strcmp(optarg, "skip")) o.on_bad = DS_DATASET_SKIP_BAD;
+            else if (!strcmp(optarg, "fail")) o.on_bad = DS_DATASET_FAIL_ON_BAD;
+            else return usage_error("--on-bad wants skip or fail", optarg);
             break;
         case O_REASON:
             if (ds_reasoning_parse(optarg, &o.reasoning))

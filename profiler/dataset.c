@@ -532,6 +532,17 @@ const struct ds_dataset_stats *ds_dataset_stats(const ds_dataset_t *ds) {
     return &ds->stats;
 }
 
+size_t ds_dataset_skip_note(const ds_dataset_t *ds, char *buf, size_t cap) {
+    const struct ds_dataset_stats *st = &ds->stats;
+    const size_t n = st->skipped_empty + st->skipped_malformed;
+    if (cap) buf[0] = 0;
+    if (n && cap)
+        snprintf(buf, cap, "%zu of the %zu records read %s skipped (%zu empty, %zu malformed); "
+                 "the first: %s", n, st->examined, n == 1 ? "was" : "were", st->skipped_empty,
+                 st->skipped_malformed, st->first_skip);
+    return n;
+}
+
 const char *ds_dataset_path(const ds_dataset_t *ds) {
     return ds->path;
 }

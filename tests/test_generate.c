@@ -236,6 +236,24 @@ static void bad_input(void) {
                         "--prompt-ids", "1"};
     EXPECT_EQ_INT(gen(5, a6), 1);
     EXPECT_ERROR_HAS("none");
+    // --index counts usable conversations: the error says what the file's bad records were.
+    char data[256];
+    snprintf(data, sizeof data, "%s/test_generate.%d.jsonl", DS_BINARY_DIR, (int)getpid());
+    FILE *f = fopen(data, "w");
+    EXPECT(f != NULL);
+    if (!f) return;
+    fputs("{\"conversations\": [{\"from\": \"human\", \"value\": \"hello\"}]}\n"
+          "{\"conversations\": 7}\n",
+          f);
+    fclose(f);
+    const char *a7[] = {"generate", "--target", TARGET, "--dataset", data, "--index", "1",
+                        "--tokenizer", DS_SOURCE_DIR "/tests/data/tiny_tokenizer.json",
+                        "--device", "cpu"};
+    EXPECT_EQ_INT(gen(11, a7), 1);
+    EXPECT_ERROR_HAS("--index 1, the file has 1 usable conversations; 1 of the 2 records read "
+                     "was skipped (0 empty, 1 malformed); the first: ");
+    EXPECT_ERROR_HAS("line 2: record 1:");
+    remove(data);
 }
 
 int main(void) {

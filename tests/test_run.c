@@ -214,6 +214,58 @@ static void test_run_and_summary(void) {
     EXPECT(strstr(err, "does not fit the context limit of 8 positions; skipped") != NULL);
 }
 
+// Malformed records (docs/datasets.md, "Bad input"): skipped and counted by default, with one
+// line on stderr naming the first even under --quiet, and the summary counts only the good ones;
+// --on-bad fail stops at the first before the run file exists; a file of nothing but bad records
+// is an error that says why.
+static void test_bad_records(void) {
+    char err[4096];
+    const char *mixed = DIR "/mixed.jsonl", *all_bad = DIR "/all-bad.jsonl";
+    // Line 2: not JSON; line 4: a byte that is not UTF-8 (0xff) inside a string.
+    const char text[] =
+        "{\"id\": \"a\", \"conversations\": [{\"from\": \"human\", \"value\": \"hello world\"}]}\n"
+        "{\"id\": \"x\", \"conversations\": [{\"from\": \"human\", \"value\": \"hi\"}\n"
+        "{\"id\": \"b\", \"conversations\": [{\"from\": \"human\", \"value\": \"world\"}]}\n"
+        "{\"id\": \"y\", \"conversations\": [{\"from\": \"human\", \"value\": \"\xff\"}]}\n";
+    EXPECT(ru_write(mixed, text));
+    EXPECT(ru_write(all_bad, "{\"conversations\": [\n"));
+    const char *out = DIR "/bad-records.h5";
+    unlink(out);
+    const char *extra[] = {"--max-new-tokens", "4", NULL};
+    char *argv[64];
+    int argc = build_argv(argv, out, extra);
+    argv[8] = (char *)mixed;
+    EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 0);
+    EXPECT(strstr(err, "2 of the 4 records read were skipped (0 empty, 2 malformed)") != NULL);
+    EXPECT(strstr(err, "line 2: record 1: invalid JSON") != NULL);
+    EXPECT(strchr(err, '\n') == strrchr(err, '\n')); // one line
+    struct ds_summary *s = NULL;
+    EXPECT_OK(ds_summary_compute(out, DS_SUMMARY_BY_BATCH, &s));
+    if (s) EXPECT_EQ_INT(s->all.requests, 2);
+    ds_summary_free(s);
+    unlink(out);
+    const char *fail_extra[] = {"--on-bad", "fail", NULL};
+    argc = build_argv(argv, out, fail_extra);
+    argv[8] = (char *)mixed;
+    EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 1);
+    EXPECT(strstr(err, "mixed.jsonl: line 2: record 1: invalid JSON") != NULL);
+    EXPECT(!exists(out));
+    argc = build_argv(argv, out, NULL);
+    argv[8] = (char *)all_bad;
+    EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 1);
+    EXPECT(strstr(err, "no usable conversation; 1 of the 1 records read was skipped") != NULL);
+    EXPECT(!exists(out));
+    const char *bad_flag[] = {"--on-bad", "repair", NULL};
+    argc = build_argv(argv, out, bad_flag);
+    EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 2);
+    EXPECT(strstr(err, "--on-bad") != NULL);
+    // A clean file says nothing about skips.
+    argc = build_argv(argv, out, extra);
+    EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 0);
+    EXPECT(strstr(err, "skipped") == NULL);
+    unlink(out);
+}
+
 // --trace kernels without a GPU: one line saying tracing is off, then a plain run: no /kernels
 // or /ranges rows, every steps row's phase times 0 (docs/tracing.md). --baseline runs on the CPU.
 static void test_trace_on_cpu(void) {
@@ -552,6 +604,7 @@ int main(int argc, char **argv) {
     DS_RUN(test_bad_inputs);
     DS_RUN(test_bad_output);
     DS_RUN(test_run_and_summary);
+    DS_RUN(test_bad_records);
     DS_RUN(test_trace_on_cpu);
     DS_RUN(test_synthetic_flags);
     DS_RUN(test_synthetic_no_gpu);

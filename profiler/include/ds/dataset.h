@@ -122,6 +122,10 @@ enum ds_status ds_dataset_open(const char *path, const struct ds_dataset_options
 void ds_dataset_release(ds_dataset_t *ds);
 
 const struct ds_dataset_stats *ds_dataset_stats(const ds_dataset_t *ds);
+// Writes "S of the R records read were skipped (E empty, M malformed); the first: <its message>"
+// into buf (always NUL-terminated; "" when nothing was skipped) and returns S, so that a command
+// can say what it left out.
+size_t ds_dataset_skip_note(const ds_dataset_t *ds, char *buf, size_t cap);
 const char *ds_dataset_path(const ds_dataset_t *ds);
 const char *ds_dataset_format_name(enum ds_dataset_format f);
 
