@@ -866,7 +866,11 @@ static hid_t open_file(struct ctx *c) {
     }
     hid_t f = H5Fopen(c->path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl >= 0 ? fapl : H5P_DEFAULT);
     if (f < 0) f = H5Fopen(c->path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    // H5Pclose clears the error stack: keep the failed open's for h5_fail (a truncated file's
+    // reason, for one, was reported as a bare "HDF5 error").
+    const hid_t es = f < 0 ? H5Eget_current_stack() : H5I_INVALID_HID;
     if (fapl >= 0) H5Pclose(fapl);
+    if (es >= 0) H5Eset_current_stack(es); // restores it and closes es
     return f;
 }
 

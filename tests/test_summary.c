@@ -509,6 +509,17 @@ static void refuses_bad_files(void) {
     EXPECT_STATUS(ds_summary_compute(plain, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
     EXPECT_ERROR_HAS("plain.h5: not a draftscope run file");
 
+    // A run file cut short (a copy interrupted, a disk that filled): HDF5's own reason, not a
+    // bare "HDF5 error" (the open's error stack was cleared before it was read).
+    const char *cut = tmp_path("cut.h5");
+    EXPECT_OK(write_hand_run(cut));
+    struct stat sb;
+    EXPECT(stat(cut, &sb) == 0 && sb.st_size > 4096);
+    EXPECT(truncate(cut, 4096) == 0);
+    EXPECT_STATUS(ds_summary_compute(cut, DS_SUMMARY_BY_BATCH, &s), DS_ERR_IO);
+    EXPECT_ERROR_HAS("cut.h5: cannot open the run file: truncated file: eof = 4096");
+    EXPECT(s == NULL);
+
     // Another schema version: a closed run file whose schema_version is rewritten to 3 (newer than this build).
     const char *v2 = tmp_path("v3.h5");
     EXPECT_OK(write_hand_run(v2));
