@@ -51,7 +51,7 @@
 // The subcommand's entry point (to be listed in ds/cli.h with the others).
 int ds_cmd_run(int argc, char **argv);
 
-#define MAX_BATCH_SIZES 64
+#define MAX_BATCH_SIZES 64 // parse_batch_sizes's message says so
 #define REPLY_ESTIMATE_EXTRA 32 // framing tokens around a generated reply (planning estimate)
 
 static void usage(FILE *f) {
@@ -178,22 +178,28 @@ static int check_synthetic(struct run_opts *o) {
     return fail(ds_error_last());
 }
 
-static bool parse_batch_sizes(const char *s, struct run_opts *o) {
+// NULL when s is a valid list, else what is wrong with it. Each B is one pass over the requests
+// and its rows are keyed by B (docs/hdf5-schema.md), so a size listed twice is refused.
+static const char *parse_batch_sizes(const char *s, struct run_opts *o) {
+    static const char *const list = "--batch-sizes wants a comma-separated list of sizes 1..65535";
     o->n_batch = 0;
     const char *p = s;
-    if (!*p) return false;
+    if (!*p) return list;
     while (*p) {
         char *end;
         errno = 0;
+        if (*p < '0' || *p > '9') return list; // digits only: no sign, no blank
         long long v = strtoll(p, &end, 10);
-        if (errno || end == p || (*end && *end != ',') || v < 1 || v > UINT16_MAX ||
-            o->n_batch == MAX_BATCH_SIZES)
-            return false;
+        if (errno || (*end && *end != ',') || v < 1 || v > UINT16_MAX) return list;
+        if (o->n_batch == MAX_BATCH_SIZES) return "--batch-sizes takes at most 64 sizes";
+        for (size_t i = 0; i < o->n_batch; i++)
+            if (o->batch_sizes[i] == (uint32_t)v)
+                return "--batch-sizes lists a size twice (a run's rows are keyed by B)";
         o->batch_sizes[o->n_batch++] = (uint32_t)v;
         p = *end ? end + 1 : end;
-        if (*end && !*p) return false; // trailing comma
+        if (*end && !*p) return list; // trailing comma
     }
-    return o->n_batch > 0;
+    return NULL;
 }
 
 // The command line, shell-quoted ('...' around words with other than safe characters).
@@ -733,11 +739,11 @@ int ds_cmd_run(int argc, char **argv) {
         case 'D': o.dataset = optarg; break;
         case O_TOKENIZER: o.tokenizer = optarg; break;
         case 'o': o.out = optarg; break;
-        case 'b':
-            if (!parse_batch_sizes(optarg, &o))
-                return usage_error("--batch-sizes wants a comma-separated list of sizes 1..65535",
-                                   optarg);
+        case 'b': {
+            const char *why = parse_batch_sizes(optarg, &o);
+            if (why) return usage_error(why, optarg);
             break;
+        }
         case 'k':
             if (!ds_cli_parse_ll(optarg, 1, DS_SPEC_MAX_K, &ll))
                 return usage_error("--draft-tokens wants an integer in 1..16", optarg);

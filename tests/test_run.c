@@ -89,6 +89,9 @@ static void test_bad_flags(void) {
         {"--batch-sizes", "", "--batch-sizes"},
         {"--batch-sizes", "1,,2", "--batch-sizes"},
         {"--batch-sizes", "0", "--batch-sizes"},
+        {"--batch-sizes", "1,2,1", "lists a size twice"}, // rows are keyed by B
+        {"--batch-sizes", "+1", "--batch-sizes"},
+        {"--batch-sizes", "1,", "--batch-sizes"},
         {"--temperature", "-1", "--temperature"},
         {"--top-p", "1.5", "--top-p"},
         {"--turns", "some", "--turns"},
