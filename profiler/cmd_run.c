@@ -409,6 +409,9 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     // Context: the planned positions per slot (also the limit prompts are checked against).
     long long limit = tc.max_position_embeddings;
     if (o->max_context > 0 && o->max_context < limit) limit = o->max_context;
+    if (o->max_context > limit) // the model's own limit wins: say so rather than plan less
+        fprintf(stderr, "draftscope run: --max-context %lld is beyond the target's %lld "
+                        "positions; using %lld\n", o->max_context, limit, limit);
     long long P = o->max_context > 0 ? limit
                                      : (long long)g->work.max_est_len + o->max_new + o->spec.k + 2;
     if (P > limit) P = limit;

@@ -266,6 +266,13 @@ static void test_bad_records(void) {
     argc = build_argv(argv, out, extra);
     EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 0);
     EXPECT(strstr(err, "skipped") == NULL);
+    EXPECT(strstr(err, "--max-context") == NULL);
+    unlink(out);
+    // A --max-context beyond the target's own limit is capped with one line, not silently.
+    const char *big[] = {"--max-new-tokens", "4", "--max-context", "999999", NULL};
+    argc = build_argv(argv, out, big);
+    EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 0);
+    EXPECT(strstr(err, "--max-context 999999 is beyond the target's") != NULL);
     unlink(out);
 }
 
