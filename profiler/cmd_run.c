@@ -399,6 +399,10 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
         return fail(ds_error_last());
     }
     if (skipped) fprintf(stderr, "draftscope run: %s: %s\n", o->dataset, note);
+    const size_t n_conv = ds_dataset_num_conversations(g->ds);
+    if (o->num_conv > 0 && n_conv < (size_t)o->num_conv)
+        fprintf(stderr, "draftscope run: %s: --num-conversations %lld, the file has %zu usable; "
+                        "replaying those\n", o->dataset, o->num_conv, n_conv);
     struct ds_harmony_system sys;
     ds_harmony_system_default(&sys);
     sys.reasoning = o->reasoning;

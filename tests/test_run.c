@@ -273,6 +273,14 @@ static void test_bad_records(void) {
     argc = build_argv(argv, out, big);
     EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 0);
     EXPECT(strstr(err, "--max-context 999999 is beyond the target's") != NULL);
+    EXPECT(strstr(err, "--num-conversations") == NULL);
+    unlink(out);
+    // More conversations asked for than the file holds: one line, then all of them.
+    const char *many[] = {"--max-new-tokens", "4", "--num-conversations", "5", NULL};
+    argc = build_argv(argv, out, many);
+    argv[8] = (char *)mixed;
+    EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 0);
+    EXPECT(strstr(err, "--num-conversations 5, the file has 2 usable; replaying those") != NULL);
     unlink(out);
 }
 
