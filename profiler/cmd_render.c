@@ -103,8 +103,11 @@ int ds_cmd_render(int argc, char **argv) {
         goto fail;
     const struct ds_dataset_stats *st = ds_dataset_stats(ds);
     if (index >= ds_dataset_num_conversations(ds)) {
+        char note[512];
+        const size_t skipped = ds_dataset_skip_note(ds, note, sizeof note);
         fprintf(stderr, "draftscope render: %s: --index %zu, but the file has %zu usable "
-                "conversation(s)\n", dataset, index, ds_dataset_num_conversations(ds));
+                "conversation(s)%s%s\n", dataset, index, ds_dataset_num_conversations(ds),
+                skipped ? "; " : "", note);
         goto done;
     }
     if (ds_dataset_turn(ds, index, turn, &t)) goto fail;

@@ -339,6 +339,28 @@ static void cli_exit_codes(void) {
                            (char *)bad_numbers[i], NULL};
         EXPECT_EQ_INT(ds_cmd_render(9, bad_max), 2);
     }
+    // An --index past the usable conversations also says what the file's bad records were.
+    const char *mixed = WRITE("{\"conversations\": [{\"from\": \"human\", \"value\": \"hi\"}]}\n"
+                              "{\"conversations\": 7}\n");
+    char err_path[256];
+    snprintf(err_path, sizeof err_path, "%s/dataset_%d.err", DS_BINARY_DIR, (int)getpid());
+    char *past[] = {"render", "--dataset", (char *)mixed, "--index", "1", "--tokenizer",
+                    DATA "o200k_base.tiktoken", NULL};
+    const int saved = ds_t_redirect(2, err_path);
+    const int rc = ds_cmd_render(7, past);
+    ds_t_restore(2, saved);
+    EXPECT_EQ_INT(rc, 1);
+    char err[1024] = "";
+    FILE *ef = fopen(err_path, "r");
+    if (ef) {
+        err[fread(err, 1, sizeof err - 1, ef)] = 0;
+        fclose(ef);
+    }
+    EXPECT(strstr(err, "--index 1, but the file has 1 usable conversation(s); 1 of the 2 records "
+                       "read was skipped (0 empty, 1 malformed); the first: ") != NULL);
+    EXPECT(strstr(err, "line 2: record 1:") != NULL);
+    unlink(err_path);
+    unlink(mixed);
     char *tok[] = {"tokenize", "--tokenizer", DATA "tiny_tokenizer.json", "--text", "hello world",
                    NULL};
     EXPECT_EQ_INT(ds_cmd_tokenize(5, tok), 0);
