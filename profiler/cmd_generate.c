@@ -395,7 +395,7 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
     // sizes the KV cache for that many positions (the memory plan of a serving configuration).
     long long limit = cfg.max_position_embeddings;
     if (o->max_context > 0 && o->max_context < limit) limit = o->max_context;
-    if (o->max_context > limit) // the model's own limit wins: say so rather than plan less
+    if (o->max_context > limit) // beyond the model's own limit: capped there, and said
         fprintf(stderr, "draftscope generate: --max-context %lld is beyond the target's %lld "
                         "positions; using %lld\n", o->max_context, limit, limit);
     const long long np = (long long)g->prompt.n;

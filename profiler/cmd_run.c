@@ -413,7 +413,7 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     // Context: the planned positions per slot (also the limit prompts are checked against).
     long long limit = tc.max_position_embeddings;
     if (o->max_context > 0 && o->max_context < limit) limit = o->max_context;
-    if (o->max_context > limit) // the model's own limit wins: say so rather than plan less
+    if (o->max_context > limit) // beyond the model's own limit: capped there, and said
         fprintf(stderr, "draftscope run: --max-context %lld is beyond the target's %lld "
                         "positions; using %lld\n", o->max_context, limit, limit);
     long long P = o->max_context > 0 ? limit
