@@ -3,10 +3,14 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 bool ds_cli_parse_ll(const char *s, long long lo, long long hi, long long *out) {
     char *end;
     errno = 0;
+    // strtoll skips blanks and takes a '+': an optional '-', then digits only.
+    const char *d = *s == '-' ? s + 1 : s;
+    if (*d < '0' || *d > '9') return false;
     const long long v = strtoll(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi) return false;
     *out = v;
@@ -22,4 +26,23 @@ bool ds_cli_parse_ull(const char *s, unsigned long long *out) {
     if (errno || *end) return false;
     *out = v;
     return true;
+}
+
+int ds_cli_parse_list(const char *s, long long lo, long long hi, long long *out, int cap, int *n) {
+    int k = 0;
+    for (const char *p = s;;) {
+        const char *comma = strchr(p, ',');
+        const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[32];
+        long long v;
+        if (len >= sizeof item) return -1; // an empty entry fails the parse below
+        memcpy(item, p, len), item[len] = 0;
+        if (!ds_cli_parse_ll(item, lo, hi, &v)) return -1;
+        if (k == cap) return -2;
+        out[k++] = v;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    *n = k;
+    return 0;
 }

@@ -1224,32 +1224,24 @@ static bool bench_int(const char *opt, const char *v, int lo, int hi, int *out) 
 
 // A comma-separated list of 1 .. BENCH_MAX_ROWS_LIST integers in [1, hi].
 static bool bench_list(const char *opt, const char *v, int hi, int *out, int *n) {
+    long long x[BENCH_MAX_ROWS_LIST];
     int k = 0;
-    const char *p = v;
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        char item[32];
-        const size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        long long x;
-        if (k == BENCH_MAX_ROWS_LIST) {
-            fprintf(stderr, "draftscope bench: %s takes at most %d entries, got '%s'\n", opt,
-                    BENCH_MAX_ROWS_LIST, v);
-            return false;
-        }
-        if (len == 0 || len >= sizeof item) goto bad;
-        memcpy(item, p, len), item[len] = 0;
-        if (!ds_cli_parse_ll(item, 1, hi, &x)) goto bad;
-        out[k++] = (int)x;
-        if (!comma) break;
-        p = comma + 1;
+    const int rc = ds_cli_parse_list(v, 1, hi, x, BENCH_MAX_ROWS_LIST, &k);
+    if (rc == -2) {
+        fprintf(stderr, "draftscope bench: %s takes at most %d entries, got '%s'\n", opt,
+                BENCH_MAX_ROWS_LIST, v);
+        return false;
     }
+    if (rc) {
+        fprintf(stderr,
+                "draftscope bench: %s wants a comma-separated list of integers in 1..%d, got '%s'\n",
+                opt, hi, v);
+        return false;
+    }
+    for (int i = 0; i < k; i++)
+        out[i] = (int)x[i];
     *n = k;
     return true;
-bad:
-    fprintf(stderr,
-            "draftscope bench: %s wants a comma-separated list of integers in 1..%d, got '%s'\n",
-            opt, hi, v);
-    return false;
 }
 
 int ds_cmd_bench(int argc, char **argv) {

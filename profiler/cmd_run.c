@@ -181,23 +181,16 @@ static int check_synthetic(struct run_opts *o) {
 // NULL when s is a valid list, else what is wrong with it. Each B is one pass over the requests
 // and its rows are keyed by B (docs/hdf5-schema.md), so a size listed twice is refused.
 static const char *parse_batch_sizes(const char *s, struct run_opts *o) {
-    static const char *const list = "--batch-sizes wants a comma-separated list of sizes 1..65535";
+    long long v[MAX_BATCH_SIZES];
+    int n = 0;
+    const int rc = ds_cli_parse_list(s, 1, UINT16_MAX, v, MAX_BATCH_SIZES, &n);
+    if (rc == -2) return "--batch-sizes takes at most 64 sizes";
+    if (rc) return "--batch-sizes wants a comma-separated list of sizes 1..65535";
     o->n_batch = 0;
-    const char *p = s;
-    if (!*p) return list;
-    while (*p) {
-        char *end;
-        errno = 0;
-        if (*p < '0' || *p > '9') return list; // digits only: no sign, no blank
-        long long v = strtoll(p, &end, 10);
-        if (errno || (*end && *end != ',') || v < 1 || v > UINT16_MAX) return list;
-        if (o->n_batch == MAX_BATCH_SIZES) return "--batch-sizes takes at most 64 sizes";
-        for (size_t i = 0; i < o->n_batch; i++)
-            if (o->batch_sizes[i] == (uint32_t)v)
-                return "--batch-sizes lists a size twice (a run's rows are keyed by B)";
-        o->batch_sizes[o->n_batch++] = (uint32_t)v;
-        p = *end ? end + 1 : end;
-        if (*end && !*p) return list; // trailing comma
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < i; j++)
+            if (v[j] == v[i]) return "--batch-sizes lists a size twice (a run's rows are keyed by B)";
+        o->batch_sizes[o->n_batch++] = (uint32_t)v[i];
     }
     return NULL;
 }

@@ -33,10 +33,28 @@ static void parse_ll_bounds(void) {
     EXPECT(!ds_cli_parse_ll("", 0, 10, &v));
     EXPECT(!ds_cli_parse_ll("3x", 0, 10, &v));
     EXPECT(!ds_cli_parse_ll("x3", 0, 10, &v));
+    EXPECT(!ds_cli_parse_ll("+3", 0, 10, &v)); // strtoll alone takes these two
+    EXPECT(!ds_cli_parse_ll(" 3", 0, 10, &v));
+    EXPECT(!ds_cli_parse_ll("-", -10, 10, &v));
     EXPECT(ds_cli_parse_ll("9223372036854775807", LLONG_MIN, LLONG_MAX, &v) && v == LLONG_MAX);
     EXPECT(!ds_cli_parse_ll("99999999999999999999", LLONG_MIN, LLONG_MAX, &v)); // overflows
     EXPECT(!ds_cli_parse_ll("3x", 0, 10, &v));
     EXPECT(v == LLONG_MAX); // the refused parses left *out alone
+}
+
+static void parse_list_entries(void) {
+    long long v[3] = {-7, -7, -7};
+    int n = -7;
+    EXPECT_EQ_INT(ds_cli_parse_list("1,20,3", 1, 20, v, 3, &n), 0);
+    EXPECT(n == 3 && v[0] == 1 && v[1] == 20 && v[2] == 3);
+    EXPECT_EQ_INT(ds_cli_parse_list("5", 1, 20, v, 3, &n), 0);
+    EXPECT(n == 1 && v[0] == 5);
+    static const char *const bad[] = {"", ",", "1,", ",1", "1,,2", "21", "0", "+1", " 1", "1 ,2",
+                                      "1,x", "99999999999999999999999999999999,1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (ds_cli_parse_list(bad[i], 1, 20, v, 3, &n) != -1) DS_FAILF("'%s' was not refused", bad[i]);
+    EXPECT_EQ_INT(ds_cli_parse_list("1,2,3,4", 1, 20, v, 3, &n), -2);
+    EXPECT_EQ_INT(n, 1); // refused lists leave *n alone
 }
 
 static void parse_ull_bounds(void) {
@@ -127,6 +145,7 @@ static void help_exits_zero(void) {
 int main(void) {
     snprintf(err_path, sizeof err_path, "%s/test_bench_args.%d.err", DS_BINARY_DIR, (int)getpid());
     DS_RUN(parse_ll_bounds);
+    DS_RUN(parse_list_entries);
     DS_RUN(parse_ull_bounds);
     DS_RUN(bad_values_are_usage_errors);
     DS_RUN(inconsistent_options_are_usage_errors);

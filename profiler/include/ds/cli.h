@@ -18,10 +18,14 @@ int ds_cmd_render(int argc, char **argv);
 int ds_cmd_bench(int argc, char **argv);
 int ds_cmd_summary(int argc, char **argv);
 
-// s is a whole decimal integer in [lo, hi] (no trailing characters, no overflow): *out, true.
+// s is a whole decimal integer in [lo, hi] (an optional '-', then digits only: no blank, no '+',
+// no trailing characters, no overflow): *out, true.
 bool ds_cli_parse_ll(const char *s, long long lo, long long hi, long long *out);
 // s is a whole unsigned decimal integer (digits only) that fits 64 bits: *out, true.
 bool ds_cli_parse_ull(const char *s, unsigned long long *out);
+// s is a comma-separated list of 1 .. cap integers, each as ds_cli_parse_ll takes it in [lo, hi]:
+// out[0 .. *n), 0. -1: an empty or bad entry; -2: more than cap entries (*n untouched either way).
+int ds_cli_parse_list(const char *s, long long lo, long long hi, long long *out, int cap, int *n);
 
 #ifdef __cplusplus
 }
