@@ -1159,6 +1159,46 @@ static enum ds_status load_strings(ds_recorder_t *rec) {
     return DS_OK;
 }
 
+// What a refused resume puts back. Until the new session's first write, opening a file for
+// resume changes only its superblock (the first 48 bytes: HDF5's "open for write" flags, the end of
+// allocation fix_eoa moves) and its length (extend_to_stored_eof, and HDF5 growing the file to the
+// moved end when it closes), so restoring those leaves a refused file byte for byte as it was: a
+// dead writer's file, refused for another seed, stays recoverable by the right command.
+#define SNAP_HEAD 4096
+struct file_snap {
+    int fd; // -1: nothing taken
+    off_t size;
+    size_t n;
+    unsigned char head[SNAP_HEAD];
+};
+
+static void snap_take(const char *path, struct file_snap *s) {
+    struct stat st;
+    s->fd = open(path, O_RDWR | O_CLOEXEC);
+    if (s->fd < 0) return;
+    ssize_t n = fstat(s->fd, &st) == 0 ? pread(s->fd, s->head, SNAP_HEAD, 0) : -1;
+    if (n < 0) {
+        close(s->fd);
+        s->fd = -1;
+        return;
+    }
+    s->size = st.st_size;
+    s->n = (size_t)n;
+}
+
+// Puts the file back when `restore` (best effort); always closes the descriptor.
+static void snap_restore(struct file_snap *s, int restore) {
+    if (s->fd < 0) return;
+    struct stat st;
+    if (restore && fstat(s->fd, &st) == 0) {
+        int ok = pwrite(s->fd, s->head, s->n, 0) == (ssize_t)s->n;
+        if (st.st_size != s->size) ok &= ftruncate(s->fd, s->size) == 0;
+        (void)ok; // the refusal's own error is what the caller reports
+    }
+    close(s->fd);
+    s->fd = -1;
+}
+
 enum ds_status ds_recorder_open_resume(const char *path, const struct ds_run_meta *meta,
                                        struct ds_resume_info *info_out, ds_recorder_t **rec_out) {
     if (rec_out) *rec_out = NULL;
@@ -1169,7 +1209,10 @@ enum ds_status ds_recorder_open_resume(const char *path, const struct ds_run_met
     h5_quiet();
     ds_recorder_t *rec = NULL;
     hid_t fapl = H5I_INVALID_HID;
+    struct file_snap snap = {.fd = -1};
+    int wrote = 0; // set just before the new session first writes: then nothing is put back
     if ((st = rec_alloc(path, &rec)) || (st = lock_file(path, &rec->lock_fd))) goto cleanup;
+    snap_take(path, &snap);
     if (rec->lock_fd >= 0 && extend_to_stored_eof(rec->lock_fd) < 0) {
         st = ds_error_set(DS_ERR_IO, "%s: cannot extend to its recorded end: %s", path,
                           strerror(errno));
@@ -1228,6 +1271,7 @@ enum ds_status ds_recorder_open_resume(const char *path, const struct ds_run_met
     rec->session.session = (uint16_t)sessions;
     for (int i = 0; i < DS_REC_TABLE_COUNT; i++)
         info_out->rows[i] = rec->t[i].rows_file;
+    wrote = 1;
     if ((st = start_session(rec, meta))) goto cleanup;
     info_out->session = rec->session.session;
     info_out->next_step = next_step;
@@ -1239,10 +1283,16 @@ cleanup:
     if (st) {
         char keep[1024];
         snprintf(keep, sizeof keep, "%s", ds_error_last());
+        // Put the file back after HDF5 has closed it, still under the lock.
+        int lock_fd = rec ? rec->lock_fd : -1;
+        if (rec) rec->lock_fd = -1;
         rec_free(rec);
+        snap_restore(&snap, !wrote);
+        if (lock_fd >= 0) close(lock_fd);
         memset(info_out, 0, sizeof *info_out);
         return ds_error_set(st, "%s", keep);
     }
+    snap_restore(&snap, 0);
     *rec_out = rec;
     return DS_OK;
 }

@@ -77,6 +77,30 @@ static int run_cli(const char *out, const char *const *extra, char *err, size_t 
     return ru_capture(ds_cmd_run, argc, argv, err, cap);
 }
 
+// The whole file (NULL and *n = 0 when it cannot be read).
+static unsigned char *slurp(const char *path, size_t *n) {
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    unsigned char *b = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long len = ftell(f);
+        if (len >= 0 && (b = malloc((size_t)len + 1)) && fseek(f, 0, SEEK_SET) == 0 &&
+            fread(b, 1, (size_t)len, f) == (size_t)len)
+            *n = (size_t)len;
+    }
+    fclose(f);
+    return b;
+}
+
+static void expect_same_file(const char *path, const unsigned char *want, size_t n_want) {
+    size_t n = 0;
+    unsigned char *got = slurp(path, &n);
+    EXPECT_EQ_INT((long long)n, (long long)n_want);
+    EXPECT(got && want && n == n_want && memcmp(got, want, n) == 0);
+    free(got);
+}
+
 static void test_bad_flags(void) {
     const char *out = DIR "/flags.h5";
     char err[4096];
@@ -215,6 +239,34 @@ static void test_run_and_summary(void) {
     argv[11] = "--json"; // in place of --quiet, so that the skip notice is printed
     EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 0);
     EXPECT(strstr(err, "does not fit the context limit of 8 positions; skipped") != NULL);
+}
+
+// A --resume refused before it writes (here: files cut short) leaves the file byte for byte as
+// it was; opening one to check it used to grow it to the end its superblock records.
+static void test_refused_resume_keeps_file(void) {
+    char err[4096];
+    const char *out = DIR "/whole.h5", *cut = DIR "/cut.h5";
+    unlink(out);
+    const char *extra[] = {"--batch-sizes", "1", "--max-new-tokens", "10", NULL};
+    EXPECT_EQ_INT(run_cli(out, extra, err, sizeof err), 0);
+    size_t n = 0;
+    unsigned char *whole = slurp(out, &n);
+    EXPECT(whole && n > 65536);
+    const struct {
+        size_t len;
+        const char *msg;
+    } cases[] = {{4096, "not a draftscope run file"}, {30000, "cannot read column step"}};
+    for (size_t i = 0; whole && i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *f = fopen(cut, "wb");
+        EXPECT(f && fwrite(whole, 1, cases[i].len, f) == cases[i].len);
+        if (f) fclose(f);
+        const char *resume[] = {"--batch-sizes", "1", "--max-new-tokens", "10", "--resume", NULL};
+        EXPECT_EQ_INT(run_cli(cut, resume, err, sizeof err), 1);
+        EXPECT(strstr(err, cases[i].msg) != NULL);
+        if (!strstr(err, cases[i].msg)) printf("  %s", err);
+        expect_same_file(cut, whole, cases[i].len);
+    }
+    free(whole);
 }
 
 // Malformed records (docs/datasets.md, "Bad input"): skipped and counted by default, with one
@@ -587,8 +639,18 @@ static void test_sigkill_resume(const char *self) {
         EXPECT(s->all.requests >= 1 && s->all.requests < 6);
     }
     ds_summary_free(s);
-    EXPECT_OK(ds_recorder_recover(out));
+    // A resume refused for another seed leaves the dead writer's file as it found it (its write
+    // flags, end of allocation and length), so the right command still recovers it below.
     char err[4096];
+    size_t n0 = 0;
+    unsigned char *before = slurp(out, &n0);
+    const char *other[] = {"--batch-sizes", "1,2", "--max-new-tokens", "60", "--resume", "--seed",
+                           "5", NULL};
+    EXPECT_EQ_INT(run_cli(out, other, err, sizeof err), 1);
+    EXPECT(strstr(err, "cannot resume: seed differs") != NULL);
+    expect_same_file(out, before, n0);
+    free(before);
+    EXPECT_OK(ds_recorder_recover(out));
     const char *resume[] = {"--batch-sizes", "1,2", "--max-new-tokens", "60", "--resume", NULL};
     int rc = run_cli(out, resume, err, sizeof err);
     EXPECT_EQ_INT(rc, 0);
@@ -622,6 +684,7 @@ int main(int argc, char **argv) {
     DS_RUN(test_bad_inputs);
     DS_RUN(test_bad_output);
     DS_RUN(test_run_and_summary);
+    DS_RUN(test_refused_resume_keeps_file);
     DS_RUN(test_bad_records);
     DS_RUN(test_trace_on_cpu);
     DS_RUN(test_synthetic_flags);

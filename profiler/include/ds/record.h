@@ -303,7 +303,8 @@ enum ds_status ds_recorder_create(const char *path, const struct ds_run_meta *me
 // Errors: DS_ERR_IO (cannot open, locked by another writer, HDF5 failure), DS_ERR_FORMAT (not a
 // draftscope run file, schema version differs, a table is missing or has another layout),
 // DS_ERR_MISMATCH (a metadata field differs: the message names the field and both values).
-// Outputs are zeroed/NULL on failure.
+// Outputs are zeroed/NULL on failure; a failure before the new session's first write leaves the
+// file byte for byte as it was (its write flags, end of allocation and length put back).
 enum ds_status ds_recorder_open_resume(const char *path, const struct ds_run_meta *meta,
                                        struct ds_resume_info *info_out, ds_recorder_t **rec_out);
 
