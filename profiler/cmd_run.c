@@ -526,6 +526,20 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
                         json_string(ds_gptoss_act(g->target) == DS_ELEM_F32 ? "f32" : "bf16"));
     json_object_set_new(opt, "trace", json_string(ds_trace_level_name(level)));
     if (!isnan(overhead)) json_object_set_new(opt, "trace_overhead", json_real(overhead));
+    { // What the run read of its dataset and what it left out (the stderr line, kept).
+        const struct ds_dataset_stats *dst = ds_dataset_stats(g->ds);
+        json_t *dj = json_object();
+        json_object_set_new(dj, "format", json_string(ds_dataset_format_name(dst->format)));
+        json_object_set_new(dj, "records_read", json_integer((json_int_t)dst->examined));
+        json_object_set_new(dj, "conversations", json_integer((json_int_t)dst->selected));
+        json_object_set_new(dj, "requests", json_integer((json_int_t)dst->requests));
+        json_object_set_new(dj, "skipped_empty", json_integer((json_int_t)dst->skipped_empty));
+        json_object_set_new(dj, "skipped_malformed",
+                            json_integer((json_int_t)dst->skipped_malformed));
+        json_t *first = dst->first_skip[0] ? json_string(dst->first_skip) : NULL; // NULL: not UTF-8
+        if (first) json_object_set_new(dj, "first_skip", first);
+        json_object_set_new(opt, "dataset", dj);
+    }
     if (o->synthetic) { // the weights' provenance (the attributes hold no checkpoint paths)
         json_t *sw = json_object();
         json_object_set_new(sw, "source", json_string(o->synth.source));

@@ -363,6 +363,7 @@ static enum ds_status read_options(struct ctx *c) {
     struct ds_summary *s = c->s;
     s->trace_overhead = NAN;
     s->n_baseline = 0;
+    s->has_dataset = 0;
     char *text = read_attr_alloc(c->file, "options_json");
     if (!text || !text[0]) {
         free(text);
@@ -379,6 +380,28 @@ static enum ds_status read_options(struct ctx *c) {
     }
     json_t *ov = json_object_get(o, "trace_overhead");
     if (ov && json_is_number(ov)) s->trace_overhead = json_number_value(ov);
+    json_t *dj = json_object_get(o, "dataset");
+    if (dj) {
+        json_t *rd = json_object_get(dj, "records_read");
+        json_t *se = json_object_get(dj, "skipped_empty");
+        json_t *sm = json_object_get(dj, "skipped_malformed");
+        if (!json_is_object(dj) || !json_is_integer(rd) || !json_is_integer(se) ||
+            !json_is_integer(sm) || json_integer_value(rd) < 0 || json_integer_value(se) < 0 ||
+            json_integer_value(sm) < 0 ||
+            json_integer_value(se) + json_integer_value(sm) > json_integer_value(rd)) {
+            st = ds_error_set(DS_ERR_FORMAT,
+                              "%s: options_json.dataset needs records_read, skipped_empty and "
+                              "skipped_malformed (counts, the skips at most the records read)",
+                              c->path);
+            goto cleanup;
+        }
+        s->has_dataset = 1;
+        s->dataset_records_read = (uint64_t)json_integer_value(rd);
+        s->dataset_skipped_empty = (uint64_t)json_integer_value(se);
+        s->dataset_skipped_malformed = (uint64_t)json_integer_value(sm);
+        const char *first = json_string_value(json_object_get(dj, "first_skip"));
+        snprintf(s->dataset_first_skip, sizeof s->dataset_first_skip, "%s", first ? first : "");
+    }
     json_t *base = json_object_get(o, "baseline");
     if (!base) goto cleanup;
     if (!json_is_array(base) || json_array_size(base) > DS_SUMMARY_MAX_BASELINE) {
@@ -1076,6 +1099,14 @@ enum ds_status ds_summary_print_text(const struct ds_summary *s, FILE *f) {
                 100.0 * s->trace_overhead);
     if (!isnan(s->trace_overhead) || s->trace_dropped)
         fprintf(f, "  trace records dropped by CUPTI: %" PRIu64 "\n", s->trace_dropped);
+    const uint64_t skipped = s->dataset_skipped_empty + s->dataset_skipped_malformed;
+    if (s->has_dataset && skipped)
+        fprintf(f, "  dataset: %" PRIu64 " of the %" PRIu64 " records read %s skipped (%" PRIu64
+                   " empty, %" PRIu64 " malformed)%s%s\n",
+                skipped, s->dataset_records_read, skipped == 1 ? "was" : "were",
+                s->dataset_skipped_empty,
+                s->dataset_skipped_malformed, s->dataset_first_skip[0] ? "; the first: " : "",
+                s->dataset_first_skip);
     for (size_t i = 0; i < s->n_groups; i++)
         print_group(s, &s->groups[i], f);
     print_group(s, &s->all, f);
@@ -1191,6 +1222,18 @@ enum ds_status ds_summary_print_json(const struct ds_summary *s, FILE *f) {
                         json_string(session_name(s->last_session_status)));
     json_object_set_new(run, "trace_overhead", real_or_null(s->trace_overhead));
     json_object_set_new(run, "trace_dropped", u64(s->trace_dropped));
+    if (s->has_dataset) {
+        json_t *dj = json_object();
+        json_object_set_new(dj, "records_read", u64(s->dataset_records_read));
+        json_object_set_new(dj, "skipped_empty", u64(s->dataset_skipped_empty));
+        json_object_set_new(dj, "skipped_malformed", u64(s->dataset_skipped_malformed));
+        json_object_set_new(dj, "first_skip", s->dataset_first_skip[0]
+                                                  ? text_json(s->dataset_first_skip)
+                                                  : json_null());
+        json_object_set_new(run, "dataset", dj);
+    } else {
+        json_object_set_new(run, "dataset", json_null());
+    }
     json_t *base = json_array();
     for (size_t i = 0; i < s->n_baseline; i++) {
         const struct ds_summary_baseline *b = &s->baseline[i];

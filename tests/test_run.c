@@ -294,9 +294,25 @@ static void test_bad_records(void) {
     EXPECT(strstr(err, "2 of the 4 records read were skipped (0 empty, 2 malformed)") != NULL);
     EXPECT(strstr(err, "line 2: record 1: invalid JSON") != NULL);
     EXPECT(strchr(err, '\n') == strrchr(err, '\n')); // one line
+    // The run file keeps what stderr said (options_json.dataset), and summary prints it.
     struct ds_summary *s = NULL;
     EXPECT_OK(ds_summary_compute(out, DS_SUMMARY_BY_BATCH, &s));
-    if (s) EXPECT_EQ_INT(s->all.requests, 2);
+    if (s) {
+        EXPECT_EQ_INT(s->all.requests, 2);
+        EXPECT(s->has_dataset);
+        EXPECT_EQ_INT(s->dataset_records_read, 4);
+        EXPECT_EQ_INT(s->dataset_skipped_empty, 0);
+        EXPECT_EQ_INT(s->dataset_skipped_malformed, 2);
+        EXPECT(strstr(s->dataset_first_skip, "line 2: record 1: invalid JSON") != NULL);
+        char *printed = NULL;
+        size_t len = 0;
+        FILE *mf = open_memstream(&printed, &len);
+        EXPECT(mf && ds_summary_print_text(s, mf) == DS_OK);
+        if (mf) fclose(mf);
+        EXPECT(printed && strstr(printed, "  dataset: 2 of the 4 records read were skipped (0 "
+                                          "empty, 2 malformed); the first: ") != NULL);
+        free(printed);
+    }
     ds_summary_free(s);
     unlink(out);
     const char *fail_extra[] = {"--on-bad", "fail", NULL};
@@ -314,11 +330,19 @@ static void test_bad_records(void) {
     argc = build_argv(argv, out, bad_flag);
     EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 2);
     EXPECT(strstr(err, "--on-bad") != NULL);
-    // A clean file says nothing about skips.
+    // A clean file says nothing about skips, on stderr or in the summary (the counts are 0).
     argc = build_argv(argv, out, extra);
     EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 0);
     EXPECT(strstr(err, "skipped") == NULL);
     EXPECT(strstr(err, "--max-context") == NULL);
+    EXPECT_OK(ds_summary_compute(out, DS_SUMMARY_BY_BATCH, &s));
+    if (s) {
+        EXPECT(s->has_dataset);
+        EXPECT_EQ_INT(s->dataset_records_read, 3);
+        EXPECT_EQ_INT(s->dataset_skipped_empty + s->dataset_skipped_malformed, 0);
+        EXPECT_EQ_STR(s->dataset_first_skip, "");
+    }
+    ds_summary_free(s);
     unlink(out);
     // A --max-context beyond the target's own limit is capped with one line, not silently.
     const char *big[] = {"--max-new-tokens", "4", "--max-context", "999999", NULL};

@@ -746,6 +746,19 @@ static void step_times_and_speedup(void) {
     EXPECT_OK(write_timed_run(path, "{\"baseline\":[{\"batch_size\":0,\"median_ns\":5}]}"));
     EXPECT_STATUS(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
     EXPECT_ERROR_HAS("timed.h5: options_json.baseline[0]");
+    // options_json.dataset (what the run skipped of its dataset) with counts that cannot be.
+    static const char *bad_dataset[] = {
+        "{\"dataset\":[3]}",
+        "{\"dataset\":{\"records_read\":3,\"skipped_empty\":0}}",
+        "{\"dataset\":{\"records_read\":3,\"skipped_empty\":2,\"skipped_malformed\":2}}",
+        "{\"dataset\":{\"records_read\":3,\"skipped_empty\":-1,\"skipped_malformed\":0}}",
+    };
+    for (size_t i = 0; i < sizeof bad_dataset / sizeof bad_dataset[0]; i++) {
+        path = tmp_path("timed.h5"); // removes the previous file
+        EXPECT_OK(write_timed_run(path, bad_dataset[i]));
+        EXPECT_STATUS(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
+        EXPECT_ERROR_HAS("timed.h5: options_json.dataset needs records_read");
+    }
     path = tmp_path("timed.h5"); // removes the previous file
     EXPECT_OK(write_timed_run(path, "[1,2]"));
     EXPECT_STATUS(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
@@ -962,13 +975,17 @@ static int write_sample(const char *path, int traced) {
     meta.batch_sizes = batches;
     meta.n_batch_sizes = 3;
     meta.trace_level = traced ? DS_REC_TRACE_KERNELS : DS_REC_TRACE_OFF;
-    // A baseline for B 1 and 4 only, so that B 8 shows "no baseline" (as cmd_run.c writes it).
+    // A baseline for B 1 and 4 only, so that B 8 shows "no baseline", and dataset skips (as
+    // cmd_run.c writes them).
     if (traced)
         meta.options_json = "{\"baseline\":[{\"batch_size\":1,\"mean_ns\":1010000,"
                             "\"median_ns\":1000000,\"min_ns\":990000,\"steps\":50},"
                             "{\"batch_size\":4,\"mean_ns\":1230000,\"median_ns\":1200000,"
                             "\"min_ns\":1150000,\"steps\":50}],\"trace\":\"kernels\","
-                            "\"trace_overhead\":0.031}";
+                            "\"trace_overhead\":0.031,\"dataset\":{\"format\":\"question\","
+                            "\"records_read\":40,\"conversations\":37,\"requests\":37,"
+                            "\"skipped_empty\":1,\"skipped_malformed\":2,\"first_skip\":"
+                            "\"questions.jsonl: line 7: record 6: invalid JSON: ']' expected\"}}";
     ds_recorder_t *rec = NULL;
     uint32_t cats[3 + SAMPLE_CONVS], kname[3];
     static const char *cat_names[3] = {"coding", "math", "writing"};

@@ -242,6 +242,26 @@ def baseline(run):
             for b in run_options(run).get("baseline", [])}
 
 
+def dataset_skips(run):
+    """What the run read of its dataset and what it skipped, from options_json.dataset:
+    {records_read, skipped_empty, skipped_malformed, first_skip (None if nothing was skipped)};
+    None for files written before the run recorded it."""
+    d = run_options(run).get("dataset")
+    if d is None:
+        return None
+    counts = [d.get(k) for k in ("records_read", "skipped_empty", "skipped_malformed")] \
+        if isinstance(d, dict) else []
+    if len(counts) != 3 or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+                                   for c in counts) or counts[1] + counts[2] > counts[0]:
+        raise DraftscopeFormatError(
+            f"{run.path}: options_json.dataset needs records_read, skipped_empty and "
+            "skipped_malformed (counts, the skips at most the records read)")
+    first = d.get("first_skip")
+    return {"records_read": counts[0], "skipped_empty": counts[1],
+            "skipped_malformed": counts[2],
+            "first_skip": first if isinstance(first, str) and first else None}
+
+
 def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
     """The summary as `draftscope summary --json` prints it (see docs/metrics.md)."""
     _check_by(by)
@@ -298,6 +318,7 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
             "sessions": len(run.sessions), "last_session_status": str(status),
             "trace_overhead": _num(overhead) if isinstance(overhead, (int, float)) else None,
             "trace_dropped": int(run.sessions["trace_dropped"].sum()) if len(run.sessions) else 0,
+            "dataset": dataset_skips(run),
             "baseline": [{"batch_size": int(b["batch_size"]), "steps": int(b.get("steps", 0)),
                           "median_ns": _num(b["median_ns"]),
                           "mean_ns": _num(b.get("mean_ns", float("nan"))),

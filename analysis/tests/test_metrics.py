@@ -171,6 +171,27 @@ def test_argument_errors(samples):
             draftscope.metric_ci(run, "conditional", "batch", position=4)
 
 
+def test_dataset_skips(samples):
+    """What the run skipped of its dataset (options_json.dataset, as test_summary.c's traced
+    sample writes it); absent in the untraced sample; impossible counts are a format error."""
+    with draftscope.open(samples["sample"]) as run:
+        d = metrics.dataset_skips(run)
+        assert (d["records_read"], d["skipped_empty"], d["skipped_malformed"]) == (40, 1, 2)
+        assert d["first_skip"].startswith("questions.jsonl: line 7: record 6: invalid JSON")
+        assert metrics.summary_dict(run, "batch")["run"]["dataset"] == d
+        for bad in ('{"dataset": [3]}',
+                    '{"dataset": {"records_read": 3, "skipped_empty": 0}}',
+                    '{"dataset": {"records_read": 3, "skipped_empty": 2, "skipped_malformed": 2}}',
+                    '{"dataset": {"records_read": 3, "skipped_empty": true, '
+                    '"skipped_malformed": 0}}'):
+            run.meta["options_json"] = bad
+            with pytest.raises(draftscope.DraftscopeFormatError, match="options_json.dataset"):
+                metrics.dataset_skips(run)
+    with draftscope.open(samples["untraced"]) as run:
+        assert metrics.dataset_skips(run) is None
+        assert metrics.summary_dict(run, "batch")["run"]["dataset"] is None
+
+
 def test_step_times_and_speedup(samples):
     """The traced sample has a baseline for B 1 and 4 (median 1.0 and 1.2 ms) and none for B 8;
     the untraced one has no step times. The speedup is rebuilt here from the rows directly."""

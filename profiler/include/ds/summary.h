@@ -136,6 +136,11 @@ struct ds_summary {
     uint64_t dropped_steps, dropped_drafts;
     // options_json: the measured trace overhead (NaN when absent) and the decode baseline.
     double trace_overhead;
+    // options_json.dataset: records the run read from its dataset and those it skipped (empty,
+    // malformed), with the first skip's message; has_dataset = 0 in files written before it.
+    int has_dataset;
+    uint64_t dataset_records_read, dataset_skipped_empty, dataset_skipped_malformed;
+    char dataset_first_skip[320];
     // /sessions: CUPTI records dropped, summed over the sessions (0 in schema-v1 files).
     uint64_t trace_dropped;
     size_t n_baseline;
