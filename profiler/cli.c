@@ -2,6 +2,8 @@
 #include "ds/cli.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +17,15 @@ bool ds_cli_parse_ll(const char *s, long long lo, long long hi, long long *out) 
     if (errno || end == s || *end || v < lo || v > hi) return false;
     *out = v;
     return true;
+}
+
+bool ds_cli_int_opt(const char *opt, const char *s, long long lo, long long hi, long long *out,
+                    char *msg, size_t cap) {
+    if (ds_cli_parse_ll(s, lo, hi, out)) return true;
+    // The whole range, so that a value refused for being too large is not told "wants >= 1".
+    if (hi == LLONG_MAX) snprintf(msg, cap, "%s wants an integer >= %lld", opt, lo);
+    else snprintf(msg, cap, "%s wants an integer in %lld..%lld", opt, lo, hi);
+    return false;
 }
 
 bool ds_cli_parse_ull(const char *s, unsigned long long *out) {

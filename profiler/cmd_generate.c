@@ -656,7 +656,7 @@ int ds_cmd_generate(int argc, char **argv) {
         {NULL, 0, NULL, 0},
     };
     struct gen_opts o = {.index = -1, .max_new = 64, .device = DS_DEVICE_AUTO, .batch = 1};
-    long long ll;
+    char msg[96]; // an integer option's usage error (ds_cli_int_opt)
     optind = 0;
     opterr = 0;
     for (int c; (c = getopt_long(argc, argv, "t:p:i:n:jh", long_opts, NULL)) != -1;) {
@@ -674,8 +674,8 @@ int ds_cmd_generate(int argc, char **argv) {
             o.dataset = optarg;
             break;
         case O_INDEX:
-            if (!ds_cli_parse_ll(optarg, 0, INT32_MAX, &o.index))
-                return usage_error("--index wants an integer >= 0", optarg);
+            if (!ds_cli_int_opt("--index", optarg, 0, INT32_MAX, &o.index, msg, sizeof msg))
+                return usage_error(msg, optarg);
             break;
         case O_RAW:
             o.raw = true;
@@ -684,8 +684,9 @@ int ds_cmd_generate(int argc, char **argv) {
             o.tokenizer = optarg;
             break;
         case 'n':
-            if (!ds_cli_parse_ll(optarg, 1, INT32_MAX, &o.max_new))
-                return usage_error("--max-new-tokens wants an integer >= 1", optarg);
+            if (!ds_cli_int_opt("--max-new-tokens", optarg, 1, INT32_MAX, &o.max_new, msg,
+                                sizeof msg))
+                return usage_error(msg, optarg);
             break;
         case O_TEMP: {
             char *end;
@@ -695,13 +696,13 @@ int ds_cmd_generate(int argc, char **argv) {
             break;
         }
         case O_SEED:
-            if (!ds_cli_parse_ll(optarg, 0, INT64_MAX, &ll))
-                return usage_error("--seed wants an integer >= 0", optarg);
-            o.seed = (unsigned long long)ll;
+            if (!ds_cli_parse_ull(optarg, &o.seed))
+                return usage_error("--seed wants an integer in 0..18446744073709551615", optarg);
             break;
         case O_MAXCTX:
-            if (!ds_cli_parse_ll(optarg, 1, INT32_MAX, &o.max_context))
-                return usage_error("--max-context wants an integer >= 1", optarg);
+            if (!ds_cli_int_opt("--max-context", optarg, 1, INT32_MAX, &o.max_context, msg,
+                                sizeof msg))
+                return usage_error(msg, optarg);
             break;
         case O_LOGITS:
             o.logits_out = optarg;
@@ -717,8 +718,8 @@ int ds_cmd_generate(int argc, char **argv) {
             o.synthetic = optarg;
             break;
         case O_BATCH:
-            if (!ds_cli_parse_ll(optarg, 1, 1024, &o.batch))
-                return usage_error("--batch wants an integer in 1..1024", optarg);
+            if (!ds_cli_int_opt("--batch", optarg, 1, 1024, &o.batch, msg, sizeof msg))
+                return usage_error(msg, optarg);
             break;
         case O_NOGRAPHS:
             o.no_graphs = true;

@@ -741,6 +741,8 @@ int ds_cmd_run(int argc, char **argv) {
                          .reasoning = DS_REASONING_MEDIUM,
                          .device = DS_DEVICE_AUTO};
     long long ll;
+    unsigned long long ull;
+    char msg[96]; // an integer option's usage error (ds_cli_int_opt)
     char *end;
     double dv;
     optind = 0; // full re-initialisation: the command may run more than once in one process
@@ -759,8 +761,8 @@ int ds_cmd_run(int argc, char **argv) {
             break;
         }
         case 'k':
-            if (!ds_cli_parse_ll(optarg, 1, DS_SPEC_MAX_K, &ll))
-                return usage_error("--draft-tokens wants an integer in 1..16", optarg);
+            if (!ds_cli_int_opt("--draft-tokens", optarg, 1, DS_SPEC_MAX_K, &ll, msg, sizeof msg))
+                return usage_error(msg, optarg);
             o.spec.k = (int)ll;
             break;
         case 'r':
@@ -780,17 +782,19 @@ int ds_cmd_run(int argc, char **argv) {
             o.spec.top_p = (float)dv;
             break;
         case O_SEED:
-            if (!ds_cli_parse_ll(optarg, 0, INT64_MAX, &ll))
-                return usage_error("--seed wants an integer >= 0", optarg);
-            o.spec.seed = (uint64_t)ll;
+            if (!ds_cli_parse_ull(optarg, &ull))
+                return usage_error("--seed wants an integer in 0..18446744073709551615", optarg);
+            o.spec.seed = (uint64_t)ull;
             break;
         case 'n':
-            if (!ds_cli_parse_ll(optarg, 1, INT32_MAX / 2, &o.max_new))
-                return usage_error("--max-new-tokens wants an integer >= 1", optarg);
+            if (!ds_cli_int_opt("--max-new-tokens", optarg, 1, INT32_MAX / 2, &o.max_new, msg,
+                                sizeof msg))
+                return usage_error(msg, optarg);
             break;
         case 'N':
-            if (!ds_cli_parse_ll(optarg, 1, INT32_MAX, &o.num_conv))
-                return usage_error("--num-conversations wants an integer >= 1", optarg);
+            if (!ds_cli_int_opt("--num-conversations", optarg, 1, INT32_MAX, &o.num_conv, msg,
+                                sizeof msg))
+                return usage_error(msg, optarg);
             break;
         case O_SHUFFLE: o.shuffle = true; break;
         case O_TURNS:
@@ -808,12 +812,13 @@ int ds_cmd_run(int argc, char **argv) {
                 return usage_error("--reasoning-effort wants low, medium or high", optarg);
             break;
         case O_MAXCTX:
-            if (!ds_cli_parse_ll(optarg, 2, INT32_MAX, &o.max_context))
-                return usage_error("--max-context wants an integer >= 2", optarg);
+            if (!ds_cli_int_opt("--max-context", optarg, 2, INT32_MAX, &o.max_context, msg,
+                                sizeof msg))
+                return usage_error(msg, optarg);
             break;
         case O_CHUNK:
-            if (!ds_cli_parse_ll(optarg, 1, 1 << 20, &ll))
-                return usage_error("--prefill-chunk wants an integer >= 1", optarg);
+            if (!ds_cli_int_opt("--prefill-chunk", optarg, 1, 1 << 20, &ll, msg, sizeof msg))
+                return usage_error(msg, optarg);
             o.spec.prefill_chunk = (int)ll;
             break;
         case O_OVERWRITE: o.overwrite = true; break;

@@ -42,6 +42,20 @@ static void parse_ll_bounds(void) {
     EXPECT(v == LLONG_MAX); // the refused parses left *out alone
 }
 
+// An integer option's usage error names the whole range it takes (ds_cli_int_opt).
+static void int_opt_messages(void) {
+    char msg[96] = "";
+    long long v = 0;
+    EXPECT(ds_cli_int_opt("--n", "7", 1, 10, &v, msg, sizeof msg) && v == 7 && !msg[0]);
+    EXPECT(!ds_cli_int_opt("--n", "11", 1, 10, &v, msg, sizeof msg) && v == 7);
+    EXPECT_EQ_STR(msg, "--n wants an integer in 1..10");
+    EXPECT(!ds_cli_int_opt("--n", "x", -3, LLONG_MAX, &v, msg, sizeof msg));
+    EXPECT_EQ_STR(msg, "--n wants an integer >= -3");
+    char small[12];
+    EXPECT(!ds_cli_int_opt("--long-option", "0", 1, 2, &v, small, sizeof small));
+    EXPECT_EQ_STR(small, "--long-opti"); // cut to the buffer, still terminated
+}
+
 static void parse_list_entries(void) {
     long long v[3] = {-7, -7, -7};
     int n = -7;
@@ -147,6 +161,7 @@ int main(void) {
     DS_RUN(parse_ll_bounds);
     DS_RUN(parse_list_entries);
     DS_RUN(parse_ull_bounds);
+    DS_RUN(int_opt_messages);
     DS_RUN(bad_values_are_usage_errors);
     DS_RUN(inconsistent_options_are_usage_errors);
     DS_RUN(help_exits_zero);

@@ -120,6 +120,15 @@ static void test_bad_flags(void) {
         {"--top-p", "1.5", "--top-p"},
         {"--turns", "some", "--turns"},
         {"--bogus", "1", "unknown option"},
+        // Too large is told the whole range, not "wants >= 1".
+        {"--max-new-tokens", "99999999999", "--max-new-tokens wants an integer in 1..1073741823"},
+        {"--max-new-tokens", "0", "--max-new-tokens wants an integer in 1..1073741823"},
+        {"--num-conversations", "2147483648", "wants an integer in 1..2147483647"},
+        {"--max-context", "1", "--max-context wants an integer in 2..2147483647"},
+        {"--prefill-chunk", "1048577", "--prefill-chunk wants an integer in 1..1048576"},
+        {"--draft-tokens", "17", "--draft-tokens wants an integer in 1..16"},
+        {"--seed", "18446744073709551616", "--seed wants an integer in 0..18446744073709551615"},
+        {"--seed", "-1", "--seed wants an integer in 0..18446744073709551615"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *extra[] = {cases[i].a, cases[i].b, NULL};
@@ -129,6 +138,15 @@ static void test_bad_flags(void) {
             DS_FAILF("%s %s: message lacks '%s': %s", cases[i].a, cases[i].b, cases[i].needle,
                      err);
     }
+    // The whole 64-bit range of seeds is taken and recorded as given.
+    const char *max_seed[] = {"--seed", "18446744073709551615", "--max-new-tokens", "2",
+                              "--num-conversations", "1", NULL};
+    EXPECT_EQ_INT(run_cli(out, max_seed, err, sizeof err), 0);
+    struct ds_summary *s = NULL;
+    EXPECT_OK(ds_summary_compute(out, DS_SUMMARY_BY_BATCH, &s));
+    if (s) EXPECT(s->seed == UINT64_MAX);
+    ds_summary_free(s);
+    unlink(out);
     // A missing required option.
     char *argv[] = {"run", "--target", RU_TARGET, NULL};
     EXPECT_EQ_INT(ru_capture(ds_cmd_run, 3, argv, err, sizeof err), 2);

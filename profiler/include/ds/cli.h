@@ -5,6 +5,7 @@
 #define DS_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,6 +22,10 @@ int ds_cmd_summary(int argc, char **argv);
 // s is a whole decimal integer in [lo, hi] (an optional '-', then digits only: no blank, no '+',
 // no trailing characters, no overflow): *out, true.
 bool ds_cli_parse_ll(const char *s, long long lo, long long hi, long long *out);
+// The value s of option opt as ds_cli_parse_ll takes it: *out, true. Otherwise false, with
+// "OPT wants an integer in LO..HI" (">= LO" when hi is LLONG_MAX) in msg[cap] for a usage error.
+bool ds_cli_int_opt(const char *opt, const char *s, long long lo, long long hi, long long *out,
+                    char *msg, size_t cap);
 // s is a whole unsigned decimal integer (digits only) that fits 64 bits: *out, true.
 bool ds_cli_parse_ull(const char *s, unsigned long long *out);
 // s is a comma-separated list of 1 .. cap integers, each as ds_cli_parse_ll takes it in [lo, hi]:
