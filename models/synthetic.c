@@ -9,6 +9,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,10 @@ enum ds_status ds_synthetic_parse(const char *arg, struct ds_synthetic_spec *out
         } else {
             out->seed = a;
         }
+        // JSON (options_json, summary --json) has signed 64-bit integers.
+        if (out->seed > (unsigned long long)INT64_MAX)
+            return ds_error_set(DS_ERR_ARG, "--synthetic-weights %s: SEED must be 0..%lld", arg,
+                                (long long)INT64_MAX);
     }
     if (!out->source[0])
         return ds_error_set(DS_ERR_ARG, "--synthetic-weights %s: no preset or config named", arg);

@@ -2,7 +2,6 @@
 #include "ds/cli.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +22,7 @@ bool ds_cli_int_opt(const char *opt, const char *s, long long lo, long long hi, 
                     char *msg, size_t cap) {
     if (ds_cli_parse_ll(s, lo, hi, out)) return true;
     // The whole range, so that a value refused for being too large is not told "wants >= 1".
-    if (hi == LLONG_MAX) snprintf(msg, cap, "%s wants an integer >= %lld", opt, lo);
-    else snprintf(msg, cap, "%s wants an integer in %lld..%lld", opt, lo, hi);
+    snprintf(msg, cap, "%s wants an integer in %lld..%lld", opt, lo, hi);
     return false;
 }
 

@@ -656,6 +656,7 @@ int ds_cmd_generate(int argc, char **argv) {
         {NULL, 0, NULL, 0},
     };
     struct gen_opts o = {.index = -1, .max_new = 64, .device = DS_DEVICE_AUTO, .batch = 1};
+    long long ll;
     char msg[96]; // an integer option's usage error (ds_cli_int_opt)
     optind = 0;
     opterr = 0;
@@ -696,8 +697,10 @@ int ds_cmd_generate(int argc, char **argv) {
             break;
         }
         case O_SEED:
-            if (!ds_cli_parse_ull(optarg, &o.seed))
-                return usage_error("--seed wants an integer in 0..18446744073709551615", optarg);
+            // Seeds stop at 2^63 - 1: the --json output has signed integers.
+            if (!ds_cli_int_opt("--seed", optarg, 0, INT64_MAX, &ll, msg, sizeof msg))
+                return usage_error(msg, optarg);
+            o.seed = (unsigned long long)ll;
             break;
         case O_MAXCTX:
             if (!ds_cli_int_opt("--max-context", optarg, 1, INT32_MAX, &o.max_context, msg,

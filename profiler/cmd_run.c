@@ -741,7 +741,6 @@ int ds_cmd_run(int argc, char **argv) {
                          .reasoning = DS_REASONING_MEDIUM,
                          .device = DS_DEVICE_AUTO};
     long long ll;
-    unsigned long long ull;
     char msg[96]; // an integer option's usage error (ds_cli_int_opt)
     char *end;
     double dv;
@@ -782,9 +781,10 @@ int ds_cmd_run(int argc, char **argv) {
             o.spec.top_p = (float)dv;
             break;
         case O_SEED:
-            if (!ds_cli_parse_ull(optarg, &ull))
-                return usage_error("--seed wants an integer in 0..18446744073709551615", optarg);
-            o.spec.seed = (uint64_t)ull;
+            // Seeds stop at 2^63 - 1: JSON (options_json, summary --json) has signed integers.
+            if (!ds_cli_int_opt("--seed", optarg, 0, INT64_MAX, &ll, msg, sizeof msg))
+                return usage_error(msg, optarg);
+            o.spec.seed = (uint64_t)ll;
             break;
         case 'n':
             if (!ds_cli_int_opt("--max-new-tokens", optarg, 1, INT32_MAX / 2, &o.max_new, msg,

@@ -36,6 +36,12 @@ static void parse_specs(void) {
     EXPECT_ERROR_HAS("no preset");
     EXPECT_STATUS(ds_synthetic_parse("120b:1:0", &s), DS_ERR_ARG);
     EXPECT_ERROR_HAS("LAYERS");
+    // Seeds stop at 2^63 - 1, as everywhere (the run file's JSON has signed integers).
+    EXPECT_OK(ds_synthetic_parse("120b:9223372036854775807:4", &s));
+    EXPECT(s.seed == 9223372036854775807ull);
+    EXPECT_STATUS(ds_synthetic_parse("120b:9223372036854775808", &s), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("SEED must be 0..9223372036854775807");
+    EXPECT_STATUS(ds_synthetic_parse("20b:18446744073709551615:4", &s), DS_ERR_ARG);
     struct ds_target_config c;
     EXPECT_OK(ds_synthetic_parse("nope-77b", &s));
     EXPECT_STATUS(ds_synthetic_target_config(&s, &c), DS_ERR_IO);

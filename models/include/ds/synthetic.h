@@ -41,7 +41,7 @@ extern "C" {
 
 struct ds_synthetic_spec {
     char source[1024]; // "20b", "120b", or a config.json file / a directory holding one
-    uint64_t seed;     // default 0
+    uint64_t seed;     // default 0; at most 2^63 - 1 (JSON has signed integers)
     int layers;        // keep the first `layers` layers; 0 = all of the config's
 };
 

@@ -23,7 +23,7 @@ int ds_cmd_summary(int argc, char **argv);
 // no trailing characters, no overflow): *out, true.
 bool ds_cli_parse_ll(const char *s, long long lo, long long hi, long long *out);
 // The value s of option opt as ds_cli_parse_ll takes it: *out, true. Otherwise false, with
-// "OPT wants an integer in LO..HI" (">= LO" when hi is LLONG_MAX) in msg[cap] for a usage error.
+// "OPT wants an integer in LO..HI" in msg[cap] for a usage error.
 bool ds_cli_int_opt(const char *opt, const char *s, long long lo, long long hi, long long *out,
                     char *msg, size_t cap);
 // s is a whole unsigned decimal integer (digits only) that fits 64 bits: *out, true.
