@@ -1,10 +1,13 @@
 // Number parsing shared by the subcommands' option parsers (ds/cli.h).
 #include "ds/cli.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 bool ds_cli_parse_ll(const char *s, long long lo, long long hi, long long *out) {
     char *end;
@@ -54,4 +57,33 @@ int ds_cli_parse_list(const char *s, long long lo, long long hi, long long *out,
     }
     *n = k;
     return 0;
+}
+
+static bool same_file(const struct stat *a, const char *path) {
+    struct stat b;
+    return path && stat(path, &b) == 0 && a->st_dev == b.st_dev && a->st_ino == b.st_ino;
+}
+
+// A file directly in dir (a checkpoint's config, shards, tokenizer) that is *sb.
+static bool dir_holds(const char *dir, const struct stat *sb) {
+    DIR *d = dir ? opendir(dir) : NULL;
+    if (!d) return false;
+    bool found = false;
+    char path[PATH_MAX];
+    for (struct dirent *e; !found && (e = readdir(d));)
+        found = snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path &&
+                same_file(sb, path);
+    closedir(d);
+    return found;
+}
+
+const char *ds_cli_input_name(const char *out, const char *dataset, const char *tokenizer,
+                              const char *target, const char *draft) {
+    struct stat sb;
+    if (!out || stat(out, &sb) != 0) return NULL; // a new file replaces nothing
+    if (same_file(&sb, dataset)) return "the dataset";
+    if (same_file(&sb, tokenizer)) return "the tokenizer";
+    if (dir_holds(target, &sb)) return "a file of the target";
+    if (dir_holds(draft, &sb)) return "a file of the draft";
+    return NULL;
 }

@@ -72,7 +72,9 @@ static void usage(FILE *f) {
             "      --seed S              sampling seed (default 0)\n"
             "      --max-context N       context limit in positions (default: the config's\n"
             "                            max_position_embeddings; also sizes the KV cache)\n"
-            "      --logits-out FILE     write every generated position's logits (HDF5)\n"
+            "      --logits-out FILE     write every generated position's logits (HDF5); an\n"
+            "                            existing FILE only with --overwrite, never an input\n"
+            "      --overwrite           replace an existing --logits-out FILE\n"
             "  -j, --json                print one JSON object\n"
             "      --device D            auto (default), cpu or cuda\n"
             "  -h, --help                this text\n"
@@ -92,7 +94,7 @@ struct gen_opts {
     long long batch;
     bool no_graphs;
     long long index;
-    bool raw, json;
+    bool raw, json, overwrite;
     long long max_new, max_context;
     double temperature;
     unsigned long long seed;
@@ -356,8 +358,32 @@ static const char *stop_name(int32_t id, const int32_t *stops, const char *const
     return NULL;
 }
 
+// The --logits-out path before anything slow happens: nothing there, or (with --overwrite) a
+// regular file that is none of the inputs (the logits file replaces what it names).
+static int check_logits_out(const struct gen_opts *o) {
+    struct stat sb;
+    const char *out = o->logits_out;
+    if (!out || stat(out, &sb) != 0) return 0;
+    const char *input = ds_cli_input_name(out, o->dataset, o->tokenizer, o->target, NULL);
+    if (input) {
+        ds_error_set(DS_ERR_IO, "%s: is %s; --logits-out must name another file", out, input);
+        return fail(ds_error_last());
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        ds_error_set(DS_ERR_IO, "%s: not a regular file; give a file path for --logits-out", out);
+        return fail(ds_error_last());
+    }
+    if (!o->overwrite) {
+        ds_error_set(DS_ERR_IO, "%s: file exists; use --overwrite to replace it", out);
+        return fail(ds_error_last());
+    }
+    return 0;
+}
+
 static int run(struct gen_state *g, const struct gen_opts *o) {
     enum ds_status s;
+    int rc = check_logits_out(o);
+    if (rc) return rc;
     struct ds_target_config cfg;
     struct ds_synthetic_spec spec;
     const char *model = o->target ? o->target : o->synthetic; // names the model in messages
@@ -632,7 +658,8 @@ int ds_cmd_generate(int argc, char **argv) {
         O_DEVICE,
         O_SYNTH,
         O_BATCH,
-        O_NOGRAPHS
+        O_NOGRAPHS,
+        O_OVERWRITE
     };
     static const struct option long_opts[] = {
         {"target", required_argument, NULL, 't'},
@@ -647,6 +674,7 @@ int ds_cmd_generate(int argc, char **argv) {
         {"seed", required_argument, NULL, O_SEED},
         {"max-context", required_argument, NULL, O_MAXCTX},
         {"logits-out", required_argument, NULL, O_LOGITS},
+        {"overwrite", no_argument, NULL, O_OVERWRITE},
         {"json", no_argument, NULL, 'j'},
         {"device", required_argument, NULL, O_DEVICE},
         {"synthetic-weights", required_argument, NULL, O_SYNTH},
@@ -710,6 +738,9 @@ int ds_cmd_generate(int argc, char **argv) {
         case O_LOGITS:
             o.logits_out = optarg;
             break;
+        case O_OVERWRITE:
+            o.overwrite = true;
+            break;
         case 'j':
             o.json = true;
             break;
@@ -743,6 +774,8 @@ int ds_cmd_generate(int argc, char **argv) {
     if (o.dataset && o.index < 0) return usage_error("--dataset needs --index I", NULL);
     if (!o.dataset && o.index >= 0) return usage_error("--index needs --dataset", NULL);
     if (o.raw && !o.prompt) return usage_error("--raw applies to --prompt only", NULL);
+    if (o.overwrite && !o.logits_out)
+        return usage_error("--overwrite applies to --logits-out", NULL);
 
     struct gen_state g = {.disagree_at = -1};
     int rc = run(&g, &o);

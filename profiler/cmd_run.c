@@ -228,13 +228,20 @@ static char *quote_command(int argc, char **argv) {
 }
 
 // Checks the output path before anything slow happens: a regular file or nothing, in a writable
-// directory; exists only with --overwrite or --resume; --resume needs it.
+// directory; exists only with --overwrite or --resume; --resume needs it; never one of the run's
+// inputs (--overwrite on the dataset, or on a link to it, would have replaced it).
 static enum ds_status check_out(const struct run_opts *o) {
     struct stat sb;
     const bool exists = stat(o->out, &sb) == 0;
     if (exists && !S_ISREG(sb.st_mode))
         return ds_error_set(DS_ERR_IO, "%s: not a regular file; give a file path for --out",
                             o->out);
+    const char *input = ds_cli_input_name(o->out, o->dataset, o->tokenizer,
+                                          o->synthetic ? NULL : o->target,
+                                          o->synthetic ? NULL : o->draft);
+    if (input)
+        return ds_error_set(DS_ERR_IO, "%s: is %s; --out must name another file", o->out,
+                            input);
     if (o->resume && !exists)
         return ds_error_set(DS_ERR_IO, "%s: no such run file to resume", o->out);
     if (exists && !o->resume && !o->overwrite)

@@ -25,6 +25,33 @@ static inline int ru_write(const char *path, const char *text) {
     return fclose(f) == 0;
 }
 
+// The whole file, malloc'd (NULL and *n = 0 when it cannot be read).
+static inline unsigned char *ru_slurp(const char *path, size_t *n) {
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    unsigned char *b = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long len = ftell(f);
+        if (len >= 0 && (b = malloc((size_t)len + 1)) && fseek(f, 0, SEEK_SET) == 0 &&
+            fread(b, 1, (size_t)len, f) == (size_t)len)
+            *n = (size_t)len;
+    }
+    fclose(f);
+    return b;
+}
+
+// Copies a file (a fixture into a scratch directory, so that a test that fails cannot harm it).
+static inline int ru_copy(const char *from, const char *to) {
+    size_t n = 0;
+    unsigned char *b = ru_slurp(from, &n);
+    FILE *f = b ? fopen(to, "wb") : NULL;
+    int ok = f && fwrite(b, 1, n, f) == n;
+    if (f) ok &= fclose(f) == 0;
+    free(b);
+    return ok;
+}
+
 // Reads a whole table into a malloc'd array of `size`-byte records with the file's own type as
 // the memory type (the file keeps the C struct's native layout; test_record checks that).
 static inline void *ru_read_table(const char *path, const char *name, size_t size, size_t *n_out) {

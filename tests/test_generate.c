@@ -9,12 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ds/cli.h"
 #include "ds/rng.h"
 #include "harness.h"
 #include "model_naive.h"
+#include "run_util.h"
 
 #define TARGET DS_SOURCE_DIR "/tests/fixtures/ckpt/target"
 #define LOGIT_RTOL 1e-5 // see test_gptoss.c: fp32 intermediates against all-double
@@ -253,6 +255,46 @@ static void bad_input(void) {
     EXPECT_ERROR_HAS("--index 1, the file has 1 usable conversations; 1 of the 2 records read "
                      "was skipped (0 empty, 1 malformed); the first: ");
     EXPECT_ERROR_HAS("line 2: record 1:");
+    // --logits-out: an existing file only with --overwrite, and never an input (here the
+    // dataset, and a file of a scratch copy of the target, so that a failure cannot harm the
+    // fixture); the inputs keep their bytes.
+    size_t n0 = 0;
+    unsigned char *before = ru_slurp(data, &n0);
+    const char *a8[] = {"generate", "--target", TARGET, "--dataset", data, "--index", "0",
+                        "--tokenizer", DS_SOURCE_DIR "/tests/data/tiny_tokenizer.json",
+                        "--device", "cpu", "--logits-out", data, "--overwrite"};
+    EXPECT_EQ_INT(gen(14, a8), 1);
+    EXPECT_ERROR_HAS("is the dataset; --logits-out must name another file");
+    size_t n1 = 0;
+    unsigned char *after = ru_slurp(data, &n1);
+    EXPECT(before && after && n0 == n1 && memcmp(before, after, n0) == 0);
+    free(before), free(after);
+    char tgt[300], cfg[340];
+    snprintf(tgt, sizeof tgt, "%s/test_generate.%d.ckpt", DS_BINARY_DIR, (int)getpid());
+    snprintf(cfg, sizeof cfg, "%s/config.json", tgt);
+    mkdir(tgt, 0755);
+    EXPECT(ru_copy(TARGET "/config.json", cfg));
+    const char *a9[] = {"generate", "--target", tgt, "--prompt-ids", "1", "--device", "cpu",
+                        "--logits-out", cfg, "--overwrite"};
+    EXPECT_EQ_INT(gen(10, a9), 1);
+    EXPECT_ERROR_HAS("config.json: is a file of the target");
+    before = ru_slurp(TARGET "/config.json", &n0), after = ru_slurp(cfg, &n1);
+    EXPECT(before && after && n0 == n1 && memcmp(before, after, n0) == 0);
+    free(before), free(after);
+    remove(cfg), rmdir(tgt);
+    // An earlier logits file: refused without --overwrite (kept), replaced with it.
+    EXPECT(ru_write(out_h5, "an earlier file\n"));
+    const char *a10[] = {"generate", "--target", TARGET, "--prompt-ids", "1", "--device", "cpu",
+                         "--max-new-tokens", "1", "--logits-out", out_h5, "--overwrite"};
+    EXPECT_EQ_INT(gen(11, a10), 1);
+    EXPECT_ERROR_HAS("file exists; use --overwrite to replace it");
+    after = ru_slurp(out_h5, &n1);
+    EXPECT(after && n1 == 16 && !memcmp(after, "an earlier file\n", 16));
+    free(after);
+    EXPECT_EQ_INT(gen(12, a10), 0);
+    EXPECT(read_h5("ids", 1, NULL, H5T_NATIVE_INT32, NULL) == 0);
+    const char *a11[] = {"generate", "--target", TARGET, "--prompt-ids", "1", "--overwrite"};
+    EXPECT_EQ_INT(gen(6, a11), 2);
     remove(data);
 }
 

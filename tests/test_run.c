@@ -77,25 +77,9 @@ static int run_cli(const char *out, const char *const *extra, char *err, size_t 
     return ru_capture(ds_cmd_run, argc, argv, err, cap);
 }
 
-// The whole file (NULL and *n = 0 when it cannot be read).
-static unsigned char *slurp(const char *path, size_t *n) {
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    unsigned char *b = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long len = ftell(f);
-        if (len >= 0 && (b = malloc((size_t)len + 1)) && fseek(f, 0, SEEK_SET) == 0 &&
-            fread(b, 1, (size_t)len, f) == (size_t)len)
-            *n = (size_t)len;
-    }
-    fclose(f);
-    return b;
-}
-
 static void expect_same_file(const char *path, const unsigned char *want, size_t n_want) {
     size_t n = 0;
-    unsigned char *got = slurp(path, &n);
+    unsigned char *got = ru_slurp(path, &n);
     EXPECT_EQ_INT((long long)n, (long long)n_want);
     EXPECT(got && want && n == n_want && memcmp(got, want, n) == 0);
     free(got);
@@ -227,6 +211,30 @@ static void test_bad_output(void) {
         fclose(f);
     }
     EXPECT_EQ_STR(buf, "not a run file\n");
+    // An input is never replaced, --overwrite or not, also through a link: the dataset, and a
+    // file of the target (a scratch copy of the fixture, so that a failure cannot harm it).
+    size_t n0 = 0;
+    unsigned char *data = ru_slurp(DATA, &n0);
+    EXPECT_EQ_INT(run_cli(DATA, ow, err, sizeof err), 1);
+    EXPECT(strstr(err, "conv.jsonl: is the dataset; --out must name another file") != NULL);
+    unlink(DIR "/link.h5");
+    EXPECT(symlink(DATA, DIR "/link.h5") == 0);
+    EXPECT_EQ_INT(run_cli(DIR "/link.h5", ow, err, sizeof err), 1);
+    EXPECT(strstr(err, "link.h5: is the dataset") != NULL);
+    expect_same_file(DATA, data, n0);
+    free(data);
+    const char *tgt = DIR "/target-copy";
+    mkdir(tgt, 0755);
+    EXPECT(ru_copy(RU_TARGET "/config.json", DIR "/target-copy/config.json"));
+    EXPECT(ru_copy(RU_TARGET "/model.safetensors", DIR "/target-copy/model.safetensors"));
+    unsigned char *cfg = ru_slurp(DIR "/target-copy/config.json", &n0);
+    char *argv[64];
+    int argc = build_argv(argv, DIR "/target-copy/config.json", ow);
+    argv[2] = (char *)tgt;
+    EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 1);
+    EXPECT(strstr(err, "config.json: is a file of the target") != NULL);
+    expect_same_file(DIR "/target-copy/config.json", cfg, n0);
+    free(cfg);
 }
 
 static void test_run_and_summary(void) {
@@ -268,7 +276,7 @@ static void test_refused_resume_keeps_file(void) {
     const char *extra[] = {"--batch-sizes", "1", "--max-new-tokens", "10", NULL};
     EXPECT_EQ_INT(run_cli(out, extra, err, sizeof err), 0);
     size_t n = 0;
-    unsigned char *whole = slurp(out, &n);
+    unsigned char *whole = ru_slurp(out, &n);
     EXPECT(whole && n > 65536);
     const struct {
         size_t len;
@@ -685,7 +693,7 @@ static void test_sigkill_resume(const char *self) {
     // flags, end of allocation and length), so the right command still recovers it below.
     char err[4096];
     size_t n0 = 0;
-    unsigned char *before = slurp(out, &n0);
+    unsigned char *before = ru_slurp(out, &n0);
     const char *other[] = {"--batch-sizes", "1,2", "--max-new-tokens", "60", "--resume", "--seed",
                            "5", NULL};
     EXPECT_EQ_INT(run_cli(out, other, err, sizeof err), 1);

@@ -28,6 +28,12 @@ bool ds_cli_int_opt(const char *opt, const char *s, long long lo, long long hi, 
                     char *msg, size_t cap);
 // s is a whole unsigned decimal integer (digits only) that fits 64 bits: *out, true.
 bool ds_cli_parse_ull(const char *s, unsigned long long *out);
+// Which input of a command the existing file `out` is, through any link ("the dataset", "the
+// tokenizer", "a file of the target" / "of the draft": a file directly in that checkpoint
+// directory), or NULL (also when out does not exist). An output must never replace an input,
+// --overwrite or not. NULL arguments are skipped.
+const char *ds_cli_input_name(const char *out, const char *dataset, const char *tokenizer,
+                              const char *target, const char *draft);
 // s is a comma-separated list of 1 .. cap integers, each as ds_cli_parse_ll takes it in [lo, hi]:
 // out[0 .. *n), 0. -1: an empty or bad entry; -2: more than cap entries (*n untouched either way).
 int ds_cli_parse_list(const char *s, long long lo, long long hi, long long *out, int cap, int *n);
