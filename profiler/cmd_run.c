@@ -109,7 +109,9 @@ static void usage(FILE *f) {
         "output:\n"
         "      --overwrite             replace an existing run file\n"
         "      --resume                continue an interrupted run in the same file (same\n"
-        "                              models, dataset, seed, K, rule, temperature, top-p)\n"
+        "                              models, dataset, seed, K, rule, temperature, top-p,\n"
+        "                              max-new-tokens, turns, reasoning effort, shuffle and\n"
+        "                              activations; -N may grow, batch sizes may be added)\n"
         "      --device D              auto (default), cpu or cuda\n"
         "      --activations A         auto (default: the backend's own, f32 on the cpu, bf16 on\n"
         "                              cuda), f32 or bf16 (cuda only); f32 on cuda gives the\n"
@@ -578,7 +580,13 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     if (info.runtime_version)
         snprintf(rt, sizeof rt, "%d.%d", info.runtime_version / 1000,
                  info.runtime_version % 1000 / 10);
+    // What a resumed session must share with the file beyond the attributes: the options that
+    // shape a request's records (its prompt, its length, the numerics). --num-conversations may
+    // grow (the first N of the same order), --batch-sizes may add sizes, tracing may change.
+    static const char *const resume_options[] = {"max_new_tokens", "turns", "reasoning_effort",
+                                                 "shuffle", "activations", NULL};
     struct ds_run_meta meta = {
+        .resume_options = resume_options,
         .command_line = g->cmdline,
         .gpu_name = info.name,
         .driver_version = drv,

@@ -18,6 +18,7 @@
 #include "ds/check.h"
 
 #include <hdf5.h>
+#include <jansson.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -816,24 +817,54 @@ static enum ds_status write_meta(ds_recorder_t *rec, const struct ds_run_meta *m
 }
 
 // Reads a string attribute into buf (cut to n - 1 bytes). Returns 0, or -1 if absent/not a string.
-static int read_attr_str(hid_t f, const char *name, char *buf, size_t n) {
-    buf[0] = '\0';
-    if (H5Aexists(f, name) <= 0) return -1;
+// A variable-length string attribute (what the writer makes), malloc'd; NULL if absent.
+static char *read_attr_dup(hid_t f, const char *name) {
+    if (H5Aexists(f, name) <= 0) return NULL;
     hid_t a = H5Aopen(f, name, H5P_DEFAULT), ft = H5I_INVALID_HID, mt = H5I_INVALID_HID;
-    int rc = -1;
+    char *out = NULL;
     if (a < 0 || (ft = H5Aget_type(a)) < 0 || H5Tget_class(ft) != H5T_STRING) goto cleanup;
     if (H5Tis_variable_str(ft) > 0) {
         char *p = NULL;
         if ((mt = vlen_str_type()) < 0 || H5Aread(a, mt, &p) < 0) goto cleanup;
-        snprintf(buf, n, "%s", p ? p : "");
+        out = strdup(p ? p : "");
         H5free_memory(p);
-        rc = 0;
     }
 cleanup:
     if (mt >= 0) H5Tclose(mt);
     if (ft >= 0) H5Tclose(ft);
     if (a >= 0) H5Aclose(a);
-    return rc;
+    return out;
+}
+
+static int read_attr_str(hid_t f, const char *name, char *buf, size_t n) {
+    char *p = read_attr_dup(f, name);
+    snprintf(buf, n, "%s", p ? p : "");
+    free(p);
+    return p ? 0 : -1;
+}
+
+// The options_json keys of m->resume_options: equal in the file and now, or a mismatch naming
+// the key and both values. Keys the file lacks (an older writer) are not checked.
+static enum ds_status check_resume_options(ds_recorder_t *rec, const struct ds_run_meta *m) {
+    if (!m->resume_options || !m->options_json) return DS_OK;
+    char *text = read_attr_dup(rec->file, "options_json");
+    json_t *file = text ? json_loads(text, 0, NULL) : NULL;
+    json_t *now = json_loads(m->options_json, 0, NULL);
+    free(text);
+    enum ds_status st = DS_OK;
+    for (const char *const *k = m->resume_options; *k && !st && json_is_object(file); k++) {
+        json_t *fv = json_object_get(file, *k), *nv = json_object_get(now, *k);
+        if (!fv || json_equal(fv, nv)) continue;
+        char *fs = json_dumps(fv, JSON_ENCODE_ANY | JSON_COMPACT);
+        char *ns = nv ? json_dumps(nv, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+        st = ds_error_set(DS_ERR_MISMATCH, "%s: cannot resume: %s differs (file %s, now %s)",
+                          rec->path, *k, fs ? fs : "?", ns ? ns : "absent");
+        free(fs);
+        free(ns);
+    }
+    json_decref(file);
+    json_decref(now);
+    return st;
 }
 
 static int read_attr_num(hid_t f, const char *name, hid_t native, void *v) {
@@ -902,7 +933,7 @@ static enum ds_status check_meta(ds_recorder_t *rec, const struct ds_run_meta *m
         return ds_error_set(DS_ERR_MISMATCH,
                             "%s: cannot resume: top_p differs (file %.17g, now %.17g)", rec->path,
                             top_p, m->top_p);
-    return DS_OK;
+    return check_resume_options(rec, m);
 }
 
 // ---------------------------------------------------------------------------------------------

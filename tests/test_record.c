@@ -888,13 +888,28 @@ static void resume_appends_and_checks_metadata(void) {
         EXPECT_ERROR_HAS(path);
         EXPECT_ERROR_HAS(bad[i].field);
     }
+    // The options_json keys named in resume_options: equal, or refused with both values; a key
+    // the file lacks is not checked; keys not named may differ.
+    static const char *const keys[] = {"max_new_tokens", "turns", NULL};
+    struct ds_run_meta o = meta;
+    o.resume_options = keys;
+    o.options_json = "{\"max_new_tokens\":128}";
+    rec = NULL;
     struct ds_resume_info info;
+    EXPECT_STATUS(ds_recorder_open_resume(path, &o, &info, &rec), DS_ERR_MISMATCH);
+    EXPECT(rec == NULL);
+    EXPECT_ERROR_HAS("cannot resume: max_new_tokens differs (file 256, now 128)");
+    o.options_json = "{}";
+    EXPECT_STATUS(ds_recorder_open_resume(path, &o, &info, &rec), DS_ERR_MISMATCH);
+    EXPECT_ERROR_HAS("max_new_tokens differs (file 256, now absent)");
     EXPECT_STATUS(ds_recorder_open_resume(tmp_path("absent.h5"), &meta, &info, &rec), DS_ERR_IO);
     EXPECT_ERROR_HAS("absent.h5");
 
-    // A matching resume sees what is there.
+    // A matching resume sees what is there (its options: the named key equal, "turns" absent
+    // from the file, "trace" not named).
     rec = NULL;
-    EXPECT_OK(ds_recorder_open_resume(path, &meta, &info, &rec));
+    o.options_json = "{\"max_new_tokens\":256,\"turns\":\"all\",\"trace\":\"kernels\"}";
+    EXPECT_OK(ds_recorder_open_resume(path, &o, &info, &rec));
     if (!rec) return;
     EXPECT_EQ_INT(info.session, 1);
     EXPECT_EQ_INT(info.next_step, 11);   // drafts reached step 10

@@ -292,6 +292,20 @@ static void test_refused_resume_keeps_file(void) {
         if (!strstr(err, cases[i].msg)) printf("  %s", err);
         expect_same_file(cut, whole, cases[i].len);
     }
+    // Options that shape a request's records must match too (here the reply length and the
+    // harmony reasoning effort); a refusal leaves the whole file as it was.
+    const struct {
+        const char *flag, *value, *msg;
+    } shape[] = {{"--max-new-tokens", "5", "cannot resume: max_new_tokens differs (file 10, now 5)"},
+                 {"--reasoning-effort", "high", "reasoning_effort differs (file \"medium\""}};
+    for (size_t i = 0; whole && i < sizeof shape / sizeof shape[0]; i++) {
+        const char *resume[] = {"--batch-sizes", "1",         "--max-new-tokens", "10",
+                                "--resume",      shape[i].flag, shape[i].value,    NULL};
+        EXPECT_EQ_INT(run_cli(out, resume, err, sizeof err), 1);
+        if (!strstr(err, shape[i].msg)) DS_FAILF("%s: message lacks '%s': %s", shape[i].flag,
+                                                 shape[i].msg, err);
+        expect_same_file(out, whole, n);
+    }
     free(whole);
 }
 

@@ -258,6 +258,9 @@ struct ds_run_meta {
     const char *dataset_sha256;       // hex sha256 of the dataset file
     const char *rule;                 // accept rule: "greedy", "target-only" or "rejection"
     const char *options_json;         // every other option, as a JSON object (free form)
+    // Keys of options_json that a resume must find equal in the file (NULL-terminated; NULL:
+    // none): the options that shape a request's records. A key the file lacks is not checked.
+    const char *const *resume_options;
     uint64_t seed;
     uint32_t k; // draft tokens per step
     double temperature;
@@ -297,7 +300,7 @@ enum ds_status ds_recorder_create(const char *path, const struct ds_run_meta *me
 
 // Reopens an existing run file to append a new session. Checks that the schema version matches
 // and that the run is the same one (target and draft config hashes, dataset hash, seed, k, rule,
-// temperature, top_p); reloads the string table so ids continue; clears the "open for write"
+// temperature, top_p, and the options_json keys named in meta->resume_options); reloads the string table so ids continue; clears the "open for write"
 // flags a crashed writer left; refuses if another process is writing the file. Fills *info_out
 // (see struct ds_resume_info), appends a session row and continues in SWMR mode.
 // Errors: DS_ERR_IO (cannot open, locked by another writer, HDF5 failure), DS_ERR_FORMAT (not a
