@@ -296,8 +296,10 @@ static void test_refused_resume_keeps_file(void) {
     // harmony reasoning effort); a refusal leaves the whole file as it was.
     const struct {
         const char *flag, *value, *msg;
-    } shape[] = {{"--max-new-tokens", "5", "cannot resume: max_new_tokens differs (file 10, now 5)"},
-                 {"--reasoning-effort", "high", "reasoning_effort differs (file \"medium\""}};
+    } shape[] = {
+        {"--max-new-tokens", "5", "cannot resume: max_new_tokens differs (file 10, now 5)"},
+        {"--reasoning-effort", "high", "reasoning_effort differs (file \"medium\""},
+    };
     for (size_t i = 0; whole && i < sizeof shape / sizeof shape[0]; i++) {
         const char *resume[] = {"--batch-sizes", "1",         "--max-new-tokens", "10",
                                 "--resume",      shape[i].flag, shape[i].value,    NULL};

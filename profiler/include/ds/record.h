@@ -298,16 +298,17 @@ struct ds_resume_info {
 enum ds_status ds_recorder_create(const char *path, const struct ds_run_meta *meta, unsigned flags,
                                   ds_recorder_t **rec_out);
 
-// Reopens an existing run file to append a new session. Checks that the schema version matches
-// and that the run is the same one (target and draft config hashes, dataset hash, seed, k, rule,
-// temperature, top_p, and the options_json keys named in meta->resume_options); reloads the string table so ids continue; clears the "open for write"
-// flags a crashed writer left; refuses if another process is writing the file. Fills *info_out
-// (see struct ds_resume_info), appends a session row and continues in SWMR mode.
-// Errors: DS_ERR_IO (cannot open, locked by another writer, HDF5 failure), DS_ERR_FORMAT (not a
-// draftscope run file, schema version differs, a table is missing or has another layout),
-// DS_ERR_MISMATCH (a metadata field differs: the message names the field and both values).
-// Outputs are zeroed/NULL on failure; a failure before the new session's first write leaves the
-// file byte for byte as it was (its write flags, end of allocation and length put back).
+// Reopens an existing run file to append a new session. Checks that the schema version matches and
+// that the run is the same one (target and draft config hashes, dataset hash, seed, k, rule,
+// temperature, top_p, and the options_json keys named in meta->resume_options); reloads the string
+// table so ids continue; clears the "open for write" flags a crashed writer left; refuses if
+// another process is writing the file. Fills *info_out (see struct ds_resume_info), appends a
+// session row and continues in SWMR mode. Errors: DS_ERR_IO (cannot open, locked by another
+// writer, HDF5 failure), DS_ERR_FORMAT (not a draftscope run file, schema version differs, a table
+// is missing or has another layout), DS_ERR_MISMATCH (a metadata field differs: the message names
+// the field and both values). Outputs are zeroed/NULL on failure; a failure before the new
+// session's first write leaves the file byte for byte as it was (its write flags, end of
+// allocation and length put back).
 enum ds_status ds_recorder_open_resume(const char *path, const struct ds_run_meta *meta,
                                        struct ds_resume_info *info_out, ds_recorder_t **rec_out);
 
