@@ -1,4 +1,5 @@
-// Number parsing shared by the subcommands' option parsers (ds/cli.h).
+// Shared by the subcommands' option parsers (ds/cli.h): number parsing, and which input an output
+// path would replace.
 #include "ds/cli.h"
 
 #include <dirent.h>
