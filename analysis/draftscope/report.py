@@ -66,6 +66,13 @@ def build_html(run, n_boot=200, seed=0):
                  f"tokens, {len(run.requests)} finished requests; left out (request not "
                  f"finished): {run.dropped['steps']} step rows, {run.dropped['drafts']} "
                  f"drafts.</p>")
+    skips = metrics.dataset_skips(run)
+    if skips and skips["skipped_empty"] + skips["skipped_malformed"]:
+        n = skips["skipped_empty"] + skips["skipped_malformed"]
+        first = f"; the first: {skips['first_skip']}" if skips["first_skip"] else ""
+        parts.append(f"<p class='note'>Dataset: {n} of the {skips['records_read']} records read "
+                     f"{'was' if n == 1 else 'were'} skipped ({skips['skipped_empty']} empty, "
+                     f"{skips['skipped_malformed']} malformed){html.escape(first)}.</p>")
     parts.append("<h2>Summary by batch size</h2><p class='note'>τ = mean acceptance length "
                  "(vLLM/EAGLE, 1 + accepted/steps); SGLang = completion tokens/verify steps; "
                  "draft rate = accepted/drafted; joint_i = P(accepted ≥ i); conditional_i = "

@@ -38,6 +38,12 @@ def test_report(samples, tmp_path, which):
     assert "rule" in html and "greedy" in html
     if which == "sample":
         assert "Summary by batch size" in html and "<td class='l'>8</td>" in html
+        # The dataset records the run skipped (options_json.dataset of the traced sample).
+        assert ("Dataset: 3 of the 40 records read were skipped (1 empty, 2 malformed); the "
+                "first: questions.jsonl: line 7: record 6: invalid JSON: &#x27;]&#x27; "
+                "expected.") in html  # the message's quotes escaped
+    else:
+        assert "records read" not in html
     if which == "killed":
         assert "No finished request yet" in html
 
