@@ -20,6 +20,7 @@
 #include <getopt.h>
 #include <hdf5.h>
 #include <jansson.h>
+#include <libgen.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -358,12 +359,25 @@ static const char *stop_name(int32_t id, const int32_t *stops, const char *const
     return NULL;
 }
 
-// The --logits-out path before anything slow happens: nothing there, or (with --overwrite) a
-// regular file that is none of the inputs (the logits file replaces what it names).
+// The --logits-out path before anything slow happens: nothing there yet in a writable directory,
+// or (with --overwrite) a regular file that is none of the inputs (the logits file replaces what
+// it names).
 static int check_logits_out(const struct gen_opts *o) {
     struct stat sb;
     const char *out = o->logits_out;
-    if (!out || stat(out, &sb) != 0) return 0;
+    if (!out) return 0;
+    if (stat(out, &sb) != 0) {
+        char buf[4096];
+        snprintf(buf, sizeof buf, "%s", out);
+        const char *dir = dirname(buf);
+        if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            ds_error_set(DS_ERR_IO, "%s: directory %s does not exist", out, dir);
+        else if (access(dir, W_OK) != 0)
+            ds_error_set(DS_ERR_IO, "%s: directory %s is not writable", out, dir);
+        else
+            return 0;
+        return fail(ds_error_last());
+    }
     const char *input = ds_cli_input_name(out, o->dataset, o->tokenizer, o->target, NULL);
     if (input) {
         ds_error_set(DS_ERR_IO, "%s: is %s; --logits-out must name another file", out, input);

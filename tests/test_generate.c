@@ -295,6 +295,11 @@ static void bad_input(void) {
     EXPECT(read_h5("ids", 1, NULL, H5T_NATIVE_INT32, NULL) == 0);
     const char *a11[] = {"generate", "--target", TARGET, "--prompt-ids", "1", "--overwrite"};
     EXPECT_EQ_INT(gen(6, a11), 2);
+    // A logits file in a directory that does not exist: said at once, by name.
+    const char *a12[] = {"generate", "--target", TARGET, "--prompt-ids", "1", "--device", "cpu",
+                         "--logits-out", DS_BINARY_DIR "/no-such-dir/l.h5"};
+    EXPECT_EQ_INT(gen(9, a12), 1);
+    EXPECT_ERROR_HAS("l.h5: directory " DS_BINARY_DIR "/no-such-dir does not exist");
     remove(data);
 }
 
