@@ -1,14 +1,17 @@
-// Shared by the subcommands' option parsers (ds/cli.h): number parsing, and which input an output
-// path would replace.
+// Shared by the subcommands' option parsers (ds/cli.h): number parsing, and the check of an output
+// path (never one of the inputs).
 #include "ds/cli.h"
+#include "ds/status.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 bool ds_cli_parse_ll(const char *s, long long lo, long long hi, long long *out) {
     char *end;
@@ -78,13 +81,33 @@ static bool dir_holds(const char *dir, const struct stat *sb) {
     return found;
 }
 
-const char *ds_cli_input_name(const char *out, const char *dataset, const char *tokenizer,
+// Which input of the command the existing file *sb is, through any link, or NULL.
+static const char *input_name(const struct stat *sb, const char *dataset, const char *tokenizer,
                               const char *target, const char *draft) {
-    struct stat sb;
-    if (!out || stat(out, &sb) != 0) return NULL; // a new file replaces nothing
-    if (same_file(&sb, dataset)) return "the dataset";
-    if (same_file(&sb, tokenizer)) return "the tokenizer";
-    if (dir_holds(target, &sb)) return "a file of the target";
-    if (dir_holds(draft, &sb)) return "a file of the draft";
+    if (same_file(sb, dataset)) return "the dataset";
+    if (same_file(sb, tokenizer)) return "the tokenizer";
+    if (dir_holds(target, sb)) return "a file of the target";
+    if (dir_holds(draft, sb)) return "a file of the draft";
     return NULL;
+}
+
+enum ds_status ds_cli_check_output(const char *path, const char *opt, const char *dataset,
+                                   const char *tokenizer, const char *target, const char *draft,
+                                   bool *exists) {
+    struct stat sb;
+    *exists = stat(path, &sb) == 0;
+    if (*exists && !S_ISREG(sb.st_mode))
+        return ds_error_set(DS_ERR_IO, "%s: not a regular file; give a file path for %s", path,
+                            opt);
+    const char *input = *exists ? input_name(&sb, dataset, tokenizer, target, draft) : NULL;
+    if (input)
+        return ds_error_set(DS_ERR_IO, "%s: is %s; %s must name another file", path, input, opt);
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    const char *dir = dirname(buf);
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return ds_error_set(DS_ERR_IO, "%s: directory %s does not exist", path, dir);
+    if (access(dir, W_OK) != 0 || (*exists && access(path, W_OK) != 0))
+        return ds_error_set(DS_ERR_IO, "%s: not writable (%s)", path, strerror(EACCES));
+    return DS_OK;
 }

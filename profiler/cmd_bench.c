@@ -1213,9 +1213,9 @@ cleanup:
 // An integer option's value in [lo, hi] (a usage error, printed, when not).
 static bool bench_int(const char *opt, const char *v, int lo, int hi, int *out) {
     long long x;
-    if (!ds_cli_parse_ll(v, lo, hi, &x)) {
-        fprintf(stderr, "draftscope bench: %s wants an integer in %d..%d, got '%s'\n", opt, lo, hi,
-                v);
+    char msg[96];
+    if (!ds_cli_int_opt(opt, v, lo, hi, &x, msg, sizeof msg)) {
+        fprintf(stderr, "draftscope bench: %s, got '%s'\n", msg, v);
         return false;
     }
     *out = (int)x;

@@ -20,7 +20,6 @@
 #include <getopt.h>
 #include <hdf5.h>
 #include <jansson.h>
-#include <libgen.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -359,36 +358,16 @@ static const char *stop_name(int32_t id, const int32_t *stops, const char *const
     return NULL;
 }
 
-// The --logits-out path before anything slow happens: nothing there yet in a writable directory,
-// or (with --overwrite) a regular file that is none of the inputs (the logits file replaces what
-// it names).
+// The --logits-out path before anything slow happens (ds_cli_check_output): an existing file is
+// replaced only with --overwrite.
 static int check_logits_out(const struct gen_opts *o) {
-    struct stat sb;
-    const char *out = o->logits_out;
-    if (!out) return 0;
-    if (stat(out, &sb) != 0) {
-        char buf[4096];
-        snprintf(buf, sizeof buf, "%s", out);
-        const char *dir = dirname(buf);
-        if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-            ds_error_set(DS_ERR_IO, "%s: directory %s does not exist", out, dir);
-        else if (access(dir, W_OK) != 0)
-            ds_error_set(DS_ERR_IO, "%s: directory %s is not writable", out, dir);
-        else
-            return 0;
+    bool exists;
+    if (!o->logits_out) return 0;
+    if (ds_cli_check_output(o->logits_out, "--logits-out", o->dataset, o->tokenizer, o->target,
+                            NULL, &exists))
         return fail(ds_error_last());
-    }
-    const char *input = ds_cli_input_name(out, o->dataset, o->tokenizer, o->target, NULL);
-    if (input) {
-        ds_error_set(DS_ERR_IO, "%s: is %s; --logits-out must name another file", out, input);
-        return fail(ds_error_last());
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        ds_error_set(DS_ERR_IO, "%s: not a regular file; give a file path for --logits-out", out);
-        return fail(ds_error_last());
-    }
-    if (!o->overwrite) {
-        ds_error_set(DS_ERR_IO, "%s: file exists; use --overwrite to replace it", out);
+    if (exists && !o->overwrite) {
+        ds_error_set(DS_ERR_IO, "%s: file exists; use --overwrite to replace it", o->logits_out);
         return fail(ds_error_last());
     }
     return 0;

@@ -17,10 +17,8 @@
 // "synthetic_weights" object. Acceptance is meaningless there (the draft does not predict the
 // target), and the run says so at start. It needs the cuda device unless --device cpu is given
 // explicitly (the reference backend fills the same weights; practical for small configs only).
-#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
-#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <stdbool.h>
@@ -233,17 +231,11 @@ static char *quote_command(int argc, char **argv) {
 // directory; exists only with --overwrite or --resume; --resume needs it; never one of the run's
 // inputs (--overwrite on the dataset, or on a link to it, would have replaced it).
 static enum ds_status check_out(const struct run_opts *o) {
-    struct stat sb;
-    const bool exists = stat(o->out, &sb) == 0;
-    if (exists && !S_ISREG(sb.st_mode))
-        return ds_error_set(DS_ERR_IO, "%s: not a regular file; give a file path for --out",
-                            o->out);
-    const char *input = ds_cli_input_name(o->out, o->dataset, o->tokenizer,
-                                          o->synthetic ? NULL : o->target,
-                                          o->synthetic ? NULL : o->draft);
-    if (input)
-        return ds_error_set(DS_ERR_IO, "%s: is %s; --out must name another file", o->out,
-                            input);
+    bool exists;
+    enum ds_status st = ds_cli_check_output(o->out, "--out", o->dataset, o->tokenizer,
+                                            o->synthetic ? NULL : o->target,
+                                            o->synthetic ? NULL : o->draft, &exists);
+    if (st) return st;
     if (o->resume && !exists)
         return ds_error_set(DS_ERR_IO, "%s: no such run file to resume", o->out);
     if (exists && !o->resume && !o->overwrite)
@@ -251,13 +243,6 @@ static enum ds_status check_out(const struct run_opts *o) {
                             "%s: file exists; use --resume to continue it or --overwrite to "
                             "replace it",
                             o->out);
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", o->out);
-    const char *dir = dirname(buf);
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return ds_error_set(DS_ERR_IO, "%s: directory %s does not exist", o->out, dir);
-    if (access(dir, W_OK) != 0 || (exists && access(o->out, W_OK) != 0))
-        return ds_error_set(DS_ERR_IO, "%s: not writable (%s)", o->out, strerror(EACCES));
     return DS_OK;
 }
 

@@ -532,15 +532,21 @@ const struct ds_dataset_stats *ds_dataset_stats(const ds_dataset_t *ds) {
     return &ds->stats;
 }
 
-size_t ds_dataset_skip_note(const ds_dataset_t *ds, char *buf, size_t cap) {
-    const struct ds_dataset_stats *st = &ds->stats;
-    const size_t n = st->skipped_empty + st->skipped_malformed;
+size_t ds_dataset_skip_text(char *buf, size_t cap, size_t read, size_t empty, size_t malformed,
+                            const char *first) {
+    const size_t n = empty + malformed;
     if (cap) buf[0] = 0;
     if (n && cap)
-        snprintf(buf, cap, "%zu of the %zu records read %s skipped (%zu empty, %zu malformed); "
-                 "the first: %s", n, st->examined, n == 1 ? "was" : "were", st->skipped_empty,
-                 st->skipped_malformed, st->first_skip);
+        snprintf(buf, cap, "%zu of the %zu records read %s skipped (%zu empty, %zu malformed)%s%s",
+                 n, read, n == 1 ? "was" : "were", empty, malformed,
+                 first && first[0] ? "; the first: " : "", first ? first : "");
     return n;
+}
+
+size_t ds_dataset_skip_note(const ds_dataset_t *ds, char *buf, size_t cap) {
+    const struct ds_dataset_stats *st = &ds->stats;
+    return ds_dataset_skip_text(buf, cap, st->examined, st->skipped_empty, st->skipped_malformed,
+                                st->first_skip);
 }
 
 const char *ds_dataset_path(const ds_dataset_t *ds) {

@@ -11,6 +11,8 @@
 // read as they are, and nothing is ever written to it.
 #include "ds/summary.h"
 
+#include "ds/dataset.h"
+
 #include <hdf5.h>
 
 #include <errno.h>
@@ -1099,14 +1101,11 @@ enum ds_status ds_summary_print_text(const struct ds_summary *s, FILE *f) {
                 100.0 * s->trace_overhead);
     if (!isnan(s->trace_overhead) || s->trace_dropped)
         fprintf(f, "  trace records dropped by CUPTI: %" PRIu64 "\n", s->trace_dropped);
-    const uint64_t skipped = s->dataset_skipped_empty + s->dataset_skipped_malformed;
-    if (s->has_dataset && skipped)
-        fprintf(f, "  dataset: %" PRIu64 " of the %" PRIu64 " records read %s skipped (%" PRIu64
-                   " empty, %" PRIu64 " malformed)%s%s\n",
-                skipped, s->dataset_records_read, skipped == 1 ? "was" : "were",
-                s->dataset_skipped_empty,
-                s->dataset_skipped_malformed, s->dataset_first_skip[0] ? "; the first: " : "",
-                s->dataset_first_skip);
+    char note[512];
+    if (s->has_dataset &&
+        ds_dataset_skip_text(note, sizeof note, s->dataset_records_read, s->dataset_skipped_empty,
+                             s->dataset_skipped_malformed, s->dataset_first_skip))
+        fprintf(f, "  dataset: %s\n", note);
     for (size_t i = 0; i < s->n_groups; i++)
         print_group(s, &s->groups[i], f);
     print_group(s, &s->all, f);

@@ -318,6 +318,20 @@ static void bad_records(void) {
 int ds_cmd_render(int argc, char **argv);
 int ds_cmd_tokenize(int argc, char **argv);
 
+// The skip line from counts (what summary prints from a run file), worded as run's stderr line.
+static void skip_text_words(void) {
+    char buf[200] = "x";
+    EXPECT_EQ_INT(ds_dataset_skip_text(buf, sizeof buf, 9, 0, 0, "unused"), 0);
+    EXPECT_EQ_STR(buf, "");
+    EXPECT_EQ_INT(ds_dataset_skip_text(buf, sizeof buf, 9, 0, 1, "f.jsonl: line 2: bad"), 1);
+    EXPECT_EQ_STR(buf, "1 of the 9 records read was skipped (0 empty, 1 malformed); the first: "
+                       "f.jsonl: line 2: bad");
+    EXPECT_EQ_INT(ds_dataset_skip_text(buf, sizeof buf, 9, 2, 1, ""), 3);
+    EXPECT_EQ_STR(buf, "3 of the 9 records read were skipped (2 empty, 1 malformed)");
+    EXPECT_EQ_INT(ds_dataset_skip_text(buf, 12, 9, 2, 1, NULL), 3);
+    EXPECT_EQ_STR(buf, "3 of the 9 "); // cut to the buffer, still terminated
+}
+
 static void cli_exit_codes(void) {
     char *ok[] = {"render", "--dataset", DATA "spec_bench_questions.jsonl", "--index", "1",
                   "--tokenizer", DATA "o200k_base.tiktoken", "--ids", NULL};
@@ -391,6 +405,7 @@ int main(void) {
     DS_RUN(selection_first_n_and_shuffle);
     DS_RUN(bad_files);
     DS_RUN(bad_records);
+    DS_RUN(skip_text_words);
     DS_RUN(cli_exit_codes);
     ds_harmony_release(h);
     ds_tokenizer_release(o200k);

@@ -7,6 +7,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "ds/status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -28,12 +30,14 @@ bool ds_cli_int_opt(const char *opt, const char *s, long long lo, long long hi, 
                     char *msg, size_t cap);
 // s is a whole unsigned decimal integer (digits only) that fits 64 bits: *out, true.
 bool ds_cli_parse_ull(const char *s, unsigned long long *out);
-// Which input of a command the existing file `out` is, through any link ("the dataset", "the
-// tokenizer", "a file of the target" / "of the draft": a file directly in that checkpoint
-// directory), or NULL (also when out does not exist). An output must never replace an input,
-// --overwrite or not. NULL arguments are skipped.
-const char *ds_cli_input_name(const char *out, const char *dataset, const char *tokenizer,
-                              const char *target, const char *draft);
+// An output path before any slow work: a regular file or nothing, in an existing writable
+// directory, and never one of the command's inputs, through any link (the dataset, the tokenizer,
+// a file directly in the target or draft directory; NULL arguments are skipped), --overwrite or
+// not. *exists tells whether the file is there, for the caller's own rule (--overwrite,
+// --resume). opt names the option in messages. Errors: DS_ERR_IO, one line naming the path.
+enum ds_status ds_cli_check_output(const char *path, const char *opt, const char *dataset,
+                                   const char *tokenizer, const char *target, const char *draft,
+                                   bool *exists);
 // s is a comma-separated list of 1 .. cap integers, each as ds_cli_parse_ll takes it in [lo, hi]:
 // out[0 .. *n), 0. -1: an empty or bad entry; -2: more than cap entries (*n untouched either way).
 int ds_cli_parse_list(const char *s, long long lo, long long hi, long long *out, int cap, int *n);

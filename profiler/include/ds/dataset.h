@@ -126,6 +126,10 @@ const struct ds_dataset_stats *ds_dataset_stats(const ds_dataset_t *ds);
 // into buf (always NUL-terminated; "" when nothing was skipped) and returns S, so that a command
 // can say what it left out.
 size_t ds_dataset_skip_note(const ds_dataset_t *ds, char *buf, size_t cap);
+// The same words from counts (a run file's options_json.dataset): "; the first: ..." only when
+// `first` is not empty.
+size_t ds_dataset_skip_text(char *buf, size_t cap, size_t read, size_t empty, size_t malformed,
+                            const char *first);
 const char *ds_dataset_path(const ds_dataset_t *ds);
 const char *ds_dataset_format_name(enum ds_dataset_format f);
 
