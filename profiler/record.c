@@ -16,6 +16,7 @@
 #include "ds/record.h"
 
 #include "ds/check.h"
+#include "h5attr.h"
 
 #include <hdf5.h>
 #include <jansson.h>
@@ -818,36 +819,11 @@ static enum ds_status write_meta(ds_recorder_t *rec, const struct ds_run_meta *m
 
 // Reads a string attribute into buf (cut to n - 1 bytes). Returns 0, or -1 if absent/not a string.
 // A variable-length string attribute (what the writer makes), malloc'd; NULL if absent.
-static char *read_attr_dup(hid_t f, const char *name) {
-    if (H5Aexists(f, name) <= 0) return NULL;
-    hid_t a = H5Aopen(f, name, H5P_DEFAULT), ft = H5I_INVALID_HID, mt = H5I_INVALID_HID;
-    char *out = NULL;
-    if (a < 0 || (ft = H5Aget_type(a)) < 0 || H5Tget_class(ft) != H5T_STRING) goto cleanup;
-    if (H5Tis_variable_str(ft) > 0) {
-        char *p = NULL;
-        if ((mt = vlen_str_type()) < 0 || H5Aread(a, mt, &p) < 0) goto cleanup;
-        out = strdup(p ? p : "");
-        H5free_memory(p);
-    }
-cleanup:
-    if (mt >= 0) H5Tclose(mt);
-    if (ft >= 0) H5Tclose(ft);
-    if (a >= 0) H5Aclose(a);
-    return out;
-}
-
-static int read_attr_str(hid_t f, const char *name, char *buf, size_t n) {
-    char *p = read_attr_dup(f, name);
-    snprintf(buf, n, "%s", p ? p : "");
-    free(p);
-    return p ? 0 : -1;
-}
-
 // The options_json keys of m->resume_options: equal in the file and now, or a mismatch naming
 // the key and both values. Keys the file lacks (an older writer) are not checked.
 static enum ds_status check_resume_options(ds_recorder_t *rec, const struct ds_run_meta *m) {
     if (!m->resume_options || !m->options_json) return DS_OK;
-    char *text = read_attr_dup(rec->file, "options_json");
+    char *text = ds_h5_attr_strdup(rec->file, "options_json");
     json_t *file = text ? json_loads(text, 0, NULL) : NULL;
     json_t *now = json_loads(m->options_json, 0, NULL);
     free(text);
@@ -867,25 +843,17 @@ static enum ds_status check_resume_options(ds_recorder_t *rec, const struct ds_r
     return st;
 }
 
-static int read_attr_num(hid_t f, const char *name, hid_t native, void *v) {
-    if (H5Aexists(f, name) <= 0) return -1;
-    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
-    if (a < 0) return -1;
-    herr_t e = H5Aread(a, native, v);
-    H5Aclose(a);
-    return e < 0 ? -1 : 0;
-}
-
 // Checks that the file's run is the one `m` describes; the message names the first field differing.
 static enum ds_status check_meta(ds_recorder_t *rec, const struct ds_run_meta *m) {
     hid_t f = rec->file;
     char got[1024];
-    if (read_attr_str(f, "schema", got, sizeof got) < 0 || strcmp(got, DS_RECORD_SCHEMA_NAME))
+    if (ds_h5_attr_str(f, "schema", got, sizeof got) < 0 || strcmp(got, DS_RECORD_SCHEMA_NAME))
         return ds_error_set(DS_ERR_FORMAT, "%s: not a draftscope run file (no schema attribute)",
                             rec->path);
     uint32_t version = 0;
-    if (read_attr_num(f, "schema_version", H5T_NATIVE_UINT32, &version) < 0)
-        return ds_error_set(DS_ERR_FORMAT, "%s: schema_version attribute missing", rec->path);
+    if (ds_h5_attr_num(f, "schema_version", H5T_NATIVE_UINT32, &version) < 0)
+        return ds_error_set(DS_ERR_FORMAT,
+                            "%s: schema_version attribute missing or not one number", rec->path);
     if (version != DS_RECORD_SCHEMA_VERSION)
         return ds_error_set(
             DS_ERR_FORMAT, "%s: cannot resume: schema version %u in the file, this build writes %u",
@@ -899,8 +867,9 @@ static enum ds_status check_meta(ds_recorder_t *rec, const struct ds_run_meta *m
         {"rule", m->rule},
     };
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
-        if (read_attr_str(f, strs[i].name, got, sizeof got) < 0)
-            return ds_error_set(DS_ERR_FORMAT, "%s: attribute %s missing", rec->path, strs[i].name);
+        if (ds_h5_attr_str(f, strs[i].name, got, sizeof got) < 0)
+            return ds_error_set(DS_ERR_FORMAT, "%s: attribute %s missing or not one string",
+                                rec->path, strs[i].name);
         if (strcmp(got, nz(strs[i].want)))
             return ds_error_set(DS_ERR_MISMATCH,
                                 "%s: cannot resume: %s differs (file \"%s\", now \"%s\")",
@@ -909,13 +878,13 @@ static enum ds_status check_meta(ds_recorder_t *rec, const struct ds_run_meta *m
     uint64_t seed = 0;
     uint32_t k = 0;
     double temperature = 0, top_p = 0;
-    if (read_attr_num(f, "seed", H5T_NATIVE_UINT64, &seed) < 0 ||
-        read_attr_num(f, "k", H5T_NATIVE_UINT32, &k) < 0 ||
-        read_attr_num(f, "temperature", H5T_NATIVE_DOUBLE, &temperature) < 0 ||
-        read_attr_num(f, "top_p", H5T_NATIVE_DOUBLE, &top_p) < 0)
+    if (ds_h5_attr_num(f, "seed", H5T_NATIVE_UINT64, &seed) < 0 ||
+        ds_h5_attr_num(f, "k", H5T_NATIVE_UINT32, &k) < 0 ||
+        ds_h5_attr_num(f, "temperature", H5T_NATIVE_DOUBLE, &temperature) < 0 ||
+        ds_h5_attr_num(f, "top_p", H5T_NATIVE_DOUBLE, &top_p) < 0)
         return ds_error_set(DS_ERR_FORMAT,
                             "%s: a run attribute (seed, k, temperature, top_p) is "
-                            "missing",
+                            "missing or not one number",
                             rec->path);
     if (seed != m->seed)
         return ds_error_set(DS_ERR_MISMATCH,

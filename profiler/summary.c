@@ -12,6 +12,7 @@
 #include "ds/summary.h"
 
 #include "ds/dataset.h"
+#include "h5attr.h"
 
 #include <hdf5.h>
 
@@ -221,54 +222,6 @@ __attribute__((format(printf, 2, 3))) static enum ds_status h5_fail(struct ctx *
 }
 
 // A string attribute as a malloc'd copy (options_json has no size limit); NULL if absent.
-static char *read_attr_alloc(hid_t f, const char *name) {
-    if (H5Aexists(f, name) <= 0) return NULL;
-    hid_t a = H5Aopen(f, name, H5P_DEFAULT), ft = H5I_INVALID_HID, mt = H5I_INVALID_HID;
-    char *out = NULL;
-    if (a < 0 || (ft = H5Aget_type(a)) < 0 || H5Tget_class(ft) != H5T_STRING) goto cleanup;
-    if (H5Tis_variable_str(ft) > 0) {
-        char *p = NULL;
-        if ((mt = H5Tcopy(H5T_C_S1)) < 0 || H5Tset_size(mt, H5T_VARIABLE) < 0 ||
-            H5Tset_cset(mt, H5Tget_cset(ft)) < 0 || H5Aread(a, mt, &p) < 0)
-            goto cleanup;
-        out = strdup(p ? p : "");
-        H5free_memory(p);
-    } else {
-        size_t size = H5Tget_size(ft);
-        out = calloc(1, size + 1);
-        if (out && H5Aread(a, ft, out) < 0) {
-            free(out);
-            out = NULL;
-        }
-    }
-cleanup:
-    if (mt >= 0) H5Tclose(mt);
-    if (ft >= 0) H5Tclose(ft);
-    if (a >= 0) H5Aclose(a);
-    return out;
-}
-
-static int read_attr_str(hid_t f, const char *name, char *buf, size_t n) {
-    buf[0] = '\0';
-    char *p = read_attr_alloc(f, name);
-    if (!p) return -1;
-    snprintf(buf, n, "%s", p);
-    free(p);
-    return 0;
-}
-
-static int read_attr_num(hid_t f, const char *name, hid_t native, void *v) {
-    if (H5Aexists(f, name) <= 0) return -1;
-    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
-    if (a < 0) return -1;
-    hid_t sp = H5Aget_space(a);
-    hssize_t npts = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
-    if (sp >= 0) H5Sclose(sp);
-    herr_t e = npts == 1 ? H5Aread(a, native, v) : -1;
-    H5Aclose(a);
-    return e < 0 ? -1 : 0;
-}
-
 static void table_close(struct table *t) {
     if (t->mtype >= 0) H5Tclose(t->mtype);
     if (t->dset >= 0) H5Dclose(t->dset);
@@ -366,7 +319,7 @@ static enum ds_status read_options(struct ctx *c) {
     s->trace_overhead = NAN;
     s->n_baseline = 0;
     s->has_dataset = 0;
-    char *text = read_attr_alloc(c->file, "options_json");
+    char *text = ds_h5_attr_strdup(c->file, "options_json");
     if (!text || !text[0]) {
         free(text);
         return DS_OK;
@@ -442,31 +395,32 @@ cleanup:
 static enum ds_status read_attributes(struct ctx *c) {
     struct ds_summary *s = c->s;
     char schema[64];
-    if (read_attr_str(c->file, "schema", schema, sizeof schema) < 0 ||
+    if (ds_h5_attr_str(c->file, "schema", schema, sizeof schema) < 0 ||
         strcmp(schema, DS_RECORD_SCHEMA_NAME))
         return ds_error_set(DS_ERR_FORMAT,
                             "%s: not a draftscope run file (no schema attribute \"%s\")", c->path,
                             DS_RECORD_SCHEMA_NAME);
-    if (read_attr_num(c->file, "schema_version", H5T_NATIVE_UINT32, &s->schema_version) < 0)
-        return ds_error_set(DS_ERR_FORMAT, "%s: schema_version attribute missing", c->path);
+    if (ds_h5_attr_num(c->file, "schema_version", H5T_NATIVE_UINT32, &s->schema_version) < 0)
+        return ds_error_set(DS_ERR_FORMAT,
+                            "%s: schema_version attribute missing or not one number", c->path);
     // v1 differs only by lacking sessions.trace_dropped (read as 0).
     if (s->schema_version < 1 || s->schema_version > DS_RECORD_SCHEMA_VERSION)
         return ds_error_set(DS_ERR_UNSUPPORTED,
                             "%s: schema version %u, this build reads versions 1 to %u", c->path,
                             s->schema_version, DS_RECORD_SCHEMA_VERSION);
-    if (read_attr_num(c->file, "k", H5T_NATIVE_UINT32, &s->k) < 0)
-        return ds_error_set(DS_ERR_FORMAT, "%s: attribute k missing", c->path);
+    if (ds_h5_attr_num(c->file, "k", H5T_NATIVE_UINT32, &s->k) < 0)
+        return ds_error_set(DS_ERR_FORMAT, "%s: attribute k missing or not one number", c->path);
     if (s->k < 1 || s->k > 255)
         return ds_error_set(DS_ERR_FORMAT, "%s: attribute k = %u outside 1..255", c->path, s->k);
     // Descriptive attributes: absent ones stay empty/NaN rather than failing the summary.
     s->temperature = s->top_p = NAN;
-    read_attr_num(c->file, "temperature", H5T_NATIVE_DOUBLE, &s->temperature);
-    read_attr_num(c->file, "top_p", H5T_NATIVE_DOUBLE, &s->top_p);
-    read_attr_num(c->file, "seed", H5T_NATIVE_UINT64, &s->seed);
-    read_attr_str(c->file, "rule", s->rule, sizeof s->rule);
-    read_attr_str(c->file, "tool_version", s->tool_version, sizeof s->tool_version);
-    read_attr_str(c->file, "git_commit", s->git_commit, sizeof s->git_commit);
-    read_attr_str(c->file, "gpu_name", s->gpu_name, sizeof s->gpu_name);
+    ds_h5_attr_num(c->file, "temperature", H5T_NATIVE_DOUBLE, &s->temperature);
+    ds_h5_attr_num(c->file, "top_p", H5T_NATIVE_DOUBLE, &s->top_p);
+    ds_h5_attr_num(c->file, "seed", H5T_NATIVE_UINT64, &s->seed);
+    ds_h5_attr_str(c->file, "rule", s->rule, sizeof s->rule);
+    ds_h5_attr_str(c->file, "tool_version", s->tool_version, sizeof s->tool_version);
+    ds_h5_attr_str(c->file, "git_commit", s->git_commit, sizeof s->git_commit);
+    ds_h5_attr_str(c->file, "gpu_name", s->gpu_name, sizeof s->gpu_name);
     return read_options(c);
 }
 

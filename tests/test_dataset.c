@@ -332,6 +332,27 @@ static void skip_text_words(void) {
     EXPECT_EQ_STR(buf, "3 of the 9 "); // cut to the buffer, still terminated
 }
 
+// The first cap - 1 bytes of the file at path as a string ("" when it cannot be read).
+static void read_text(const char *path, char *buf, size_t cap) {
+    buf[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    buf[fread(buf, 1, cap - 1, f)] = 0;
+    fclose(f);
+}
+
+// Runs `tokenize --decode ids` on the tiny tokenizer with descriptor fd (1 or 2) sent to path;
+// what it wrote is in buf. Returns the exit code.
+static int decode_ids_to(const char *ids, int fd, const char *path, char *buf, size_t cap) {
+    char *argv[] = {"tokenize", "--tokenizer", DATA "tiny_tokenizer.json", "--decode", (char *)ids,
+                    NULL};
+    const int saved = ds_t_redirect(fd, path);
+    const int rc = ds_cmd_tokenize(5, argv);
+    ds_t_restore(fd, saved);
+    read_text(path, buf, cap);
+    return rc;
+}
+
 static void cli_exit_codes(void) {
     char *ok[] = {"render", "--dataset", DATA "spec_bench_questions.jsonl", "--index", "1",
                   "--tokenizer", DATA "o200k_base.tiktoken", "--ids", NULL};
@@ -364,12 +385,8 @@ static void cli_exit_codes(void) {
     const int rc = ds_cmd_render(7, past);
     ds_t_restore(2, saved);
     EXPECT_EQ_INT(rc, 1);
-    char err[1024] = "";
-    FILE *ef = fopen(err_path, "r");
-    if (ef) {
-        err[fread(err, 1, sizeof err - 1, ef)] = 0;
-        fclose(ef);
-    }
+    char err[1024];
+    read_text(err_path, err, sizeof err);
     EXPECT(strstr(err, "--index 1, but the file has 1 usable conversation(s); 1 of the 2 records "
                        "read was skipped (0 empty, 1 malformed); the first: ") != NULL);
     EXPECT(strstr(err, "line 2: record 1:") != NULL);
@@ -390,6 +407,28 @@ static void cli_exit_codes(void) {
     char *neg_ids[] = {"tokenize", "--tokenizer", DATA "tiny_tokenizer.json", "--decode", "1,-1",
                        NULL};
     EXPECT_EQ_INT(ds_cmd_tokenize(5, neg_ids), 2);
+    // An empty entry was skipped ("1,,2" decoded as "1,2"); a trailing comma, a leading one and
+    // an empty list are refused too. Spaces stay separators.
+    const char *refused[] = {"1,,2", "1, ,2", ",1", "1,", "", "  ", "1 +2"};
+    char msg[512];
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        EXPECT_EQ_INT(decode_ids_to(refused[i], 2, err_path, msg, sizeof msg), 2);
+        EXPECT(strstr(msg, i < 4 ? "an empty entry" : i < 6 ? "the list of ids is empty"
+                                                            : "not a digit") != NULL);
+    }
+    // Every accepted spelling decodes the same two ids as "1,2" (and not as one or three).
+    const char *accepted[] = {"1,2", "1, 2", "1 2", " 1 ,2 ", "1", "2"};
+    char texts[6][256];
+    for (size_t i = 0; i < 6; i++) {
+        EXPECT_EQ_INT(decode_ids_to(accepted[i], 1, err_path, texts[i], sizeof texts[i]), 0);
+        char *nl = strrchr(texts[i], '\n');
+        if (nl) *nl = 0;
+    }
+    unlink(err_path);
+    char joined[512];
+    snprintf(joined, sizeof joined, "%s%s", texts[4], texts[5]);
+    EXPECT(texts[0][0] != 0);
+    for (size_t i = 0; i < 4; i++) EXPECT_EQ_STR(texts[i], joined);
 }
 
 int main(void) {

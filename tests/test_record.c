@@ -974,6 +974,65 @@ static void resume_appends_and_checks_metadata(void) {
     EXPECT_ERROR_HAS("not a draftscope run file");
 }
 
+// A run file whose scalar attributes were rewritten as arrays (a file from another tool, or a
+// damaged one): resume refuses it by name. The recorder read such an attribute straight into one
+// variable, so a 16-element seed wrote 128 bytes over an 8-byte one (the sanitizer build caught
+// it as a stack-buffer-overflow).
+// A closed run file of test_meta() at path, reopened read-write for a test to damage (H5I_INVALID_HID
+// on failure).
+static hid_t closed_run_rdwr(const char *path) {
+    struct ds_run_meta meta = test_meta();
+    ds_recorder_t *rec = NULL;
+    EXPECT_OK(ds_recorder_create(path, &meta, 0, &rec));
+    if (!rec) return H5I_INVALID_HID;
+    EXPECT_OK(ds_recorder_close(rec));
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    EXPECT(f >= 0);
+    return f;
+}
+
+// Replaces the root attribute `name` with a 1-D array of n elements of type t from data.
+static void rewrite_as_array(hid_t f, const char *name, hid_t t, hsize_t n, const void *data) {
+    hid_t sp = H5Screate_simple(1, &n, NULL);
+    EXPECT(H5Adelete(f, name) >= 0);
+    hid_t a = H5Acreate2(f, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT(a >= 0 && H5Awrite(a, t, data) >= 0);
+    H5Aclose(a);
+    H5Sclose(sp);
+}
+
+// A run file whose scalar attributes were rewritten as arrays (a file from another tool, or a
+// damaged one): resume refuses it by name. The recorder read such an attribute straight into one
+// variable, so a 16-element seed wrote 128 bytes over an 8-byte one and the resume went on.
+static void resume_refuses_array_attributes(void) {
+    const struct ds_run_meta meta = test_meta();
+    static const char *const names[] = {"seed", "schema_version", "k", "rule"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *path = tmp_path("array_attr.h5");
+        hid_t f = closed_run_rdwr(path);
+        if (f < 0) return;
+        if (i < 3) {
+            uint64_t values[16];
+            for (int j = 0; j < 16; j++)
+                values[j] = meta.seed;
+            rewrite_as_array(f, names[i], H5T_NATIVE_UINT64, 16, values);
+        } else { // four fixed-length strings, each the right value
+            hid_t t = H5Tcopy(H5T_C_S1);
+            H5Tset_size(t, 8);
+            rewrite_as_array(f, names[i], t, 4, "greedy\0\0greedy\0\0greedy\0\0greedy\0\0");
+            H5Tclose(t);
+        }
+        H5Fclose(f);
+        struct ds_resume_info info;
+        ds_recorder_t *rec = NULL;
+        EXPECT_STATUS(ds_recorder_open_resume(path, &meta, &info, &rec), DS_ERR_FORMAT);
+        EXPECT(rec == NULL);
+        if (rec) ds_recorder_close(rec);
+        EXPECT_ERROR_HAS(names[i]);
+        EXPECT_ERROR_HAS(i < 3 ? "not one number" : "not one string");
+    }
+}
+
 static void resume_after_sigkill(void) {
     // The file sigkill_keeps_flushed_rows left (flags cleared by recover there); kill another
     // writer to leave fresh flags, and resume straight away.
@@ -1199,6 +1258,7 @@ int main(int argc, char **argv) {
     DS_RUN(sigkill_keeps_flushed_rows);
     DS_RUN(concurrent_reader_sees_growth);
     DS_RUN(resume_appends_and_checks_metadata);
+    DS_RUN(resume_refuses_array_attributes);
     DS_RUN(resume_after_sigkill);
     DS_RUN(full_disk_gives_clean_error);
     DS_RUN(abort_hook_flushes);

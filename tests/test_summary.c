@@ -535,6 +535,41 @@ static void refuses_bad_files(void) {
     EXPECT_STATUS(ds_summary_compute(v2, DS_SUMMARY_BY_BATCH, &s), DS_ERR_UNSUPPORTED);
     EXPECT_ERROR_HAS("v3.h5: schema version 3, this build reads versions 1 to 2");
 
+    // String attributes written as arrays of fixed-length strings (another tool's file): an
+    // attribute is read only when it holds one element. Read whole, 4 strings of 8 bytes went into
+    // a 9-byte buffer. The descriptive rule is then left empty; a schema so written is refused.
+    for (int which = 0; which < 2; which++) {
+        const char *arr = tmp_path("array_attr.h5");
+        EXPECT_OK(write_hand_run(arr));
+        h = H5Fopen(arr, H5F_ACC_RDWR, H5P_DEFAULT);
+        EXPECT(h >= 0);
+        if (h < 0) continue;
+        const char *name = which ? "schema" : "rule";
+        const hsize_t four = 4;
+        char vals[4][16];
+        for (int i = 0; i < 4; i++)
+            snprintf(vals[i], sizeof vals[i], "%s", which ? DS_RECORD_SCHEMA_NAME : "greedy");
+        hid_t sp = H5Screate_simple(1, &four, NULL), t = H5Tcopy(H5T_C_S1);
+        H5Tset_size(t, 16);
+        EXPECT(H5Adelete(h, name) >= 0);
+        hid_t a = H5Acreate2(h, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+        EXPECT(a >= 0 && H5Awrite(a, t, vals) >= 0);
+        H5Aclose(a);
+        H5Tclose(t);
+        H5Sclose(sp);
+        H5Fclose(h);
+        s = NULL;
+        if (which) {
+            EXPECT_STATUS(ds_summary_compute(arr, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
+            EXPECT_ERROR_HAS("array_attr.h5: not a draftscope run file");
+        } else {
+            EXPECT_OK(ds_summary_compute(arr, DS_SUMMARY_BY_BATCH, &s));
+            if (s) EXPECT_EQ_STR(s->rule, "");
+        }
+        ds_summary_free(s);
+        s = NULL;
+    }
+
     EXPECT_STATUS(ds_summary_compute(NULL, DS_SUMMARY_BY_BATCH, &s), DS_ERR_ARG);
     enum ds_summary_by by;
     EXPECT_STATUS(ds_summary_by_parse("colour", &by), DS_ERR_ARG);
