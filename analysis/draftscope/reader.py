@@ -124,9 +124,27 @@ class Run:
                 f"{', '.join(str(v) for v in schema.READ_VERSIONS)}")
         self.schema_version = int(version)
         self.meta = {k: _decode(v) for k, v in a.items()}
-        self.k = int(self.meta.get("k", 0))
-        if not 1 <= self.k <= 255:
-            raise DraftscopeFormatError(f"{self.path}: attribute k = {self.k} outside 1..255")
+        self._check_attr_kinds()
+        k = self.meta.get("k", 0)
+        if k != int(k) or not 1 <= k <= 255:
+            raise DraftscopeFormatError(
+                f"{self.path}: attribute k = {k} is not an integer in 1..255")
+        self.k = int(k)
+
+    def _check_attr_kinds(self):
+        # A known attribute of the wrong kind (an array where one number belongs, a number where
+        # text belongs: another tool's file, or a damaged one) is refused here by name, rather
+        # than failing later in int() or float() with no file named.
+        def one_number(v):
+            return isinstance(v, (int, float)) and not isinstance(v, bool)
+        for name, ok, what in ([(n, one_number, "one number") for n in schema.NUMBER_ATTRS] +
+                               [(n, lambda v: isinstance(v, str), "one string")
+                                for n in schema.STRING_ATTRS] +
+                               [(n, lambda v: isinstance(v, list) and all(map(one_number, v)),
+                                 "a list of numbers") for n in schema.ARRAY_ATTRS]):
+            if name in self.meta and not ok(self.meta[name]):
+                raise DraftscopeFormatError(
+                    f"{self.path}: attribute {name} is not {what} ({self.meta[name]!r:.60})")
 
     # ---- tables ----
 
