@@ -63,6 +63,37 @@ int ds_cli_parse_list(const char *s, long long lo, long long hi, long long *out,
     return 0;
 }
 
+enum ds_status ds_cli_parse_ids(const char *opt, const char *s, long long limit,
+                                struct ds_token_vec *out) {
+    const char *p = s;
+    while (*p == ' ') p++;
+    if (!*p) return ds_error_set(DS_ERR_ARG, "%s: the list of ids is empty", opt);
+    for (;;) {
+        if (*p < '0' || *p > '9') { // strtoll would skip blanks and take signs
+            const char *what = *p == ',' || !*p ? "an empty entry"
+                               : *p == '-'      ? "a negative id"
+                                                : "not a digit";
+            return ds_error_set(DS_ERR_ARG, "%s: \"%s\" is not a list of ids (%s at offset %d)",
+                                opt, s, what, (int)(p - s));
+        }
+        char *end;
+        errno = 0;
+        const long long v = strtoll(p, &end, 10);
+        if (errno || v >= limit)
+            return ds_error_set(DS_ERR_RANGE, "%s: id %.*s outside 0..%lld", opt, (int)(end - p),
+                                p, limit - 1);
+        enum ds_status st = ds_token_vec_push(out, (int32_t)v);
+        if (st != DS_OK) return st;
+        p = end;
+        while (*p == ' ') p++;
+        if (!*p) return DS_OK;
+        if (*p == ',') {
+            p++;
+            while (*p == ' ') p++;
+        }
+    }
+}
+
 static bool same_file(const struct stat *a, const char *path) {
     struct stat b;
     return path && stat(path, &b) == 0 && a->st_dev == b.st_dev && a->st_ino == b.st_ino;

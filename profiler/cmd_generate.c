@@ -102,28 +102,6 @@ struct gen_opts {
 };
 
 // "1,2,3" → ids, each in [0, vocab).
-static enum ds_status parse_ids(const char *s, int64_t vocab, struct ds_token_vec *out) {
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long long v = strtoll(p, &end, 10);
-        if (errno || end == p || (*end && *end != ','))
-            return ds_error_set(DS_ERR_ARG, "--prompt-ids: not a comma-separated id list at '%s'",
-                                p);
-        if (v < 0 || v >= vocab)
-            return ds_error_set(DS_ERR_RANGE,
-                                "--prompt-ids: id %lld outside the vocabulary "
-                                "0..%lld",
-                                v, (long long)vocab - 1);
-        enum ds_status st = ds_token_vec_push(out, (int32_t)v);
-        if (st != DS_OK) return st;
-        p = *end ? end + 1 : end;
-    }
-    if (!out->n) return ds_error_set(DS_ERR_ARG, "--prompt-ids: empty list");
-    return DS_OK;
-}
-
 // ---- HDF5 output: extendible datasets appended one row at a time ----
 
 struct logits_file {
@@ -266,7 +244,8 @@ static int fail(const char *msg) {
 
 static enum ds_status load_prompt(struct gen_state *g, const struct gen_opts *o,
                                   const struct ds_target_config *cfg) {
-    if (o->prompt_ids) return parse_ids(o->prompt_ids, cfg->vocab_size, &g->prompt);
+    if (o->prompt_ids)
+        return ds_cli_parse_ids("--prompt-ids", o->prompt_ids, cfg->vocab_size, &g->prompt);
     if (!g->tok)
         return ds_error_set(DS_ERR_ARG,
                             "%s: no tokenizer.json: --prompt and --dataset need "

@@ -30,51 +30,16 @@ static int read_stream(FILE *in, struct ds_byte_vec *out) {
     return ds_byte_vec_append(out, "", 0) != DS_OK;
 }
 
-// Ids are separated by one comma or by spaces ("1,2", "1, 2", "1 2"); an empty entry ("1,,2",
-// ",1", "1,") or an empty list is refused rather than read as fewer ids than were meant.
 static int decode_ids(const ds_tokenizer_t *tok, const char *list) {
     struct ds_token_vec ids = {0};
     struct ds_byte_vec text = {0};
-    int rc = 2;
-    const char *p = list;
-    while (*p == ' ') p++;
-    if (!*p) {
-        fprintf(stderr, "draftscope tokenize: --decode: the list of ids is empty\n");
+    int rc = 0;
+    enum ds_status st = ds_cli_parse_ids("--decode", list, (long long)INT32_MAX + 1, &ids);
+    if (st != DS_OK) { // a malformed or out-of-range list is a usage error
+        fprintf(stderr, "draftscope tokenize: %s\n", ds_error_last());
+        rc = st == DS_ERR_NOMEM ? 1 : 2;
         goto cleanup;
     }
-    for (;;) {
-        if (*p < '0' || *p > '9') { // strtoll would skip spaces and take signs
-            const char *what = *p == ',' || !*p ? "an empty entry"
-                               : *p == '-'      ? "a negative id"
-                                                : "not a digit";
-            fprintf(stderr,
-                    "draftscope tokenize: --decode: \"%s\" is not a list of ids (%s at offset "
-                    "%d)\n",
-                    list, what, (int)(p - list));
-            goto cleanup;
-        }
-        char *end;
-        errno = 0;
-        const long long v = strtoll(p, &end, 10);
-        if (errno || v > INT32_MAX) { // the cast below would wrap it onto another id
-            fprintf(stderr, "draftscope tokenize: --decode: id %.*s is out of range\n",
-                    (int)(end - p), p);
-            goto cleanup;
-        }
-        if (ds_token_vec_push(&ids, (int32_t)v)) {
-            fprintf(stderr, "draftscope tokenize: --decode: out of memory\n");
-            rc = 1;
-            goto cleanup;
-        }
-        p = end;
-        while (*p == ' ') p++;
-        if (!*p) break;
-        if (*p == ',') {
-            p++;
-            while (*p == ' ') p++;
-        }
-    }
-    rc = 0;
     if (ds_tokenizer_decode(tok, ids.ids, ids.n, &text)) {
         fprintf(stderr, "draftscope tokenize: %s\n", ds_error_last());
         rc = 1;

@@ -230,6 +230,13 @@ static void bad_input(void) {
     const char *a3[] = {"generate", "--target", TARGET, "--prompt-ids", "1,x"};
     EXPECT_EQ_INT(gen(5, a3), 1);
     EXPECT_ERROR_HAS("--prompt-ids");
+    // An empty entry was accepted ("1,,2" ran as 1,2; "1," as 1): the list parser is tokenize's.
+    const char *a3e[] = {"generate", "--target", TARGET, "--prompt-ids", "1,,2"};
+    EXPECT_EQ_INT(gen(5, a3e), 1);
+    EXPECT_ERROR_HAS("--prompt-ids: \"1,,2\" is not a list of ids (an empty entry at offset 2)");
+    const char *a3t[] = {"generate", "--target", TARGET, "--prompt-ids", "1,"};
+    EXPECT_EQ_INT(gen(5, a3t), 1);
+    EXPECT_ERROR_HAS("an empty entry");
     const char *a4[] = {"generate", "--target", TARGET};
     EXPECT_EQ_INT(gen(3, a4), 2);
     const char *a5[] = {"generate", "--target", TARGET, "--prompt-ids", "1", "--temperature", "-1"};
