@@ -126,6 +126,9 @@ enum ds_status ds_cli_check_output(const char *path, const char *opt, const char
                                    const char *tokenizer, const char *target, const char *draft,
                                    bool *exists) {
     struct stat sb;
+    *exists = false;
+    if (!*path) // stat("") fails and dirname("") is ".": it would pass as a new file in "."
+        return ds_error_set(DS_ERR_IO, "%s: an empty path; give a file path", opt);
     *exists = stat(path, &sb) == 0;
     if (*exists && !S_ISREG(sb.st_mode))
         return ds_error_set(DS_ERR_IO, "%s: not a regular file; give a file path for %s", path,

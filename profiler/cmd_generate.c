@@ -37,6 +37,7 @@
 #include "ds/harmony.h"
 #include "ds/kernels_cuda.h"
 #include "ds/rng.h"
+#include "ds/spec.h"
 #include "ds/synthetic.h"
 #include "ds/tokenizer.h"
 #include <cuda_runtime.h>
@@ -68,7 +69,7 @@ static void usage(FILE *f) {
             "      --raw                 encode --prompt without the harmony chat format\n"
             "      --tokenizer FILE      tokenizer.json or o200k_base.tiktoken\n"
             "  -n, --max-new-tokens N    tokens to generate at most (default 64)\n"
-            "      --temperature T       0 = greedy (default); > 0 samples\n"
+            "      --temperature T       0 = greedy (default); 1e-06..1e+06 samples\n"
             "      --seed S              sampling seed (default 0)\n"
             "      --max-context N       context limit in positions (default: the config's\n"
             "                            max_position_embeddings; also sizes the KV cache)\n"
@@ -208,7 +209,7 @@ static int32_t sample(const float *probs, int vocab, unsigned long long seed, in
     double u = ds_rng_uniform(seed, 0, (uint64_t)position, DS_RNG_LANE_SAMPLE), acc = 0;
     int last = 0;
     for (int v = 0; v < vocab; v++) {
-        if (probs[v] <= 0) continue;
+        if (!(probs[v] > 0)) continue; // NaN (from NaN logits) carries no mass either
         acc += probs[v];
         last = v;
         if (u < acc) return v;
@@ -379,6 +380,10 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
     else
         s = load_prompt(g, o, &cfg);
     if (s != DS_OK) return fail(ds_error_last());
+    if (!g->prompt.n) { // an empty --raw prompt: decoding needs a last prompt token to start from
+        ds_error_set(DS_ERR_ARG, "--prompt encodes to 0 tokens: nothing to continue from");
+        return fail(ds_error_last());
+    }
     const int V = (int)cfg.vocab_size, B = (int)o->batch;
     for (size_t i = 0; i < g->prompt.n; i++)
         if (g->prompt.ids[i] >= V) {
@@ -692,8 +697,11 @@ int ds_cmd_generate(int argc, char **argv) {
         case O_TEMP: {
             char *end;
             o.temperature = strtod(optarg, &end);
-            if (end == optarg || *end || !(o.temperature >= 0) || isinf(o.temperature))
-                return usage_error("--temperature wants a number >= 0", optarg);
+            if (end == optarg || *end ||
+                !(o.temperature == 0 || ((float)o.temperature >= DS_SPEC_TEMPERATURE_MIN &&
+                                         (float)o.temperature <= DS_SPEC_TEMPERATURE_MAX)))
+                return usage_error("--temperature wants 0 (greedy) or a number in 1e-06..1e+06",
+                                   optarg);
             break;
         }
         case O_SEED:

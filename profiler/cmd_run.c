@@ -86,8 +86,8 @@ static void usage(FILE *f) {
         "  -r, --rule RULE             greedy (default), target-only (draft argmax accepted with\n"
         "                              probability p, as vLLM/SGLang at T > 0) or rejection\n"
         "                              (sampled draft, min(1, p/q), residual (p - q)+)\n"
-        "      --temperature T         sampling temperature of the sampling rules (default 1.0;\n"
-        "                              greedy records p and q at 1.0)\n"
+        "      --temperature T         sampling temperature of the sampling rules, 1e-06..1e+06\n"
+        "                              (default 1.0; greedy records p and q at 1.0)\n"
         "      --top-p P               nucleus threshold in (0, 1] (default 1.0 = off)\n"
         "      --seed S                seed of the counter-based generator (default 0)\n"
         "replay:\n"
@@ -662,9 +662,17 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     }
     if (s != DS_OK) return fail(err);
     if (cs != DS_OK) return fail(ds_error_last());
-    if (st.skipped && !o->quiet)
-        fprintf(info_f, "%llu requests skipped (prompt beyond the context limit of %lld)\n",
+    if (st.skipped) // said even with --quiet: those conversations are not in the file
+        fprintf(o->quiet ? stderr : info_f,
+                "%llu requests skipped (prompt beyond the context limit of %lld)\n",
                 (unsigned long long)st.skipped, P);
+    if (st.skipped && st.requests == 0 && (!o->resume || ri.n_done == 0)) {
+        fprintf(stderr,
+                "draftscope run: %s: no request recorded: every prompt is beyond the context "
+                "limit of %lld positions (--max-context, or shorter conversations)\n",
+                o->out, P);
+        return 1;
+    }
 
     // The summary of the file just written.
     struct ds_summary *sum = NULL;
@@ -771,13 +779,15 @@ int ds_cmd_run(int argc, char **argv) {
             break;
         case O_TEMP:
             dv = strtod(optarg, &end);
-            if (end == optarg || *end || !(dv > 0) || isinf(dv))
-                return usage_error("--temperature wants a number > 0", optarg);
+            if (end == optarg || *end ||
+                !((float)dv >= DS_SPEC_TEMPERATURE_MIN && (float)dv <= DS_SPEC_TEMPERATURE_MAX))
+                return usage_error("--temperature wants a number in 1e-06..1e+06", optarg);
             o.spec.temperature = (float)dv;
             break;
         case O_TOPP:
             dv = strtod(optarg, &end);
-            if (end == optarg || *end || !(dv > 0 && dv <= 1))
+            // Checked as the float it is stored as: 1e-50 is 0 there.
+            if (end == optarg || *end || !((float)dv > 0 && dv <= 1))
                 return usage_error("--top-p wants a number in (0, 1]", optarg);
             o.spec.top_p = (float)dv;
             break;

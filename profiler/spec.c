@@ -94,9 +94,9 @@ enum ds_status ds_spec_config_check(const struct ds_spec_config *c) {
     if (c->k < 1 || c->k > DS_SPEC_MAX_K)
         return ds_error_set(DS_ERR_RANGE, "draft tokens K = %d outside 1..%d", c->k,
                             DS_SPEC_MAX_K);
-    if (!(c->temperature > 0) || isinf(c->temperature))
-        return ds_error_set(DS_ERR_RANGE, "temperature %g must be a finite number > 0",
-                            (double)c->temperature);
+    if (!(c->temperature >= DS_SPEC_TEMPERATURE_MIN && c->temperature <= DS_SPEC_TEMPERATURE_MAX))
+        return ds_error_set(DS_ERR_RANGE, "temperature %g outside %g..%g", (double)c->temperature,
+                            (double)DS_SPEC_TEMPERATURE_MIN, (double)DS_SPEC_TEMPERATURE_MAX);
     if (!(c->top_p > 0 && c->top_p <= 1))
         return ds_error_set(DS_ERR_RANGE, "top-p %g outside (0, 1]", (double)c->top_p);
     if (c->prefill_chunk < 1)
@@ -825,7 +825,7 @@ static enum ds_status step_impl(ds_spec_t *sp, int n, struct ds_spec_seq *const 
                                              ur, &ok, &tok);
                 }
                 if (ok) continue; // the host re-check agrees with the device one unless rounding
-                last = tok;
+                last = tok >= 0 ? tok : arg_id[row]; // no mass left to sample: as at the bonus
                 break;
             }
             if (a == k) { // every draft accepted: the bonus from the last row

@@ -190,6 +190,12 @@ static void tokenizer_prompts(void) {
     EXPECT_EQ_INT(json_integer_value(json_array_get(p, 1)), 265);
     EXPECT(json_is_string(json_object_get(r, "text")));
     json_decref(r);
+    // An empty --raw prompt has no last token to continue from: it ran at position -1 and
+    // crashed (SIGSEGV), now it is refused.
+    argv[4] = "";
+    EXPECT_EQ_INT(gen(13, argv), 1);
+    EXPECT_ERROR_HAS("--prompt encodes to 0 tokens");
+    argv[4] = "hello world";
     argv[5] = "--json"; // drop --raw (the last --json repeats harmlessly)
     EXPECT_EQ_INT(gen(13, argv), 0);
     r = report();
@@ -241,6 +247,13 @@ static void bad_input(void) {
     EXPECT_EQ_INT(gen(3, a4), 2);
     const char *a5[] = {"generate", "--target", TARGET, "--prompt-ids", "1", "--temperature", "-1"};
     EXPECT_EQ_INT(gen(7, a5), 2);
+    // A temperature whose float is subnormal made every probability NaN (and sampling then
+    // took the last id); too large ones were inf as floats.
+    const char *temps[] = {"1e-40", "1e-7", "1e300"};
+    for (int i = 0; i < 3; i++) {
+        a5[6] = temps[i];
+        EXPECT_EQ_INT(gen(7, a5), 2);
+    }
     const char *a6[] = {"generate", "--target", DS_SOURCE_DIR "/tests/fixtures/none",
                         "--prompt-ids", "1"};
     EXPECT_EQ_INT(gen(5, a6), 1);

@@ -102,6 +102,11 @@ static void test_bad_flags(void) {
         {"--batch-sizes", "1,", "--batch-sizes"},
         {"--temperature", "-1", "--temperature"},
         {"--top-p", "1.5", "--top-p"},
+        // Taken as floats: 1e-38 made softmax NaN and the accept step blame the draft
+        // checkpoint; 1e-50 is a top-p of 0; both were refused only after the models loaded.
+        {"--temperature", "1e-38", "--temperature wants a number in 1e-06..1e+06"},
+        {"--temperature", "1e300", "--temperature wants a number in 1e-06..1e+06"},
+        {"--top-p", "1e-50", "--top-p wants a number in (0, 1]"},
         {"--turns", "some", "--turns"},
         {"--bogus", "1", "unknown option"},
         // Too large is told the whole range, not "wants >= 1".
@@ -185,6 +190,10 @@ static void test_bad_inputs(void) {
 
 static void test_bad_output(void) {
     char err[4096];
+    // An empty path passed the checks (stat("") fails, dirname("") is ".") and failed after the
+    // models loaded as "recorder: NULL path or metadata".
+    EXPECT_EQ_INT(run_cli("", NULL, err, sizeof err), 1);
+    EXPECT(strstr(err, "--out: an empty path") != NULL);
     // A directory that does not exist.
     EXPECT_EQ_INT(run_cli(DIR "/no-dir/run.h5", NULL, err, sizeof err), 1);
     EXPECT(strstr(err, "no-dir") != NULL);
@@ -258,13 +267,28 @@ static void test_run_and_summary(void) {
         EXPECT_EQ_INT(s->dropped_steps, 0);
     }
     ds_summary_free(s);
-    // A prompt beyond --max-context is skipped with a message, not a failure.
+    // A prompt beyond --max-context is skipped with a message, not a failure: the prompts are
+    // 219, 223 and 220 tokens (render --ids), so 222 positions skip conversation b at both batch
+    // sizes. The count is said even with --quiet (it was not: the file alone does not show what
+    // was left out).
+    const char *some[] = {"--max-context", "222",        "--overwrite",      "--batch-sizes",
+                          "1,2",           "--max-new-tokens", "2",  NULL};
+    EXPECT_EQ_INT(run_cli(out, some, err, sizeof err), 0);
+    EXPECT(strstr(err, "2 requests skipped (prompt beyond the context limit of 222)") != NULL);
+    s = NULL;
+    EXPECT_OK(ds_summary_compute(out, DS_SUMMARY_BY_BATCH, &s));
+    if (s) EXPECT_EQ_INT(s->all.requests, 4); // a and c at both batch sizes
+    ds_summary_free(s);
+    // When every prompt is skipped nothing is recorded, and the run fails saying so (it exited
+    // 0 with an empty file).
     const char *small[] = {"--max-context", "8", "--overwrite", NULL};
     char *argv[64];
     int argc = build_argv(argv, out, small);
-    argv[11] = "--json"; // in place of --quiet, so that the skip notice is printed
-    EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 0);
+    argv[11] = "--json"; // in place of --quiet, so that the per-conversation notice is printed
+    EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 1);
     EXPECT(strstr(err, "does not fit the context limit of 8 positions; skipped") != NULL);
+    EXPECT(strstr(err, "ok.h5: no request recorded: every prompt is beyond the context limit "
+                       "of 8 positions") != NULL);
 }
 
 // A --resume refused before it writes (here: files cut short) leaves the file byte for byte as

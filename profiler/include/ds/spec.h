@@ -70,10 +70,16 @@ const char *ds_spec_rule_name(enum ds_spec_rule r);
 // Parses a rule name. DS_ERR_ARG (naming the value and listing the valid ones) otherwise.
 enum ds_status ds_spec_rule_parse(const char *s, enum ds_spec_rule *out);
 
+// Temperatures the sampling rules take. Below the minimum logits / T overflows fp32 (a float
+// temperature of 1e-38 turned softmax into NaN); every T below ~1e-3 samples the argmax anyway.
+#define DS_SPEC_TEMPERATURE_MIN 1e-6f // compared as the float a temperature is kept as
+#define DS_SPEC_TEMPERATURE_MAX 1e6f
+
 struct ds_spec_config {
     enum ds_spec_rule rule;
     int k;             // draft tokens per step, 1..DS_SPEC_MAX_K
-    float temperature; // > 0; the sampling rules sample at it, greedy records at 1 regardless
+    float temperature; // [DS_SPEC_TEMPERATURE_MIN, _MAX]; the sampling rules sample at it, greedy
+                       // records at 1 regardless
     float top_p;       // (0, 1]; 1 = off
     uint64_t seed;
     int prefill_chunk; // rows per prefill forward, >= 1
