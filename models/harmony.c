@@ -108,17 +108,23 @@ static enum ds_status append_str(struct ds_byte_vec *v, const char *s) {
     return ds_byte_vec_append(v, s, strlen(s));
 }
 
-static enum ds_status render_system(ds_harmony_t *h, const struct ds_harmony_system *sys,
-                                    struct ds_token_vec *out) {
+enum ds_status ds_harmony_system_check(const struct ds_harmony_system *sys) {
     if (sys->current_date && !valid_date(sys->current_date))
         return ds_error_set(DS_ERR_ARG, "harmony: current date \"%s\" is not YYYY-MM-DD",
                             sys->current_date);
     if ((unsigned)sys->reasoning > DS_REASONING_HIGH)
         return ds_error_set(DS_ERR_ARG, "harmony: reasoning effort %d out of range",
                             (int)sys->reasoning);
+    return DS_OK;
+}
+
+static enum ds_status render_system(ds_harmony_t *h, const struct ds_harmony_system *sys,
+                                    struct ds_token_vec *out) {
+    enum ds_status s = ds_harmony_system_check(sys);
+    if (s) return s;
     struct ds_byte_vec *c = &h->scratch;
     c->n = 0;
-    enum ds_status s = append_str(c, sys->identity ? sys->identity : "");
+    s = append_str(c, sys->identity ? sys->identity : "");
     if (!s) s = append_str(c, "\nKnowledge cutoff: ");
     if (!s) s = append_str(c, sys->knowledge_cutoff ? sys->knowledge_cutoff : "");
     if (!s && sys->current_date) s = append_str(c, "\nCurrent date: ");

@@ -79,6 +79,7 @@ int ds_cmd_render(int argc, char **argv) {
                           : !parse_size(turn_s, &turn) || turn < 1   ? "--turn: expected 1 or more"
                           : !parse_size(max_s, &max_context)         ? "--max-context: not a number"
                           : ds_reasoning_parse(reasoning, &sys.reasoning) ? ds_error_last()
+                          : ds_harmony_system_check(&sys)                 ? ds_error_last()
                                                                           : NULL;
     if (problem) {
         fprintf(stderr, "draftscope render: %s\n\n", problem);

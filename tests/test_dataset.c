@@ -363,6 +363,12 @@ static void cli_exit_codes(void) {
     EXPECT_ERROR_HAS("over the context limit of 10");
     char *no_index[] = {"render", "--dataset", DATA "spec_bench_questions.jsonl", NULL};
     EXPECT_EQ_INT(ds_cmd_render(3, no_index), 2);
+    // A malformed --date is a usage error, said before the files are read (it was exit 1 and
+    // blamed the dataset's conversation).
+    char *bad_date[] = {"render", "--dataset", DATA "spec_bench_questions.jsonl", "--index", "1",
+                        "--tokenizer", DATA "o200k_base.tiktoken", "--date", "tomorrow", NULL};
+    EXPECT_EQ_INT(ds_cmd_render(9, bad_date), 2);
+    EXPECT_ERROR_HAS("current date \"tomorrow\" is not YYYY-MM-DD");
     // Numbers: digits only, no overflow (99999999999999999999 wrapped to 2^64 - 1 before).
     static const char *const bad_numbers[] = {"99999999999999999999", "-1", "+1", "1x", ""};
     for (size_t i = 0; i < sizeof bad_numbers / sizeof bad_numbers[0]; i++) {

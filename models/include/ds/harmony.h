@@ -71,6 +71,10 @@ struct ds_harmony_system {
 // Fills *sys with harmony's defaults (openai/harmony chat.rs).
 void ds_harmony_system_default(struct ds_harmony_system *sys);
 
+// The settings every render checks (the date is YYYY-MM-DD, the reasoning effort one of the
+// three): DS_ERR_ARG naming the value, so a command can refuse them before any file is read.
+enum ds_status ds_harmony_system_check(const struct ds_harmony_system *sys);
+
 // Parses "low" / "medium" / "high" (DS_ERR_ARG otherwise, naming the value).
 enum ds_status ds_reasoning_parse(const char *s, enum ds_reasoning *out);
 const char *ds_reasoning_name(enum ds_reasoning r);
