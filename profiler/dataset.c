@@ -113,12 +113,18 @@ static enum ds_status push_record(struct scan *sc, size_t off, size_t len, size_
     return DS_OK;
 }
 
+// Blanks between JSON tokens other than '\n'. Not strchr(" \t\r", c): that matches c == '\0',
+// and the NUL bytes a zero-filled (truncated) file leaves are data to report, not blanks.
+static int is_blank(char c) {
+    return c == ' ' || c == '\t' || c == '\r';
+}
+
 static void skip_ws(const struct scan *sc, size_t *p, size_t *line) {
     while (*p < sc->len) {
         char c = sc->buf[*p];
         if (c == '\n')
             ++*line;
-        else if (c != ' ' && c != '\t' && c != '\r')
+        else if (!is_blank(c))
             break;
         ++*p;
     }
@@ -146,7 +152,10 @@ static int skip_value(const struct scan *sc, size_t *p, size_t *line) {
     char c = sc->buf[*p];
     if (c == '"') return skip_string(sc, p);
     if (c != '{' && c != '[') { // a scalar: up to the next delimiter
-        while (*p < sc->len && !strchr(",]} \t\r\n", sc->buf[*p])) ++*p;
+        for (; *p < sc->len; ++*p) {
+            c = sc->buf[*p];
+            if (c == ',' || c == ']' || c == '}' || c == '\n' || is_blank(c)) break;
+        }
         return 1;
     }
     size_t depth = 0;
@@ -214,8 +223,8 @@ static enum ds_status scan_lines(struct scan *sc, size_t p, size_t line) {
         const char *nl = memchr(sc->buf + p, '\n', sc->len - p);
         size_t end = nl ? (size_t)(nl - sc->buf) : sc->len;
         size_t a = p, b = end;
-        while (a < b && strchr(" \t\r", sc->buf[a])) a++;
-        while (b > a && strchr(" \t\r", sc->buf[b - 1])) b--;
+        while (a < b && is_blank(sc->buf[a])) a++;
+        while (b > a && is_blank(sc->buf[b - 1])) b--;
         if (b > a) {
             enum ds_status s = push_record(sc, a, b - a, line);
             if (s) return s;
@@ -368,9 +377,15 @@ static enum ds_status examine(ds_dataset_t *ds, const struct scan *sc, size_t id
     json_error_t err;
     enum verdict v;
     struct conv c = {{0}, NULL};
-    json_t *rec = json_loadb(sc->buf + r->off, r->len, 0, &err);
+    // jansson words a stray NUL as "end of file expected": say what it is.
+    const char *nul = memchr(sc->buf + r->off, '\0', r->len);
+    json_t *rec = nul ? NULL : json_loadb(sc->buf + r->off, r->len, 0, &err);
     size_t err_off = r->off, err_line = r->line;
-    if (!rec) {
+    if (nul) {
+        err_off = (size_t)(nul - sc->buf);
+        v = bad(&pr, "a NUL byte at byte %zu of the record: not JSON text (a zero-filled, "
+                "truncated file?)", (size_t)(nul - sc->buf) - r->off);
+    } else if (!rec) {
         err_off = r->off + (size_t)(err.position > 0 ? err.position - 1 : 0);
         err_line = r->line + (size_t)(err.line > 1 ? err.line - 1 : 0);
         if (json_error_code(&err) == json_error_invalid_utf8)

@@ -313,6 +313,39 @@ static void bad_records(void) {
     unlink(tmp_path);
 }
 
+// NUL bytes are not blanks: a record followed by NULs and a line of NULs (what a zero-filled,
+// truncated file leaves) are malformed records, counted and named by line, in JSON Lines.
+static void nul_bytes(void) {
+    static const char nuls[] =
+        "{\"id\": \"a\", \"conversations\": [{\"from\": \"human\", \"value\": \"hi\"}]}\n"
+        "{\"id\": \"b\", \"conversations\": [{\"from\": \"human\", \"value\": \"hi\"}]}\0\0\n"
+        "\0\0\0\0\n"
+        "{\"id\": \"c\", \"conversations\": [{\"from\": \"human\", \"value\": \"hi\"}]}\n"
+        "\0\0";
+    ds_dataset_t *ds = open_ok(WRITE(nuls), NULL);
+    if (ds) {
+        const struct ds_dataset_stats *st = ds_dataset_stats(ds);
+        EXPECT_EQ_INT(st->records, 5);
+        EXPECT_EQ_INT(st->selected, 2); // a, c
+        EXPECT_EQ_INT(st->skipped_malformed, 3);
+        EXPECT(strstr(st->first_skip, "line 2: record 1: a NUL byte at byte 64 of the record") !=
+               NULL); // just after the record's closing brace
+        EXPECT_EQ_STR(ds_dataset_conversation(ds, 1)->id, "c");
+    }
+    ds_dataset_release(ds);
+    struct ds_dataset_options opt;
+    ds_dataset_options_default(&opt);
+    opt.on_bad = DS_DATASET_FAIL_ON_BAD;
+    static const char zeros[] =
+        "{\"id\": \"a\", \"conversations\": [{\"from\": \"human\", \"value\": \"hi\"}]}\n"
+        "\0\0\0\0\n";
+    ds = (ds_dataset_t *)1;
+    EXPECT_STATUS(ds_dataset_open(WRITE(zeros), &opt, &ds), DS_ERR_FORMAT);
+    EXPECT_ERROR_HAS("line 2: record 1: a NUL byte at byte 0 of the record");
+    EXPECT(ds == NULL);
+    unlink(tmp_path);
+}
+
 // The subcommands (declared in ds/cli.h once wired into the draftscope binary): exit codes
 // 0 = shown, 1 = a problem with the input, 2 = usage.
 int ds_cmd_render(int argc, char **argv);
@@ -450,6 +483,7 @@ int main(void) {
     DS_RUN(selection_first_n_and_shuffle);
     DS_RUN(bad_files);
     DS_RUN(bad_records);
+    DS_RUN(nul_bytes);
     DS_RUN(skip_text_words);
     DS_RUN(cli_exit_codes);
     ds_harmony_release(h);
