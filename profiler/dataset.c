@@ -311,11 +311,11 @@ static enum verdict build(ds_dataset_t *ds, json_t *rec, enum ds_dataset_format 
     if (kind == DS_DATASET_QUESTIONS) key = "turns";
     if (!json_is_array(list)) return bad(pr, "\"%s\" is not an array", key);
     size_t n = json_array_size(list);
-    size_t n_msgs = kind == DS_DATASET_QUESTIONS ? (n ? 2 * n - 1 : 0) : n;
-    struct ds_chat_message *m = arena_alloc(ds, (n_msgs + 1) * sizeof *m);
+    size_t max_msgs = kind == DS_DATASET_QUESTIONS ? (n ? 2 * n - 1 : 0) : n;
+    struct ds_chat_message *m = arena_alloc(ds, (max_msgs + 1) * sizeof *m);
     size_t *ends = arena_alloc(ds, (n + 1) * sizeof *ends);
     if (!m || !ends) return bad(pr, "out of memory");
-    size_t n_turns = 0;
+    size_t n_turns = 0, at = 0;
     for (size_t i = 0; i < n; i++) {
         json_t *item = json_array_get(list, i);
         json_t *text;
@@ -323,7 +323,10 @@ static enum verdict build(ds_dataset_t *ds, json_t *rec, enum ds_dataset_format 
         if (kind == DS_DATASET_QUESTIONS) {
             text = item;
             if (!json_is_string(text)) return bad(pr, "turns[%zu] is not a string", i);
-            if (i > 0) m[2 * i - 1] = (struct ds_chat_message){DS_ROLE_ASSISTANT, NULL, 0};
+            // An empty question is no turn: dropped with its reply, so that the k-th reply to
+            // fill (text == NULL) is always the reply of turn k (replay.c relies on it).
+            if (!json_string_length(text)) continue;
+            if (at > 0) m[at++] = (struct ds_chat_message){DS_ROLE_ASSISTANT, NULL, 0};
         } else {
             const char *fk, *vk;
             json_t *from = first_of(item, "from", "role", NULL, &fk);
@@ -339,9 +342,8 @@ static enum verdict build(ds_dataset_t *ds, json_t *rec, enum ds_dataset_format 
         }
         const char *s = arena_str(ds, json_string_value(text), json_string_length(text));
         if (!s) return bad(pr, "out of memory");
-        size_t at = kind == DS_DATASET_QUESTIONS ? 2 * i : i;
-        m[at] = (struct ds_chat_message){role, s, json_string_length(text)};
-        if (role == DS_ROLE_USER && json_string_length(text) > 0) ends[n_turns++] = at + 1;
+        m[at++] = (struct ds_chat_message){role, s, json_string_length(text)};
+        if (role == DS_ROLE_USER && json_string_length(text) > 0) ends[n_turns++] = at;
     }
     if (!n_turns) return EMPTY;
     *fmt = kind;
@@ -354,7 +356,7 @@ static enum verdict build(ds_dataset_t *ds, json_t *rec, enum ds_dataset_format 
                                           : arena_str(ds, "", 0);
     if (!c->pub.id || !c->pub.category) return bad(pr, "out of memory");
     c->pub.messages = m;
-    c->pub.n_messages = n_msgs;
+    c->pub.n_messages = at;
     c->pub.n_turns = turns == DS_TURNS_FIRST ? 1 : n_turns;
     c->turn_end = ends;
     return KEEP;

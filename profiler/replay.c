@@ -251,6 +251,11 @@ static enum ds_status render_dependent(struct replay *r, size_t i) {
     for (size_t m = 0; m < t.n_messages; m++) {
         r->msgs[m] = t.messages[m];
         if (!r->msgs[m].text) {
+            // Past the earlier turns it would read another conversation's reply.
+            if (k + 1 >= t.turn)
+                return ds_error_set(DS_ERR_ARG, "%s: conversation %s turn %zu: more replies to "
+                                    "fill than earlier turns", ds_dataset_path(r->ds), q->conv_id,
+                                    t.turn);
             const struct ds_byte_vec *rv = &r->reply[t.conv->first_request + k++];
             r->msgs[m].text = rv->data ? rv->data : "";
             r->msgs[m].len = rv->n;

@@ -9,6 +9,11 @@
 
 #define DATA DS_SOURCE_DIR "/tests/data/"
 
+// The subcommands (declared in ds/cli.h once wired into the draftscope binary): exit codes
+// 0 = shown, 1 = a problem with the input, 2 = usage.
+int ds_cmd_render(int argc, char **argv);
+int ds_cmd_tokenize(int argc, char **argv);
+
 static char tmp_path[256];
 static ds_tokenizer_t *o200k;
 static ds_harmony_t *h;
@@ -28,6 +33,14 @@ static ds_dataset_t *open_ok(const char *path, const struct ds_dataset_options *
     ds_dataset_t *ds = NULL;
     EXPECT_OK(ds_dataset_open(path, opt, &ds));
     return ds;
+}
+
+// Request `request` of ds into *t: its turn (1-based) and message count as expected.
+static void expect_request(const ds_dataset_t *ds, size_t request, size_t turn, size_t n_messages,
+                           struct ds_dataset_turn *t) {
+    EXPECT_OK(ds_dataset_request(ds, request, t));
+    EXPECT_EQ_INT(t->turn, turn);
+    EXPECT_EQ_INT(t->n_messages, n_messages);
 }
 
 // ---- Spec-Bench questions (JSON Lines) ----
@@ -151,9 +164,7 @@ static void sharegpt_all_turns_render(void) {
     EXPECT_EQ_INT(ds_dataset_stats(ds)->examined, 1);
     EXPECT_EQ_INT(ds_dataset_num_requests(ds), 2);
     struct ds_dataset_turn t;
-    EXPECT_OK(ds_dataset_request(ds, 1, &t));
-    EXPECT_EQ_INT(t.turn, 2);
-    EXPECT_EQ_INT(t.n_messages, 4); // system, human, gpt, USER
+    expect_request(ds, 1, 2, 4, &t); // turn 2: system, human, gpt, USER
     struct ds_token_vec ids = {0};
     EXPECT_OK(ds_dataset_render(ds, h, NULL, &t, 0, &ids));
     struct ds_byte_vec text = {0};
@@ -176,6 +187,46 @@ static void sharegpt_all_turns_render(void) {
     ds_byte_vec_free(&text);
     ds_token_vec_free(&ids);
     ds_dataset_release(ds);
+    unlink(tmp_path);
+}
+
+// Empty questions are dropped with their (unrecorded) reply: every reply to fill belongs to an
+// earlier turn of the same question, and a first turn has none (render and run agree on it).
+static void empty_questions(void) {
+    struct ds_dataset_options opt;
+    ds_dataset_options_default(&opt);
+    opt.turns = DS_TURNS_ALL;
+    ds_dataset_t *ds = open_ok(WRITE("{\"question_id\": \"A\", \"turns\": [\"q1\", \"\", \"\", "
+                                     "\"q4\"]}\n"
+                                     "{\"question_id\": 1, \"turns\": [\"\", \"What is 2+2?\"]}\n"
+                                     "{\"question_id\": 2, \"turns\": [\"\", \"\"]}\n"),
+                               &opt);
+    if (!ds) return;
+    EXPECT_EQ_INT(ds_dataset_num_conversations(ds), 2);
+    EXPECT_EQ_INT(ds_dataset_stats(ds)->skipped_empty, 1);
+    EXPECT_EQ_INT(ds_dataset_num_requests(ds), 3);
+    struct ds_dataset_turn t;
+    expect_request(ds, 1, 2, 3, &t); // turn 2 of A: q1, its reply, q4
+    EXPECT_EQ_INT(t.conv->n_messages, 3);
+    if (t.n_messages == 3) {
+        EXPECT_EQ_STR(t.messages[0].text, "q1");
+        EXPECT(t.messages[1].role == DS_ROLE_ASSISTANT && t.messages[1].text == NULL);
+        EXPECT_EQ_STR(t.messages[2].text, "q4");
+    }
+    expect_request(ds, 2, 1, 1, &t); // question 1's only turn: no reply before it
+    EXPECT_EQ_STR(t.conv->id, "1");
+    struct ds_token_vec ids = {0};
+    EXPECT_OK(ds_dataset_render(ds, h, NULL, &t, 0, &ids)); // was "message 1 has no text"
+    ds_token_vec_free(&ids);
+    ds_dataset_release(ds);
+    char *render[] = {"render", "--dataset", tmp_path, "--index", "1", "--tokenizer",
+                      DATA "o200k_base.tiktoken", NULL};
+    char out_path[256];
+    snprintf(out_path, sizeof out_path, "%s/dataset_%d.out", DS_BINARY_DIR, (int)getpid());
+    const int saved = ds_t_redirect(1, out_path);
+    EXPECT_EQ_INT(ds_cmd_render(7, render), 0);
+    ds_t_restore(1, saved);
+    unlink(out_path);
     unlink(tmp_path);
 }
 
@@ -346,10 +397,6 @@ static void nul_bytes(void) {
     unlink(tmp_path);
 }
 
-// The subcommands (declared in ds/cli.h once wired into the draftscope binary): exit codes
-// 0 = shown, 1 = a problem with the input, 2 = usage.
-int ds_cmd_render(int argc, char **argv);
-int ds_cmd_tokenize(int argc, char **argv);
 
 // The skip line from counts (what summary prints from a run file), worded as run's stderr line.
 static void skip_text_words(void) {
@@ -480,6 +527,7 @@ int main(void) {
     DS_RUN(spec_bench_questions);
     DS_RUN(sharegpt_array_counts_and_skips);
     DS_RUN(sharegpt_all_turns_render);
+    DS_RUN(empty_questions);
     DS_RUN(selection_first_n_and_shuffle);
     DS_RUN(bad_files);
     DS_RUN(bad_records);

@@ -68,7 +68,8 @@ static void teardown(struct setup *u) {
 
 // Everything a replay needs, planned for max_b slots.
 static int setup(struct setup *u, const char *data, enum ds_dataset_turns turns, int max_b,
-                 const struct ds_spec_config *cfg, const char *out, const uint32_t *bs, size_t nb) {
+                 const struct ds_spec_config *cfg, const char *out, const uint32_t *bs, size_t nb,
+                 int max_new) {
     memset(u, 0, sizeof *u);
     EXPECT_OK(ds_tokenizer_load(RU_TOKENIZER, &u->tok));
     if (!u->tok) return 0;
@@ -78,14 +79,14 @@ static int setup(struct setup *u, const char *data, enum ds_dataset_turns turns,
     o.turns = turns;
     EXPECT_OK(ds_dataset_open(data, &o, &u->ds));
     if (!u->ds) return 0;
-    EXPECT_OK(ds_replay_prepare(u->ds, u->h, NULL, MAX_NEW + 32, &u->work));
+    EXPECT_OK(ds_replay_prepare(u->ds, u->h, NULL, max_new + 32, &u->work));
     struct ds_target_config tc;
     struct ds_aux_plan aux;
     EXPECT_OK(ds_target_config_load(RU_TARGET, &tc));
     EXPECT_OK(ds_eagle3_aux_plan(RU_DRAFT, &tc, NULL, &aux));
     struct ds_gptoss_plan tp = {0};
     struct ds_eagle3_plan dp = {0};
-    ds_spec_plan(cfg, max_b, u->work.max_est_len + MAX_NEW + cfg->k + 2, &tp, &dp);
+    ds_spec_plan(cfg, max_b, u->work.max_est_len + max_new + cfg->k + 2, &tp, &dp);
     ds_gptoss_plan_aux(&tp, &aux);
     EXPECT_OK(ds_gptoss_create(RU_TARGET, be, &tp, NULL, &u->target));
     if (!u->target) return 0;
@@ -134,7 +135,7 @@ static void sweep(enum ds_spec_rule rule) {
     struct ds_spec_config cfg = {.rule = rule, .k = 3, .temperature = 0.9f, .top_p = 0.9f,
                                  .seed = 5, .prefill_chunk = 64};
     struct setup u;
-    if (!setup(&u, data, DS_TURNS_ALL, 3, &cfg, out, bs, 2)) {
+    if (!setup(&u, data, DS_TURNS_ALL, 3, &cfg, out, bs, 2, MAX_NEW)) {
         teardown(&u);
         return;
     }
@@ -261,7 +262,7 @@ static void test_question_turns(void) {
     struct ds_spec_config cfg = {.rule = DS_SPEC_GREEDY, .k = 2, .temperature = 1.0f,
                                  .top_p = 1.0f, .seed = 0, .prefill_chunk = 32};
     struct setup u;
-    if (!setup(&u, data, DS_TURNS_ALL, 2, &cfg, out, bs, 2)) {
+    if (!setup(&u, data, DS_TURNS_ALL, 2, &cfg, out, bs, 2, MAX_NEW)) {
         teardown(&u);
         return;
     }
@@ -288,6 +289,98 @@ static void test_question_turns(void) {
     teardown(&u);
 }
 
+// Prompts and generated tokens of each request, per sweep index (test_empty_questions).
+struct prompts {
+    int32_t ids[2][4][512], gen[2][4][64];
+    size_t n[2][4], n_gen[2][4];
+    uint32_t first_b;
+};
+
+static void on_finish_prompt(void *user, const struct ds_replay_request *req, uint32_t b,
+                             const int32_t *tokens, size_t n, enum ds_rec_stop stop) {
+    (void)stop;
+    struct prompts *p = user;
+    const int sweep = b == p->first_b ? 0 : 1;
+    const size_t i = req->request_index;
+    if (i >= 4 || req->prompt.n > 512 || n > 64) return;
+    memcpy(p->ids[sweep][i], req->prompt.ids, req->prompt.n * sizeof(int32_t));
+    p->n[sweep][i] = req->prompt.n;
+    memcpy(p->gen[sweep][i], tokens, n * sizeof(int32_t));
+    p->n_gen[sweep][i] = n;
+}
+
+// The prompt a second turn must have: question 1, the final-channel text of the tokens its
+// first turn generated (what replay.c substitutes), question 2.
+static void second_turn_prompt(const struct setup *u, const char *q1, const int32_t *gen,
+                               size_t n_gen, const char *q2, struct ds_token_vec *out) {
+    struct ds_channel_tracker tr;
+    ds_channel_tracker_init(&tr, u->h, DS_TRACKER_AFTER_PROMPT);
+    int32_t fin[64];
+    size_t n_fin = 0;
+    for (size_t i = 0; i < n_gen; i++) {
+        enum ds_stop stop = DS_STOP_NONE;
+        if (ds_channel_tracker_feed(&tr, gen[i], &stop) == DS_CHANNEL_FINAL &&
+            stop == DS_STOP_NONE && !ds_tokenizer_is_special(u->tok, gen[i]))
+            fin[n_fin++] = gen[i];
+    }
+    struct ds_byte_vec reply = {0};
+    EXPECT_OK(ds_tokenizer_decode(u->tok, fin, n_fin, &reply));
+    const struct ds_chat_message m[3] = {{DS_ROLE_USER, q1, strlen(q1)},
+                                         {DS_ROLE_ASSISTANT, reply.n ? reply.data : "", reply.n},
+                                         {DS_ROLE_USER, q2, strlen(q2)}};
+    out->n = 0; // render_prompt appends
+    EXPECT_OK(ds_harmony_render_prompt(u->h, NULL, m, 3, out));
+    ds_byte_vec_free(&reply);
+}
+
+// Empty questions are no turns: A's later turn is rendered with A's own first reply only, never
+// with B's, so its prompt is the same at B = 1 (B has not run yet) and B = 2 (B has finished).
+// Before, A kept a reply slot per empty question (and the empty questions themselves), and its
+// third slot read request 2: B's first turn.
+static void test_empty_questions(void) {
+    const char *data = DS_BINARY_DIR "/test_replay_empty_questions.jsonl";
+    const char *out = DS_BINARY_DIR "/test_replay_empty_questions.h5";
+    EXPECT(ru_write(data, "{\"question_id\": \"A\", \"turns\": [\"hello world\", \"\", \"\", "
+                          "\"or held\"]}\n"
+                          "{\"question_id\": \"B\", \"turns\": [\"hello world\", \"low\"]}\n"));
+    const uint32_t bs[2] = {1, 2};
+    struct ds_spec_config cfg = {.rule = DS_SPEC_GREEDY, .k = 2, .temperature = 1.0f,
+                                 .top_p = 1.0f, .seed = 0, .prefill_chunk = 32};
+    struct setup u;
+    if (!setup(&u, data, DS_TURNS_ALL, 2, &cfg, out, bs, 2, 64)) {
+        teardown(&u);
+        return;
+    }
+    EXPECT_EQ_INT(u.work.n, 4); // A: 2 turns, B: 2 turns
+    struct prompts p;
+    memset(&p, 0, sizeof p);
+    p.first_b = 1;
+    struct ds_replay_config rc = {.batch_sizes = bs,
+                                  .n_batch_sizes = 2,
+                                  .max_new_tokens = 64,
+                                  .on_finish = on_finish_prompt,
+                                  .user = &p};
+    struct ds_replay_stats st;
+    EXPECT_OK(ds_replay_run(u.spec, u.h, u.tok, u.ds, &u.work, &rc, u.rec, NULL, &st));
+    EXPECT_EQ_INT(st.requests, 8);
+    struct ds_token_vec want = {0};
+    for (int b = 0; b < 2; b++) {
+        second_turn_prompt(&u, "hello world", p.gen[b][0], p.n_gen[b][0], "or held", &want);
+        EXPECT_EQ_INT(p.n[b][1], want.n);
+        EXPECT(p.n[b][1] == want.n && !memcmp(p.ids[b][1], want.ids, want.n * sizeof(int32_t)));
+        second_turn_prompt(&u, "hello world", p.gen[b][2], p.n_gen[b][2], "low", &want);
+        EXPECT_EQ_INT(p.n[b][3], want.n);
+        EXPECT(p.n[b][3] == want.n && !memcmp(p.ids[b][3], want.ids, want.n * sizeof(int32_t)));
+    }
+    for (int r = 0; r < 4; r++) {
+        EXPECT(p.n[0][r] > 0);
+        EXPECT_EQ_INT(p.n[0][r], p.n[1][r]);
+        EXPECT(memcmp(p.ids[0][r], p.ids[1][r], p.n[0][r] * sizeof(int32_t)) == 0);
+    }
+    ds_token_vec_free(&want);
+    teardown(&u);
+}
+
 int main(void) {
     if (ds_backend_ref_create(&be) != DS_OK) {
         fprintf(stderr, "cpu backend: %s\n", ds_error_last());
@@ -296,6 +389,7 @@ int main(void) {
     DS_RUN(test_sweep_greedy);
     DS_RUN(test_sweep_rejection);
     DS_RUN(test_question_turns);
+    DS_RUN(test_empty_questions);
     ds_backend_release(be);
     return ds_test_end();
 }

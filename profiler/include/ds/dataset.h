@@ -106,6 +106,7 @@ struct ds_conversation {
 
 // One request: a conversation's turn. A question file records no replies: the assistant messages
 // between its turns have text == NULL, and the caller substitutes its own generated replies.
+// Empty questions are dropped with their reply, so the k-th NULL reply is the reply of turn k.
 struct ds_dataset_turn {
     size_t request_index; // position in the run's request sequence (conversation-major)
     size_t conversation;  // index into the selection
