@@ -299,8 +299,15 @@ static enum verdict build(ds_dataset_t *ds, json_t *rec, enum ds_dataset_format 
     const char *key = NULL;
     json_t *qturns = json_object_get(rec, "turns");
     json_t *msgs = first_of(rec, "conversations", "conversation", "messages", &key);
-    enum ds_dataset_format kind = qturns ? DS_DATASET_QUESTIONS
-                                         : msgs ? DS_DATASET_SHAREGPT : DS_DATASET_AUTO;
+    // "turns" makes a question only as a list: ShareGPT records may carry a count under that
+    // name. With two lists the file's kind decides (questions until one is known).
+    enum ds_dataset_format kind = DS_DATASET_AUTO;
+    if (json_is_array(qturns) && json_is_array(msgs))
+        kind = *fmt == DS_DATASET_SHAREGPT ? DS_DATASET_SHAREGPT : DS_DATASET_QUESTIONS;
+    else if (json_is_array(qturns) || (qturns && !msgs))
+        kind = DS_DATASET_QUESTIONS;
+    else if (msgs)
+        kind = DS_DATASET_SHAREGPT;
     if (kind == DS_DATASET_AUTO)
         return bad(pr, "neither a ShareGPT record (\"conversations\") nor a question "
                        "(\"turns\")");

@@ -230,6 +230,29 @@ static void empty_questions(void) {
     unlink(tmp_path);
 }
 
+// "turns" that is not a list (a count some ShareGPT exports carry) does not make a record a
+// question when "conversations" is one; with both lists, a ShareGPT file keeps its kind.
+static void sharegpt_with_turns_field(void) {
+    ds_dataset_t *ds = open_ok(WRITE("{\"id\": \"a\", \"turns\": 1, \"conversations\": "
+                                     "[{\"from\": \"human\", \"value\": \"Hi there\"}]}\n"
+                                     "{\"id\": \"b\", \"turns\": [\"x\"], \"conversations\": "
+                                     "[{\"from\": \"human\", \"value\": \"Hi\"}]}\n"
+                                     "{\"id\": \"c\", \"turns\": 2}\n"),
+                               NULL);
+    if (!ds) return;
+    const struct ds_dataset_stats *st = ds_dataset_stats(ds);
+    EXPECT_EQ_INT(st->format, DS_DATASET_SHAREGPT);
+    EXPECT_EQ_INT(st->selected, 2);
+    EXPECT_EQ_INT(st->skipped_malformed, 1);
+    EXPECT(strstr(st->first_skip, "line 3: record 2: a questions record in a sharegpt file"));
+    if (st->selected == 2) {
+        EXPECT_EQ_STR(ds_dataset_conversation(ds, 0)->messages[0].text, "Hi there");
+        EXPECT_EQ_STR(ds_dataset_conversation(ds, 1)->messages[0].text, "Hi");
+    }
+    ds_dataset_release(ds);
+    unlink(tmp_path);
+}
+
 // ---- selection ----
 
 static void selection_first_n_and_shuffle(void) {
@@ -528,6 +551,7 @@ int main(void) {
     DS_RUN(sharegpt_array_counts_and_skips);
     DS_RUN(sharegpt_all_turns_render);
     DS_RUN(empty_questions);
+    DS_RUN(sharegpt_with_turns_field);
     DS_RUN(selection_first_n_and_shuffle);
     DS_RUN(bad_files);
     DS_RUN(bad_records);
