@@ -244,6 +244,17 @@ struct problem {
     char text[256];
 };
 
+// Drops a UTF-8 character that a byte cut (snprintf's) left incomplete at the end of s: messages
+// go into run files as JSON strings, which jansson refuses (NULL) when they are not UTF-8.
+static void utf8_trim(char *s) {
+    size_t n = strlen(s), i = n;
+    while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--; // continuation bytes
+    if (i == 0) return;
+    const unsigned char lead = (unsigned char)s[i - 1];
+    const size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (n - (i - 1) < need) s[i - 1] = '\0';
+}
+
 static enum verdict bad(struct problem *pr, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static enum verdict bad(struct problem *pr, const char *fmt, ...) {
@@ -251,6 +262,7 @@ static enum verdict bad(struct problem *pr, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(pr->text, sizeof pr->text, fmt, ap);
     va_end(ap);
+    utf8_trim(pr->text);
     return BAD;
 }
 
@@ -343,9 +355,12 @@ static enum verdict build(ds_dataset_t *ds, json_t *rec, enum ds_dataset_format 
                 return bad(pr, "%s[%zu] has no \"from\" (or \"role\") string", key, i);
             if (!json_is_string(text))
                 return bad(pr, "%s[%zu] has no \"value\" (or \"content\") string", key, i);
-            if (!role_of(json_string_value(from), &role))
-                return bad(pr, "%s[%zu]: unknown speaker \"%.40s\"", key, i,
-                           json_string_value(from));
+            if (!role_of(json_string_value(from), &role)) {
+                char name[41]; // the first 40 bytes, whole characters only
+                snprintf(name, sizeof name, "%s", json_string_value(from));
+                utf8_trim(name);
+                return bad(pr, "%s[%zu]: unknown speaker \"%s\"", key, i, name);
+            }
         }
         const char *s = arena_str(ds, json_string_value(text), json_string_length(text));
         if (!s) return bad(pr, "out of memory");
@@ -429,9 +444,11 @@ static enum ds_status examine(ds_dataset_t *ds, const struct scan *sc, size_t id
     } else {
         ds->stats.skipped_malformed++;
     }
-    if (!ds->stats.first_skip[0])
+    if (!ds->stats.first_skip[0]) {
         snprintf(ds->stats.first_skip, sizeof ds->stats.first_skip, "%s: %s: record %zu: %s",
                  ds->path, loc, idx, pr.text);
+        utf8_trim(ds->stats.first_skip);
+    }
     if (v == BAD && opt->on_bad == DS_DATASET_FAIL_ON_BAD)
         return ds_error_set(DS_ERR_FORMAT, "%s: %s: record %zu: %s", ds->path, loc, idx, pr.text);
     return DS_OK;

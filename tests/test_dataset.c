@@ -253,6 +253,56 @@ static void sharegpt_with_turns_field(void) {
     unlink(tmp_path);
 }
 
+// 1 when s is well-formed UTF-8 (what jansson's json_string() accepts).
+static int utf8_ok(const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        const int n = *p < 0x80 ? 1 : *p >= 0xF0 ? 4 : *p >= 0xE0 ? 3 : *p >= 0xC0 ? 2 : 0;
+        if (!n) return 0;
+        for (int i = 1; i < n; i++)
+            if ((p[i] & 0xC0) != 0x80) return 0;
+        p += n;
+    }
+    return 1;
+}
+
+// Skip messages stay UTF-8 when cut: a speaker name to its first 40 bytes, the whole message to
+// first_skip's size. A cut inside "é" left half a character, and run's options_json lost the
+// message (json_string() refuses invalid UTF-8).
+static void skip_message_cut_on_characters(void) {
+    char line[512], name[80] = "a", path[512];
+    for (int i = 0; i < 30; i++) strcat(name, "\xC3\xA9"); // "a" + 30 x "é": byte 40 splits one
+    int n = snprintf(line, sizeof line, "{\"id\": \"b\", \"conversations\": [{\"from\": \"%s\", "
+                     "\"value\": \"Hi\"}]}\n{\"id\": \"a\", \"conversations\": [{\"from\": "
+                     "\"human\", \"value\": \"Hi there\"}]}\n", name);
+    ds_dataset_t *ds = open_ok(write_tmp(line, (size_t)n), NULL);
+    if (ds) {
+        const char *first = ds_dataset_stats(ds)->first_skip;
+        EXPECT(strstr(first, "unknown speaker \"a\xC3\xA9") != NULL);
+        EXPECT(utf8_ok(first));
+    }
+    ds_dataset_release(ds);
+    unlink(tmp_path);
+    // A long file name fills first_skip; at one of two lengths its cut splits an "é".
+    for (int pad = 0; pad < 2; pad++) {
+        int len = snprintf(path, sizeof path, "%s/%s", DS_BINARY_DIR, pad ? "x" : "");
+        for (int i = 0; i < 120; i++) len += snprintf(path + len, sizeof path - (size_t)len, "%s",
+                                                      "\xC3\xA9");
+        snprintf(path + len, sizeof path - (size_t)len, ".jsonl");
+        FILE *f = fopen(path, "wb");
+        if (!f) continue; // a file system that refuses the name
+        fwrite(line, 1, (size_t)n, f);
+        fclose(f);
+        ds = open_ok(path, NULL);
+        if (ds) {
+            const char *first = ds_dataset_stats(ds)->first_skip;
+            EXPECT(strlen(first) >= sizeof ds_dataset_stats(ds)->first_skip - 4); // it was cut
+            EXPECT(utf8_ok(first));
+        }
+        ds_dataset_release(ds);
+        unlink(path);
+    }
+}
+
 // ---- selection ----
 
 static void selection_first_n_and_shuffle(void) {
@@ -552,6 +602,7 @@ int main(void) {
     DS_RUN(sharegpt_all_turns_render);
     DS_RUN(empty_questions);
     DS_RUN(sharegpt_with_turns_field);
+    DS_RUN(skip_message_cut_on_characters);
     DS_RUN(selection_first_n_and_shuffle);
     DS_RUN(bad_files);
     DS_RUN(bad_records);
