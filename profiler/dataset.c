@@ -301,7 +301,15 @@ static const char *id_text(ds_dataset_t *ds, json_t *v) {
         snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
         return arena_str(ds, num, strlen(num));
     }
-    return arena_str(ds, "", 0);
+    if (json_is_real(v)) { // 1.5 -> "1.5": the fewest digits that read back as the same number
+        const double x = json_real_value(v);
+        for (int digits = 1; digits <= 17; digits++) {
+            snprintf(num, sizeof num, "%.*g", digits, x);
+            if (strtod(num, NULL) == x) break;
+        }
+        return arena_str(ds, num, strlen(num));
+    }
+    return arena_str(ds, "", 0); // absent, or not a name: messages use the record number
 }
 
 // Fills c->pub.messages and the turn ends from a ShareGPT record or a question record.
@@ -606,6 +614,15 @@ size_t ds_dataset_num_requests(const ds_dataset_t *ds) {
     return ds->stats.requests;
 }
 
+const char *ds_conversation_name(const struct ds_conversation *c, char *buf, size_t cap) {
+    if (c->id[0])
+        snprintf(buf, cap, "conversation \"%s\"", c->id);
+    else
+        snprintf(buf, cap, "conversation (record %zu, no id)", c->dataset_index);
+    utf8_trim(buf);
+    return buf;
+}
+
 enum ds_status ds_dataset_turn(const ds_dataset_t *ds, size_t conv, size_t turn,
                                struct ds_dataset_turn *out) {
     memset(out, 0, sizeof *out);
@@ -613,9 +630,10 @@ enum ds_status ds_dataset_turn(const ds_dataset_t *ds, size_t conv, size_t turn,
         return ds_error_set(DS_ERR_RANGE, "%s: conversation %zu of %zu", ds->path, conv,
                             ds->n_convs);
     const struct conv *c = &ds->convs[conv];
+    char name[DS_CONVERSATION_NAME_CAP];
     if (turn < 1 || turn > c->pub.n_turns)
-        return ds_error_set(DS_ERR_RANGE, "%s: conversation \"%s\" has %zu turn(s), not %zu",
-                            ds->path, c->pub.id, c->pub.n_turns, turn);
+        return ds_error_set(DS_ERR_RANGE, "%s: %s has %zu turn(s), not %zu", ds->path,
+                            ds_conversation_name(&c->pub, name, sizeof name), c->pub.n_turns, turn);
     out->request_index = c->pub.first_request + turn - 1;
     out->conversation = conv;
     out->turn = turn;
@@ -649,16 +667,16 @@ enum ds_status ds_dataset_render(const ds_dataset_t *ds, ds_harmony_t *h,
                                  struct ds_token_vec *ids_out) {
     ids_out->n = 0;
     enum ds_status s = ds_harmony_render_prompt(h, sys, turn->messages, turn->n_messages, ids_out);
-    char loc[64], why[256];
+    char loc[64], why[256], name[DS_CONVERSATION_NAME_CAP];
     where(ds->stats.layout, turn->conv->offset, turn->conv->line, loc, sizeof loc);
+    ds_conversation_name(turn->conv, name, sizeof name);
     if (s) {
         snprintf(why, sizeof why, "%s", ds_error_last()); // the message buffer is reused below
-        return ds_error_set(s, "%s: %s: conversation \"%s\" turn %zu: %s", ds->path, loc,
-                            turn->conv->id, turn->turn, why);
+        return ds_error_set(s, "%s: %s: %s turn %zu: %s", ds->path, loc, name, turn->turn, why);
     }
     if (max_context && ids_out->n > max_context)
-        return ds_error_set(DS_ERR_RANGE, "%s: %s: conversation \"%s\" turn %zu renders to %zu "
-                            "tokens, over the context limit of %zu", ds->path, loc,
-                            turn->conv->id, turn->turn, ids_out->n, max_context);
+        return ds_error_set(DS_ERR_RANGE, "%s: %s: %s turn %zu renders to %zu tokens, over the "
+                            "context limit of %zu", ds->path, loc, name, turn->turn, ids_out->n,
+                            max_context);
     return DS_OK;
 }

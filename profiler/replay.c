@@ -252,10 +252,11 @@ static enum ds_status render_dependent(struct replay *r, size_t i) {
         r->msgs[m] = t.messages[m];
         if (!r->msgs[m].text) {
             // Past the earlier turns it would read another conversation's reply.
+            char name[DS_CONVERSATION_NAME_CAP];
             if (k + 1 >= t.turn)
-                return ds_error_set(DS_ERR_ARG, "%s: conversation %s turn %zu: more replies to "
-                                    "fill than earlier turns", ds_dataset_path(r->ds), q->conv_id,
-                                    t.turn);
+                return ds_error_set(DS_ERR_ARG, "%s: %s turn %zu: more replies to fill than "
+                                    "earlier turns", ds_dataset_path(r->ds),
+                                    ds_conversation_name(t.conv, name, sizeof name), t.turn);
             const struct ds_byte_vec *rv = &r->reply[t.conv->first_request + k++];
             r->msgs[m].text = rv->data ? rv->data : "";
             r->msgs[m].len = rv->n;
@@ -296,11 +297,14 @@ static enum ds_status admit(struct replay *r, int *admitted) {
             struct ds_replay_request *q = &r->w->req[i];
             if (q->needs_reply && (s = render_dependent(r, (size_t)i))) return s;
             if (q->prompt.n >= (size_t)r->P || q->prompt.n == 0) {
+                char name[DS_CONVERSATION_NAME_CAP];
                 if (r->cfg->log)
                     fprintf(r->cfg->log,
-                            "%s: conversation %s turn %u: prompt of %zu tokens does not fit "
-                            "the context limit of %d positions; skipped\n",
-                            ds_dataset_path(r->ds), q->conv_id, q->turn + 1, q->prompt.n, r->P);
+                            "%s: %s turn %u: prompt of %zu tokens does not fit the context limit "
+                            "of %d positions; skipped\n", ds_dataset_path(r->ds),
+                            ds_conversation_name(ds_dataset_conversation(r->ds, q->conversation),
+                                                 name, sizeof name),
+                            q->turn + 1, q->prompt.n, r->P);
                 r->state[i] = R_DONE;
                 r->st->skipped++;
                 r->done_total++;

@@ -303,6 +303,36 @@ static void skip_message_cut_on_characters(void) {
     }
 }
 
+// Ids as messages show them: a number in digits (1.5 was ""), and the record number for a
+// conversation without a usable id (the messages read "conversation  turn 1").
+static void conversation_names(void) {
+    ds_dataset_t *ds = open_ok(WRITE("{\"id\": 1.5, \"conversations\": [{\"from\": \"human\", "
+                                     "\"value\": \"a\"}]}\n"
+                                     "{\"id\": null, \"conversations\": [{\"from\": \"human\", "
+                                     "\"value\": \"b\"}]}\n"
+                                     "{\"id\": 0.1, \"conversations\": [{\"from\": \"human\", "
+                                     "\"value\": \"c\"}]}\n"),
+                               NULL);
+    if (!ds || ds_dataset_num_conversations(ds) != 3) {
+        DS_FAILF("3 conversations expected");
+        ds_dataset_release(ds);
+        return;
+    }
+    char name[DS_CONVERSATION_NAME_CAP];
+    EXPECT_EQ_STR(ds_dataset_conversation(ds, 0)->id, "1.5");
+    EXPECT_EQ_STR(ds_dataset_conversation(ds, 2)->id, "0.1");
+    EXPECT_EQ_STR(ds_conversation_name(ds_dataset_conversation(ds, 0), name, sizeof name),
+                  "conversation \"1.5\"");
+    EXPECT_EQ_STR(ds_dataset_conversation(ds, 1)->id, "");
+    EXPECT_EQ_STR(ds_conversation_name(ds_dataset_conversation(ds, 1), name, sizeof name),
+                  "conversation (record 1, no id)");
+    struct ds_dataset_turn t;
+    EXPECT_STATUS(ds_dataset_turn(ds, 1, 2, &t), DS_ERR_RANGE);
+    EXPECT_ERROR_HAS(": conversation (record 1, no id) has 1 turn(s), not 2");
+    ds_dataset_release(ds);
+    unlink(tmp_path);
+}
+
 // ---- selection ----
 
 static void selection_first_n_and_shuffle(void) {
@@ -603,6 +633,7 @@ int main(void) {
     DS_RUN(empty_questions);
     DS_RUN(sharegpt_with_turns_field);
     DS_RUN(skip_message_cut_on_characters);
+    DS_RUN(conversation_names);
     DS_RUN(selection_first_n_and_shuffle);
     DS_RUN(bad_files);
     DS_RUN(bad_records);

@@ -96,7 +96,7 @@ struct ds_conversation {
     size_t dataset_index;  // 0-based index of the record in the file
     size_t line;           // 1-based line where the record starts
     size_t offset;         // byte offset where the record starts
-    const char *id;        // "id" or "question_id" as text ("" if absent)
+    const char *id;        // "id" or "question_id" as text, numbers in digits ("" if absent)
     const char *category;  // "category" ("" if absent, always for ShareGPT)
     const struct ds_chat_message *messages;
     size_t n_messages;
@@ -138,6 +138,11 @@ size_t ds_dataset_num_conversations(const ds_dataset_t *ds);
 // NULL when i is out of range.
 const struct ds_conversation *ds_dataset_conversation(const ds_dataset_t *ds, size_t i);
 size_t ds_dataset_num_requests(const ds_dataset_t *ds);
+
+// How messages name a conversation: `conversation "ID"`, or `conversation (record N, no id)` when
+// its id is absent or not a string or number. Cut to cap on a character boundary; returns buf.
+#define DS_CONVERSATION_NAME_CAP 128
+const char *ds_conversation_name(const struct ds_conversation *c, char *buf, size_t cap);
 
 // Turn `turn` (1-based) of selected conversation `conv`. DS_ERR_RANGE when out of range.
 enum ds_status ds_dataset_turn(const ds_dataset_t *ds, size_t conv, size_t turn,
