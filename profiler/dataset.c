@@ -181,6 +181,7 @@ static int skip_value(const struct scan *sc, size_t *p, size_t *line) {
 
 static enum ds_status scan_array(struct scan *sc, size_t p, size_t line) {
     p++; // '['
+    size_t comma = 0, comma_line = 0; // the last ',' between records
     for (;;) {
         skip_ws(sc, &p, &line);
         if (p >= sc->len) break;
@@ -188,6 +189,14 @@ static enum ds_status scan_array(struct scan *sc, size_t p, size_t line) {
             p++;
             goto closed;
         }
+        // Not records: they were taken for empty ones and skipped as "invalid JSON".
+        if (sc->buf[p] == ']')
+            return ds_error_set(DS_ERR_FORMAT, "%s: byte %zu (line %zu): a trailing comma after "
+                                "record %zu (JSON allows none before ']')", sc->path, comma,
+                                comma_line, sc->n - 1);
+        if (sc->buf[p] == ',')
+            return ds_error_set(DS_ERR_FORMAT, "%s: byte %zu (line %zu): ',' where record %zu "
+                                "should start (an empty entry)", sc->path, p, line, sc->n);
         size_t start = p, start_line = line;
         if (!skip_value(sc, &p, &line))
             return ds_error_set(DS_ERR_FORMAT, "%s: byte %zu (line %zu): record %zu never ends: "
@@ -198,7 +207,8 @@ static enum ds_status scan_array(struct scan *sc, size_t p, size_t line) {
         skip_ws(sc, &p, &line);
         if (p >= sc->len) break;
         if (sc->buf[p] == ',') {
-            p++;
+            comma = p++;
+            comma_line = line;
             continue;
         }
         if (sc->buf[p] == ']') {

@@ -412,6 +412,13 @@ static void bad_files(void) {
     FAILS("[{\"id\": 1}\n", DS_ERR_FORMAT, "the JSON array is not closed");
     FAILS("[{\"id\": 1} {\"id\": 2}]", DS_ERR_FORMAT, "byte 11 (line 1): expected ',' or ']'");
     FAILS("[{\"id\": 1}]\n[]", DS_ERR_FORMAT, "byte 12 (line 2): unexpected data after");
+    // Commas without a record were taken for empty records ("invalid JSON", skipped).
+    FAILS("[{\"id\": 1},\n]", DS_ERR_FORMAT,
+          "byte 10 (line 1): a trailing comma after record 0 (JSON allows none before ']')");
+    FAILS("[{\"id\": 1},\n ,{\"id\": 2}]", DS_ERR_FORMAT,
+          "byte 13 (line 2): ',' where record 1 should start (an empty entry)");
+    FAILS("[,{\"id\": 1}]", DS_ERR_FORMAT, "byte 1 (line 1): ',' where record 0 should start");
+    FAILS("[,]", DS_ERR_FORMAT, "byte 1 (line 1): ',' where record 0 should start");
     unlink(tmp_path);
     ds_dataset_t *ds = NULL;
     EXPECT_STATUS(ds_dataset_open(tmp_path, NULL, &ds), DS_ERR_IO);
