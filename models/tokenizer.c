@@ -319,16 +319,18 @@ static inline int32_t lookup_bytes(const ds_tokenizer_t *t, const char *p, size_
     }
 }
 
+// Slots for n keys at load <= 1/2; 0 when that needs more than 2^31 (the masks are uint32_t).
 static uint32_t table_size_for(size_t n) {
-    uint32_t size = 1024;
-    while (size < 2 * n) size *= 2;
-    return size;
+    uint64_t size = 1024;
+    while (size < 2 * (uint64_t)n && size <= (1ull << 31)) size *= 2;
+    return size > (1ull << 31) ? 0 : (uint32_t)size;
 }
 
 // Builds the bytes -> id table over every assigned ordinary token (first id wins on duplicates).
 static enum ds_status build_byte_table(ds_tokenizer_t *t, const char *path) {
     uint32_t size = table_size_for((size_t)t->n_ids);
-    t->slots = malloc(size * sizeof *t->slots);
+    if (!size) return ds_error_set(DS_ERR_RANGE, "%s: too many tokens for the lookup table", path);
+    t->slots = malloc((size_t)size * sizeof *t->slots);
     if (!t->slots) return ds_error_set(DS_ERR_NOMEM, "%s: out of memory for the vocabulary", path);
     t->slot_mask = size - 1;
     for (uint32_t i = 0; i < size; i++) t->slots[i].id = -1;
@@ -651,9 +653,15 @@ enum ds_status ds_tokenizer_load_tiktoken(const char *path, enum ds_tok_specials
         char *sp = memchr(p, ' ', (size_t)(le - p));
         char *num_end = NULL;
         long rank = sp ? strtol(sp + 1, &num_end, 10) : -1;
-        if (!sp || sp == p || num_end != le || sp + 1 == le || rank < 0 || rank >= INT32_MAX - 4096) {
+        if (!sp || sp == p || num_end != le || sp + 1 == le || rank < 0) {
             s = ds_error_set(DS_ERR_FORMAT, "%s: line %zu: expected \"<base64> <rank>\"", path,
                              line_no);
+            goto cleanup;
+        }
+        // The same cap as tokenizer.json ids: the tables hold max rank + 1 entries.
+        if (rank >= INT32_MAX / 2) {
+            s = ds_error_set(DS_ERR_FORMAT, "%s: line %zu: rank %ld is too large (limit %d)", path,
+                             line_no, rank, INT32_MAX / 2 - 1);
             goto cleanup;
         }
         if (rank > max_rank) max_rank = rank;
@@ -827,6 +835,7 @@ static enum ds_status hf_merges(ds_tokenizer_t *t, json_t *merges, const int32_t
                                 const char *path) {
     size_t n = json_array_size(merges);
     uint32_t size = table_size_for(n);
+    if (!size) return ds_error_set(DS_ERR_RANGE, "%s: too many merges (%zu)", path, n);
     t->pairs = calloc(size, sizeof *t->pairs);
     if (!t->pairs) return ds_error_set(DS_ERR_NOMEM, "%s: out of memory for merges", path);
     t->pair_mask = size - 1;

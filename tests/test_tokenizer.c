@@ -346,6 +346,10 @@ static void bad_tiktoken_files(void) {
     write_file(path, "");
     EXPECT_STATUS(ds_tokenizer_load_tiktoken(path, DS_TOK_SPECIALS_NONE, &tok), DS_ERR_FORMAT);
     EXPECT_ERROR_HAS("no ranks");
+    // One rank past 2^30 once made the lookup table's size wrap to 0 (an endless loop).
+    write_file(path, "QQ== 1073741824\n");
+    EXPECT_STATUS(ds_tokenizer_load_tiktoken(path, DS_TOK_SPECIALS_NONE, &tok), DS_ERR_FORMAT);
+    EXPECT_ERROR_HAS("line 1: rank 1073741824 is too large");
     unlink(path);
     EXPECT_STATUS(ds_tokenizer_load_tiktoken(path, DS_TOK_SPECIALS_NONE, &tok), DS_ERR_IO);
     EXPECT_ERROR_HAS(path);
