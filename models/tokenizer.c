@@ -328,7 +328,10 @@ static uint32_t table_size_for(size_t n) {
 
 // Builds the bytes -> id table over every assigned ordinary token (first id wins on duplicates).
 static enum ds_status build_byte_table(ds_tokenizer_t *t, const char *path) {
-    uint32_t size = table_size_for((size_t)t->n_ids);
+    size_t n_keys = 0; // only assigned ordinary tokens go in: ids may have gaps
+    for (int32_t id = 0; id < t->n_ids; id++)
+        n_keys += t->tok_off[id] != UNASSIGNED && !t->special[id];
+    uint32_t size = table_size_for(n_keys);
     if (!size) return ds_error_set(DS_ERR_RANGE, "%s: too many tokens for the lookup table", path);
     t->slots = malloc((size_t)size * sizeof *t->slots);
     if (!t->slots) return ds_error_set(DS_ERR_NOMEM, "%s: out of memory for the vocabulary", path);
@@ -953,6 +956,13 @@ enum ds_status ds_tokenizer_load_hf(const char *path, ds_tokenizer_t **tok_out) 
             goto cleanup;
         }
         if (json_integer_value(id) > max_id) max_id = (long)json_integer_value(id);
+    }
+    // The id tables are dense (max id + 1 entries): one stray huge id would cost gigabytes.
+    size_t n_entries = json_object_size(vocab) + json_array_size(added);
+    if (max_id >= (long)(2 * n_entries + 65536)) {
+        s = ds_error_set(DS_ERR_FORMAT, "%s: token id %ld is far beyond the %zu vocab and added "
+                         "tokens (ids must be nearly dense)", path, max_id, n_entries);
+        goto cleanup;
     }
     s = alloc_ids(t, (int32_t)(max_id + 1), path);
     if (s) goto cleanup;

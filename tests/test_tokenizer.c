@@ -438,6 +438,13 @@ static void wordpiece(json_t *root) {
     json_object_set_new(json_object_get(root, "model"), "type", json_string("WordPiece"));
 }
 
+// One stray huge id once sized every id table by it (gigabytes for a 300-token vocabulary).
+static void sparse_added_id(json_t *root) {
+    json_array_append_new(json_object_get(root, "added_tokens"),
+                          json_pack("{s:i, s:s, s:b}", "id", 1000000, "content", "<|far|>",
+                                    "special", 1));
+}
+
 static void hf_json_bad_input(void) {
     char path[256];
     ds_tokenizer_t *tok = NULL;
@@ -450,6 +457,10 @@ static void hf_json_bad_input(void) {
     EXPECT_STATUS(ds_tokenizer_load_hf(tiny_variant(wordpiece, path, sizeof path), &tok),
                   DS_ERR_UNSUPPORTED);
     EXPECT_ERROR_HAS("WordPiece");
+    EXPECT_STATUS(ds_tokenizer_load_hf(tiny_variant(sparse_added_id, path, sizeof path), &tok),
+                  DS_ERR_FORMAT);
+    EXPECT_ERROR_HAS("token id 1000000 is far beyond");
+    EXPECT_ERROR_HAS(path);
     write_file(path, "{\"model\": {\"vocab\": {}\n, \"merges\": [}\n");
     EXPECT_STATUS(ds_tokenizer_load_hf(path, &tok), DS_ERR_FORMAT);
     EXPECT_ERROR_HAS("line 2");
