@@ -345,6 +345,13 @@ static int64_t load_i64(const unsigned char *p) {
     return (int64_t)v;
 }
 
+// i + d for a draft id i >= 0 in decimal, or spelled "i + d" when the sum overflows int64.
+static const char *target_id_text(char buf[48], int64_t i, int64_t d) {
+    if (d > INT64_MAX - i) snprintf(buf, 48, "%" PRId64 " + %" PRId64, i, d);
+    else snprintf(buf, 48, "%" PRId64, i + d);
+    return buf;
+}
+
 static void check_vocab_map(const struct ds_target_config *t, const struct ds_draft_config *d,
                             const ds_safetensors_t *st, struct ds_pair_report *r,
                             struct ds_problems *p) {
@@ -355,30 +362,31 @@ static void check_vocab_map(const struct ds_target_config *t, const struct ds_dr
     r->vocab_map_checked = true;
     const unsigned char *dp = d2t->data, *tp = t2d->data;
 
-    int64_t first_bad = -1, first_target = 0;
+    char buf[48];
+    int64_t first_bad = -1, first_value = 0;
     for (int64_t i = 0; i < Dv; i++) {
-        int64_t tid = i + load_i64(dp + 8 * i);
-        if (tid < 0 || tid >= V) {
+        int64_t off = load_i64(dp + 8 * i);
+        if (off < -i || off >= V - i) { // i + off outside 0..V-1, tested without adding (overflow)
             if (first_bad < 0) {
                 first_bad = i;
-                first_target = tid;
+                first_value = off;
             }
             r->d2t_out_of_range++;
         }
     }
     if (r->d2t_out_of_range)
         ds_problems_add(p,
-                        "%s: tensor d2t: entry %" PRId64 " maps draft id %" PRId64
-                        " to target id %" PRId64 ", expected 0..%" PRId64
+                        "%s: tensor d2t: entry %" PRId64 " is %" PRId64 ", which maps draft id %"
+                        PRId64 " to target id %s, expected 0..%" PRId64
                         " (the target vocabulary); %" PRId64 " entries out of range",
-                        tensor_file(st, d2t), first_bad, first_bad, first_target, V - 1,
-                        r->d2t_out_of_range);
+                        tensor_file(st, d2t), first_bad, first_value, first_bad,
+                        target_id_text(buf, first_bad, first_value), V - 1, r->d2t_out_of_range);
 
     // The k-th set entry of t2d must be the target id draft id k maps to.
     int64_t k = 0, mismatch_k = -1, mismatch_at = 0;
     for (int64_t v = 0; v < d->vocab_size; v++) {
         if (!tp[v]) continue;
-        if (mismatch_k < 0 && (k >= Dv || v != k + load_i64(dp + 8 * k))) {
+        if (mismatch_k < 0 && (k >= Dv || v - k != load_i64(dp + 8 * k))) { // v - k: no overflow
             mismatch_k = k;
             mismatch_at = v;
         }
@@ -394,10 +402,11 @@ static void check_vocab_map(const struct ds_target_config *t, const struct ds_dr
     else if (mismatch_k >= 0)
         ds_problems_add(p,
                         "%s: tensor t2d: set entry #%" PRId64 " is target id %" PRId64
-                        ", expected %" PRId64 " = %" PRId64 " + d2t[%" PRId64
+                        ", expected %s = %" PRId64 " + d2t[%" PRId64
                         "] (t2d must mark exactly the ids d2t maps to)",
                         tensor_file(st, t2d), mismatch_k, mismatch_at,
-                        mismatch_k + load_i64(dp + 8 * mismatch_k), mismatch_k, mismatch_k);
+                        target_id_text(buf, mismatch_k, load_i64(dp + 8 * mismatch_k)),
+                        mismatch_k, mismatch_k);
 }
 
 enum ds_status ds_checkpoint_check_pair(const struct ds_target_config *t,

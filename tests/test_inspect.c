@@ -479,10 +479,12 @@ static void draft_vocab_mismatch(void) {
 static int64_t d2t_copy[128];
 static unsigned char t2d_copy[512];
 
+// Sets d2t[set[0]] = set[1].
 static bool edit_d2t(struct wt *t, void *user) {
+    const int64_t *set = user;
     if (!strcmp(t->name, "d2t")) {
         memcpy(d2t_copy, t->data, sizeof d2t_copy);
-        d2t_copy[127] = 1000; // draft id 127 -> target id 1127, outside 0..511
+        d2t_copy[set[0]] = set[1];
         t->data = d2t_copy;
     }
     return true;
@@ -501,15 +503,27 @@ static void check_pair_dir(const char *dir, struct ds_pair_report *rep, struct d
 }
 
 static void draft_d2t_out_of_range(void) {
-    const char *dir = rewrite("d2t", FIX "/draft-lmsys", edit_d2t, NULL, NULL, 0, NULL);
+    int64_t set[2] = {127, 1000}; // draft id 127 -> target id 1127, outside 0..511
+    const char *dir = rewrite("d2t", FIX "/draft-lmsys", edit_d2t, set, NULL, 0, NULL);
     struct ds_pair_report rep;
     struct ds_problems p = {0};
     check_pair_dir(dir, &rep, &p);
     EXPECT(rep.vocab_map_checked);
     EXPECT_EQ_INT(rep.d2t_out_of_range, 1);
-    EXPECT_ERROR_HAS("d2t/model.safetensors: tensor d2t: entry 127 maps draft id 127 to target "
-                     "id 1127, expected 0..511");
+    EXPECT_ERROR_HAS("d2t/model.safetensors: tensor d2t: entry 127 is 1000, which maps draft id "
+                     "127 to target id 1127, expected 0..511");
     EXPECT(!rep.t2d_consistent); // t2d still marks the old id 127 + d2t[127]
+    ds_problems_free(&p);
+
+    // 1 + INT64_MAX once overflowed (undefined) and was reported as target id -2^63.
+    set[0] = 1;
+    set[1] = INT64_MAX;
+    dir = rewrite("d2t-max", FIX "/draft-lmsys", edit_d2t, set, NULL, 0, NULL);
+    check_pair_dir(dir, &rep, &p);
+    EXPECT_EQ_INT(rep.d2t_out_of_range, 1);
+    EXPECT_ERROR_HAS("tensor d2t: entry 1 is 9223372036854775807, which maps draft id 1 to "
+                     "target id 1 + 9223372036854775807, expected 0..511");
+    EXPECT(p.count == 2 && strstr(p.lines[1], "expected 1 + 9223372036854775807 = 1 + d2t[1]"));
     ds_problems_free(&p);
 }
 

@@ -183,7 +183,11 @@ static void d2t_map_and_vocab_scatter(void) {
     EXPECT_OK(ds_d2t_to_map(d2t, 4, 9, map));
     EXPECT(map[0] == 0 && map[1] == 1 && map[2] == 4 && map[3] == 8);
     EXPECT_STATUS(ds_d2t_to_map(d2t, 4, 8, map), DS_ERR_FORMAT);
-    EXPECT_ERROR_HAS("entry 3 maps to target id 8 outside [0, 8)");
+    EXPECT_ERROR_HAS("entry 3 is 5: target id 3 + 5 is outside [0, 8)");
+    int64_t huge[2] = {0, INT64_MAX}; // 1 + INT64_MAX once overflowed (undefined behaviour)
+    EXPECT_STATUS(ds_d2t_to_map(huge, 2, 9, map), DS_ERR_FORMAT);
+    EXPECT_ERROR_HAS("entry 1 is 9223372036854775807: target id 1 + 9223372036854775807 is "
+                     "outside [0, 9)");
     int64_t bad[3] = {0, 1, 0}; // ids 0, 2, 2: not increasing
     EXPECT_STATUS(ds_d2t_to_map(bad, 3, 9, map), DS_ERR_FORMAT);
     EXPECT_ERROR_HAS("entry 2");

@@ -241,10 +241,13 @@ enum ds_status ds_d2t_to_map(const int64_t *d2t, int draft_vocab, int target_voc
                             draft_vocab, target_vocab);
     int64_t prev = -1;
     for (int i = 0; i < draft_vocab; i++) {
-        int64_t id = (int64_t)i + (d2t ? d2t[i] : 0);
-        if (id < 0 || id >= target_vocab)
-            return ds_error_set(DS_ERR_FORMAT, "%s: entry %d maps to target id %lld outside [0, %d)",
-                                op, i, (long long)id, target_vocab);
+        int64_t off = d2t ? d2t[i] : 0;
+        // Range-checked before adding: i + off overflows for a hostile off near INT64_MAX.
+        if (off < -(int64_t)i || off >= (int64_t)target_vocab - i)
+            return ds_error_set(DS_ERR_FORMAT, "%s: entry %d is %lld: target id %d + %lld is "
+                                "outside [0, %d)", op, i, (long long)off, i, (long long)off,
+                                target_vocab);
+        int64_t id = i + off;
         if (id <= prev)
             return ds_error_set(DS_ERR_FORMAT,
                                 "%s: entry %d maps to target id %lld, not above entry %d's %lld",
