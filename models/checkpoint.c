@@ -125,7 +125,6 @@ enum ds_status ds_target_expected_tensors(const struct ds_target_config *c,
     const int64_t H = c->hidden_size, I = c->intermediate_size, E = c->num_local_experts;
     const int64_t q = c->num_attention_heads * c->head_dim;
     const int64_t kv = c->num_key_value_heads * c->head_dim;
-    const bool nb = !c->attention_bias; // biases optional-absent when attention_bias is false
     char p[48];
     for (int64_t layer = 0; layer < c->num_hidden_layers; layer++) {
         snprintf(p, sizeof p, "model.layers.%" PRId64 ".", layer);
@@ -134,12 +133,11 @@ enum ds_status ds_target_expected_tensors(const struct ds_target_config *c,
         add_spec(&l, bf, false, 2, SHAPE(kv, H), "%sself_attn.k_proj.weight", p);
         add_spec(&l, bf, false, 2, SHAPE(kv, H), "%sself_attn.v_proj.weight", p);
         add_spec(&l, bf, false, 2, SHAPE(H, q), "%sself_attn.o_proj.weight", p);
-        if (!nb) {
-            add_spec(&l, bf, false, 1, SHAPE(q), "%sself_attn.q_proj.bias", p);
-            add_spec(&l, bf, false, 1, SHAPE(kv), "%sself_attn.k_proj.bias", p);
-            add_spec(&l, bf, false, 1, SHAPE(kv), "%sself_attn.v_proj.bias", p);
-            add_spec(&l, bf, false, 1, SHAPE(H), "%sself_attn.o_proj.bias", p);
-        }
+        // Always present: the config parser refuses attention_bias false (gptoss.c binds them).
+        add_spec(&l, bf, false, 1, SHAPE(q), "%sself_attn.q_proj.bias", p);
+        add_spec(&l, bf, false, 1, SHAPE(kv), "%sself_attn.k_proj.bias", p);
+        add_spec(&l, bf, false, 1, SHAPE(kv), "%sself_attn.v_proj.bias", p);
+        add_spec(&l, bf, false, 1, SHAPE(H), "%sself_attn.o_proj.bias", p);
         add_spec(&l, bf, false, 1, SHAPE(c->num_attention_heads), "%sself_attn.sinks", p);
         add_spec(&l, bf, false, 1, SHAPE(H), "%spost_attention_layernorm.weight", p);
         add_spec(&l, bf, false, 2, SHAPE(E, H), "%smlp.router.weight", p);
@@ -163,7 +161,7 @@ enum ds_status ds_target_expected_tensors(const struct ds_target_config *c,
     }
     REQ(&l, bf, "model.embed_tokens.weight", c->vocab_size, H);
     REQ(&l, bf, "model.norm.weight", H);
-    add_spec(&l, bf, c->tie_word_embeddings, 2, SHAPE(c->vocab_size, H), "lm_head.weight");
+    REQ(&l, bf, "lm_head.weight", c->vocab_size, H); // tied embeddings are refused by the parser
     return finish_specs(&l, specs_out, count_out);
 }
 

@@ -457,6 +457,14 @@ static enum ds_status parse_target(const struct src *s, void *out) {
     if ((st = get_int(s, "bos_token_id", OPTIONAL, -1, 0, DIM_MAX, &c->bos_token_id))) return st;
     if ((st = get_bool(s, "attention_bias", true, &c->attention_bias))) return st;
     if ((st = get_bool(s, "tie_word_embeddings", false, &c->tie_word_embeddings))) return st;
+    // gpt-oss always has attention biases and its own lm_head; the model binds both.
+    if (!c->attention_bias)
+        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: field 'attention_bias' is false, expected "
+                            "true (gpt-oss attention without biases is not supported)", s->label);
+    if (c->tie_word_embeddings)
+        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: field 'tie_word_embeddings' is true, "
+                            "expected false (a gpt-oss lm_head tied to the embedding is not "
+                            "supported)", s->label);
 
     json_t *quant = NULL;
     if ((st = get_object(s, "quantization_config", &quant))) return st;

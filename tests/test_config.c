@@ -206,6 +206,11 @@ static void target_bad_values(void) {
          "expected \"mxfp4\""},
         {"\"head_dim\": 32", "\"head_dim\": 32, \"attention_bias\": 1",
          "'attention_bias' must be true or false"},
+        // The model binds the attention biases and lm_head: configs without them are refused.
+        {"\"head_dim\": 32", "\"head_dim\": 32, \"attention_bias\": false",
+         "'attention_bias' is false, expected true"},
+        {"\"head_dim\": 32", "\"head_dim\": 32, \"tie_word_embeddings\": true",
+         "'tie_word_embeddings' is true, expected false"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *at = strstr(cfg_min, cases[i].from);

@@ -428,6 +428,30 @@ static void target_malformed_config(void) {
     json_decref(r);
 }
 
+static void no_attention_bias(json_t *cfg) {
+    json_object_set_new(cfg, "attention_bias", json_false());
+}
+static void tied_embeddings(json_t *cfg) {
+    json_object_set_new(cfg, "tie_word_embeddings", json_true());
+}
+static bool drop_attention_biases(struct wt *t, void *user) {
+    return !(strstr(t->name, ".self_attn.") && strstr(t->name, "_proj.bias"));
+}
+
+// Checkpoints the loader cannot load (it binds every bias and lm_head) were once called usable.
+static void target_unsupported_config(void) {
+    const char *dir = rewrite("nobias", FIX "/target", drop_attention_biases, NULL, NULL, 0,
+                              no_attention_bias);
+    json_t *r = inspect_json(dir, NULL, 1);
+    EXPECT_PROBLEM(r, "nobias/config.json: field 'attention_bias' is false, expected true");
+    json_decref(r);
+    struct name_edit e = {"lm_head.weight"};
+    dir = rewrite("tied", FIX "/target", drop_named, &e, NULL, 0, tied_embeddings);
+    r = inspect_json(dir, NULL, 1);
+    EXPECT_PROBLEM(r, "tied/config.json: field 'tie_word_embeddings' is true, expected false");
+    json_decref(r);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Broken drafts
 
@@ -654,6 +678,7 @@ int main(void) {
     DS_RUN(target_unexpected_tensor);
     DS_RUN(target_missing_config_field);
     DS_RUN(target_malformed_config);
+    DS_RUN(target_unsupported_config);
     DS_RUN(draft_hidden_mismatch);
     DS_RUN(draft_vocab_mismatch);
     DS_RUN(draft_d2t_out_of_range);

@@ -13,7 +13,7 @@
 //   BF16 experts (no quantization_config): mlp.experts.gate_up_proj [E, H, 2I],
 //                  down_proj [E, I, H] and the same biases
 // and model.embed_tokens.weight [V, H], model.norm.weight [H], lm_head.weight [V, H]. Everything
-// that is not U8 is BF16; biases exist when attention_bias is true (the router's always).
+// that is not U8 is BF16; every bias always exists (attention_bias false is refused).
 //
 // Draft (EAGLE-3; docs/checkpoints.md), P = "midlayer." or "layers.0." (either family):
 //   fc.weight [H, 3*Ht] (absent for a no-aux head; fc.bias [H] when `bias`),

@@ -112,8 +112,8 @@ struct ds_target_config {
     int64_t pad_token_id;                      // -1 when absent
     int64_t bos_token_id;                      // -1 when absent (hub config.json has none)
 
-    bool attention_bias;      // default true
-    bool tie_word_embeddings; // default false
+    bool attention_bias;      // default true; false is refused (unsupported)
+    bool tie_word_embeddings; // default false; true is refused (unsupported)
     bool mxfp4;               // quantization_config.quant_method == "mxfp4" (expert tensors are
                               // _blocks/_scales); false means plain BF16 expert weights
 };
