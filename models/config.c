@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "files.h"
+
 // Caps that keep every later product of dims inside int64 and reject absurd files early.
 #define DIM_MAX ((int64_t)1 << 30)
 #define SMALL_MAX ((int64_t)1 << 16)
@@ -710,8 +712,8 @@ static enum ds_status read_text_file(const char *path, char **buf_out, size_t *l
     *len_out = 0;
     enum ds_status st = DS_OK;
     char *buf = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return ds_error_set(DS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f;
+    if ((st = ds_fopen_regular(path, &f))) return st;
     if (fseek(f, 0, SEEK_END) || ftell(f) < 0) {
         st = ds_error_set(DS_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
         goto cleanup;

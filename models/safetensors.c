@@ -20,6 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "files.h"
+
 // The reference implementation refuses headers above 100 MB; a real 120b header is ~100 KB.
 #define HEADER_MAX ((uint64_t)100 << 20)
 #define INDEX_NAME "model.safetensors.index.json"
@@ -516,12 +518,11 @@ static enum ds_status open_index(const char *dir, const char *ipath, ds_safetens
     char *spath = NULL;
     int nshards = 0;
     json_error_t jerr;
-    json_t *idx = json_load_file(ipath, JSON_REJECT_DUPLICATES, &jerr);
-    if (!idx) {
-        if (json_error_code(&jerr) == json_error_cannot_open_file)
-            return ds_error_set(DS_ERR_IO, "%s: cannot read: %s", ipath, jerr.text);
-        return json_problem(ipath, "index", &jerr);
-    }
+    FILE *fi;
+    if ((st = ds_fopen_regular(ipath, &fi))) return st;
+    json_t *idx = json_loadf(fi, JSON_REJECT_DUPLICATES, &jerr);
+    fclose(fi);
+    if (!idx) return json_problem(ipath, "index", &jerr);
     const json_t *wm = json_object_get(idx, "weight_map");
     const json_t *meta = json_object_get(idx, "metadata");
     if (!json_is_object(idx) || !json_is_object(wm) || json_object_size(wm) == 0) {

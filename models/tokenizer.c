@@ -24,6 +24,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "files.h"
+
 #define UNASSIGNED UINT32_MAX
 #define NO_RANK UINT32_MAX
 
@@ -526,12 +528,12 @@ void ds_tokenizer_release(ds_tokenizer_t *tok) {
 static enum ds_status read_file(const char *path, char **data_out, size_t *len_out) {
     *data_out = NULL;
     *len_out = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return ds_error_set(DS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f;
+    enum ds_status s = ds_fopen_regular(path, &f);
+    if (s) return s;
     struct ds_byte_vec v = {0};
     char buf[1 << 16];
     size_t n;
-    enum ds_status s = DS_OK;
     while (!s && (n = fread(buf, 1, sizeof buf, f)) > 0) s = ds_byte_vec_append(&v, buf, n);
     if (!s && ferror(f)) s = ds_error_set(DS_ERR_IO, "%s: read error: %s", path, strerror(errno));
     if (!s && !v.data) s = ds_byte_vec_append(&v, "", 0);
@@ -879,16 +881,18 @@ enum ds_status ds_tokenizer_load_hf(const char *path, ds_tokenizer_t **tok_out) 
     json_error_t jerr;
     unsigned char *buf = NULL;
     ds_tokenizer_t *t = tokenizer_new(DS_TOK_SOURCE_HF_JSON);
-    json_t *root = json_load_file(path, 0, &jerr);
+    json_t *root = NULL;
+    FILE *f = NULL;
     enum ds_status s = DS_OK;
     if (!t) {
         s = ds_error_set(DS_ERR_NOMEM, "%s: out of memory", path);
         goto cleanup;
     }
+    if ((s = ds_fopen_regular(path, &f))) goto cleanup;
+    root = json_loadf(f, 0, &jerr);
     if (!root) {
-        s = ds_error_set(json_error_code(&jerr) == json_error_cannot_open_file ? DS_ERR_IO
-                                                                                : DS_ERR_FORMAT,
-                         "%s: line %d column %d: %s", path, jerr.line, jerr.column, jerr.text);
+        s = ds_error_set(DS_ERR_FORMAT, "%s: line %d column %d: %s", path, jerr.line, jerr.column,
+                         jerr.text);
         goto cleanup;
     }
     json_t *model = json_object_get(root, "model");
@@ -1011,6 +1015,7 @@ enum ds_status ds_tokenizer_load_hf(const char *path, ds_tokenizer_t **tok_out) 
     t->whole_piece_lookup = json_is_true(json_object_get(model, "ignore_merges"));
 
 cleanup:
+    if (f) fclose(f);
     json_decref(root);
     free(buf);
     return hand_out(t, s, tok_out);
@@ -1026,8 +1031,9 @@ enum ds_status ds_tokenizer_load(const char *path, ds_tokenizer_t **tok_out) {
             return ds_error_set(DS_ERR_ARG, "%s: path too long", path);
         return ds_tokenizer_load_hf(p, tok_out);
     }
-    FILE *f = fopen(path, "rb");
-    if (!f) return ds_error_set(DS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f;
+    enum ds_status s = ds_fopen_regular(path, &f);
+    if (s) return s;
     int c;
     while ((c = fgetc(f)) == ' ' || c == '\n' || c == '\r' || c == '\t') {
     }

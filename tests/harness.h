@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ds/status.h"
@@ -100,6 +101,14 @@ static inline void ds_t_restore(int fd, int saved) {
     fflush(stdout), fflush(stderr);
     dup2(saved, fd);
     close(saved);
+}
+
+// Makes a fresh directory `dir` under `base` holding an empty directory `name` (path in `sub`):
+// a directory where a loader expects a file. 0 when it cannot; remove with rmdir(sub), rmdir(dir).
+static inline int ds_t_dir_in_place_of(const char *base, const char *name, char *dir, char *sub,
+                                       size_t cap) {
+    if (snprintf(dir, cap, "%s/ds_t_XXXXXX", base) >= (int)cap || !mkdtemp(dir)) return 0;
+    return snprintf(sub, cap, "%s/%s", dir, name) < (int)cap && mkdir(sub, 0700) == 0;
 }
 
 static inline int ds_test_end(void) {

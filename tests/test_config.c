@@ -514,6 +514,19 @@ static void load_fixture_configs(void) {
     EXPECT_ERROR_HAS("no-such-dir/config.json: cannot open");
 }
 
+// A config.json that is a directory once read as "9223372036854775807 bytes, larger than any
+// config.json".
+static void config_json_not_a_regular_file(void) {
+    char dir[1024], sub[1024];
+    EXPECT(ds_t_dir_in_place_of(DS_BINARY_DIR, "config.json", dir, sub, sizeof dir));
+    struct ds_target_config t;
+    EXPECT_STATUS(ds_target_config_load(dir, &t), DS_ERR_IO);
+    EXPECT_ERROR_HAS(sub);
+    EXPECT_ERROR_HAS("not a regular file");
+    rmdir(sub);
+    rmdir(dir);
+}
+
 int main(void) {
     DS_RUN(target_120b_every_field);
     DS_RUN(target_rope_parameters_spelling);
@@ -531,5 +544,6 @@ int main(void) {
     DS_RUN(draft_bad_ids_and_fields);
     DS_RUN(aux_conventions_by_hand);
     DS_RUN(load_fixture_configs);
+    DS_RUN(config_json_not_a_regular_file);
     return ds_test_end();
 }

@@ -594,6 +594,14 @@ static void broken_index_itself(void) {
     expect_dir_error(dir, s1, "3 bytes, too short");
 }
 
+// An index that is a directory once gave "'[' or '{' expected near end of file".
+static void broken_index_not_a_regular_file(void) {
+    char dir[1100], ip[1200];
+    sharded_dir(dir, sizeof dir, ip, sizeof ip);
+    EXPECT(mkdir(ip, 0700) == 0);
+    expect_dir_error(dir, ip, "not a regular file");
+}
+
 static void broken_dir_without_safetensors(void) {
     char dir[1100], p[1200];
     mkdir(fresh(dir, sizeof dir, "nothing"), 0700);
@@ -736,6 +744,7 @@ int main(void) {
     DS_RUN(broken_tensor_in_two_shards);
     DS_RUN(broken_index_total_size_mismatch);
     DS_RUN(broken_index_itself);
+    DS_RUN(broken_index_not_a_regular_file);
     DS_RUN(broken_dir_without_safetensors);
     DS_RUN(broken_dir_two_candidates);
     DS_RUN(large_sparse_file_is_not_read);

@@ -469,6 +469,21 @@ static void hf_json_bad_input(void) {
     unlink(path);
 }
 
+// A tokenizer.json that is a directory once gave "'[' or '{' expected near end of file".
+static void tokenizer_file_not_a_regular_file(void) {
+    char dir[1024], sub[1024];
+    ds_tokenizer_t *tok = NULL;
+    EXPECT(ds_t_dir_in_place_of(DS_BINARY_DIR, "tokenizer.json", dir, sub, sizeof dir));
+    EXPECT_STATUS(ds_tokenizer_load(dir, &tok), DS_ERR_IO);
+    EXPECT_ERROR_HAS(sub);
+    EXPECT_ERROR_HAS("not a regular file");
+    EXPECT_STATUS(ds_tokenizer_load_tiktoken(sub, DS_TOK_SPECIALS_NONE, &tok), DS_ERR_IO);
+    EXPECT_ERROR_HAS("not a regular file");
+    EXPECT(tok == NULL);
+    rmdir(sub);
+    rmdir(dir);
+}
+
 int main(void) {
     if (ds_tokenizer_load_tiktoken(DATA "o200k_base.tiktoken", DS_TOK_SPECIALS_O200K_HARMONY,
                                    &o200k)) {
@@ -493,6 +508,7 @@ int main(void) {
     DS_RUN(hf_json_string_merges);
     DS_RUN(hf_json_pair_merges);
     DS_RUN(hf_json_bad_input);
+    DS_RUN(tokenizer_file_not_a_regular_file);
     ds_tokenizer_release(o200k);
     return ds_test_end();
 }
