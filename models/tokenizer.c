@@ -445,7 +445,9 @@ static enum ds_status compile_pattern(ds_tokenizer_t *t, const char *pattern, in
     if (s) goto cleanup;
     int err;
     PCRE2_SIZE erroff;
-    t->re = pcre2_compile((PCRE2_SPTR)pat.data, pat.n, PCRE2_UTF | PCRE2_UCP, &err, &erroff, NULL);
+    // An empty pattern leaves pat.data NULL, which PCRE2 refuses even with length 0.
+    t->re = pcre2_compile((PCRE2_SPTR)(pat.data ? pat.data : ""), pat.n, PCRE2_UTF | PCRE2_UCP,
+                          &err, &erroff, NULL);
     if (!t->re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(err, msg, sizeof msg);
@@ -876,6 +878,12 @@ static enum ds_status hf_merges(ds_tokenizer_t *t, json_t *merges, const int32_t
     return DS_OK;
 }
 
+// Steps over a UTF-8 byte order mark at the start of f: some editors write one before JSON.
+static void skip_bom(FILE *f) {
+    unsigned char b[3];
+    if (fread(b, 1, 3, f) != 3 || memcmp(b, "\xEF\xBB\xBF", 3)) rewind(f);
+}
+
 enum ds_status ds_tokenizer_load_hf(const char *path, ds_tokenizer_t **tok_out) {
     *tok_out = NULL;
     json_error_t jerr;
@@ -889,6 +897,7 @@ enum ds_status ds_tokenizer_load_hf(const char *path, ds_tokenizer_t **tok_out) 
         goto cleanup;
     }
     if ((s = ds_fopen_regular(path, &f))) goto cleanup;
+    skip_bom(f);
     root = json_loadf(f, 0, &jerr);
     if (!root) {
         s = ds_error_set(DS_ERR_FORMAT, "%s: line %d column %d: %s", path, jerr.line, jerr.column,
@@ -1034,6 +1043,7 @@ enum ds_status ds_tokenizer_load(const char *path, ds_tokenizer_t **tok_out) {
     FILE *f;
     enum ds_status s = ds_fopen_regular(path, &f);
     if (s) return s;
+    skip_bom(f);
     int c;
     while ((c = fgetc(f)) == ' ' || c == '\n' || c == '\r' || c == '\t') {
     }

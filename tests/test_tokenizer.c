@@ -427,6 +427,46 @@ static void hf_json_pair_merges(void) {
     unlink(path);
 }
 
+// An empty Split regex once failed with PCRE2's "pattern passed as NULL".
+static void empty_split_regex(json_t *root) {
+    json_t *seq = json_object_get(json_object_get(root, "pre_tokenizer"), "pretokenizers");
+    json_object_set_new(json_object_get(json_array_get(seq, 0), "pattern"), "Regex",
+                        json_string(""));
+}
+
+static void hf_json_empty_regex(void) {
+    char path[256];
+    ds_tokenizer_t *tok = NULL;
+    EXPECT_OK(ds_tokenizer_load_hf(tiny_variant(empty_split_regex, path, sizeof path), &tok));
+    if (tok) expect_ids(tok, "hel", IDS('h', 'e', 'l')); // every character its own piece
+    ds_tokenizer_release(tok);
+    unlink(path);
+}
+
+// A tokenizer.json that starts with a UTF-8 byte order mark is still JSON (it was once read as a
+// tiktoken file: "line 1: expected <base64> <rank>").
+static void hf_json_with_bom(void) {
+    char path[256];
+    FILE *in = fopen(DATA "tiny_tokenizer.json", "rb");
+    snprintf(path, sizeof path, "%s/tok_bom_%d.json", DS_BINARY_DIR, (int)getpid());
+    FILE *out = fopen(path, "wb");
+    if (!in || !out) {
+        DS_FAILF("cannot copy the tiny tokenizer to %s", path);
+        if (in) fclose(in);
+        if (out) fclose(out);
+        return;
+    }
+    fputs("\xEF\xBB\xBF", out);
+    for (int c; (c = fgetc(in)) != EOF;) fputc(c, out);
+    fclose(in);
+    fclose(out);
+    ds_tokenizer_t *tok = NULL;
+    EXPECT_OK(ds_tokenizer_load(path, &tok));
+    if (tok) check_tiny(tok);
+    ds_tokenizer_release(tok);
+    unlink(path);
+}
+
 static void add_normalizer(json_t *root) {
     json_object_set_new(root, "normalizer", json_pack("{s:s}", "type", "NFC"));
 }
@@ -507,6 +547,8 @@ int main(void) {
     DS_RUN(bad_tiktoken_files);
     DS_RUN(hf_json_string_merges);
     DS_RUN(hf_json_pair_merges);
+    DS_RUN(hf_json_empty_regex);
+    DS_RUN(hf_json_with_bom);
     DS_RUN(hf_json_bad_input);
     DS_RUN(tokenizer_file_not_a_regular_file);
     ds_tokenizer_release(o200k);
