@@ -439,15 +439,19 @@ static enum ds_status rewrite_ws(const char *pat, struct ds_byte_vec *out) {
 
 static enum ds_status compile_pattern(ds_tokenizer_t *t, const char *pattern, int rewrite,
                                       const char *path) {
+    // An empty Split regex matches nothing but empty strings: how it would split is not defined
+    // by anything this tokenizer can be checked against, so it is refused (it failed as PCRE2's
+    // "pattern passed as NULL" before).
+    if (!*pattern)
+        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: the pre-tokenizer's Split regex is empty",
+                            path);
     struct ds_byte_vec pat = {0};
     enum ds_status s = rewrite ? rewrite_ws(pattern, &pat)
                                : ds_byte_vec_append(&pat, pattern, strlen(pattern));
     if (s) goto cleanup;
     int err;
     PCRE2_SIZE erroff;
-    // An empty pattern leaves pat.data NULL, which PCRE2 refuses even with length 0.
-    t->re = pcre2_compile((PCRE2_SPTR)(pat.data ? pat.data : ""), pat.n, PCRE2_UTF | PCRE2_UCP,
-                          &err, &erroff, NULL);
+    t->re = pcre2_compile((PCRE2_SPTR)pat.data, pat.n, PCRE2_UTF | PCRE2_UCP, &err, &erroff, NULL);
     if (!t->re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(err, msg, sizeof msg);
