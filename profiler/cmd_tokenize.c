@@ -27,6 +27,7 @@ static int read_stream(FILE *in, struct ds_byte_vec *out) {
     size_t n;
     while ((n = fread(buf, 1, sizeof buf, in)) > 0)
         if (ds_byte_vec_append(out, buf, n)) return 1;
+    if (ferror(in)) return 1; // a directory reads as EISDIR: not an empty text
     return ds_byte_vec_append(out, "", 0) != DS_OK;
 }
 
@@ -105,10 +106,13 @@ int ds_cmd_tokenize(int argc, char **argv) {
             rc = 1;
             goto cleanup;
         }
+        errno = 0;
         int bad = read_stream(in, &input);
+        const int err = errno;
         if (file) fclose(in);
         if (bad) {
-            fprintf(stderr, "draftscope tokenize: %s: read error\n", file ? file : "stdin");
+            fprintf(stderr, "draftscope tokenize: %s: read error: %s\n", file ? file : "stdin",
+                    err ? strerror(err) : "out of memory");
             rc = 1;
             goto cleanup;
         }

@@ -593,6 +593,10 @@ static void cli_exit_codes(void) {
     EXPECT_EQ_INT(ds_cmd_tokenize(5, tok), 0);
     char *missing[] = {"tokenize", "--tokenizer", DATA "missing.tiktoken", "--text", "x", NULL};
     EXPECT_EQ_INT(ds_cmd_tokenize(5, missing), 1);
+    // A directory given as --file read as an empty text (0 tokens, exit 0): now a read error.
+    char *dir_file[] = {"tokenize", "--tokenizer", DATA "tiny_tokenizer.json", "--file", DATA,
+                        NULL};
+    EXPECT_EQ_INT(ds_cmd_tokenize(5, dir_file), 1);
     char *bad_ids[] = {"tokenize", "--tokenizer", DATA "tiny_tokenizer.json", "--decode", "1,x",
                        NULL};
     EXPECT_EQ_INT(ds_cmd_tokenize(5, bad_ids), 2);
