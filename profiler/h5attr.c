@@ -59,7 +59,12 @@ int ds_h5_attr_str(hid_t loc, const char *name, char *buf, size_t n) {
 int ds_h5_attr_num(hid_t loc, const char *name, hid_t native, void *v) {
     hid_t a = open_one(loc, name);
     if (a < 0) return -1;
-    const herr_t e = H5Aread(a, native, v);
+    // HDF5 converts a float to an integer type by truncation: k = 3.5 would read as 3.
+    hid_t ft = H5Aget_type(a);
+    const int lossy = ft < 0 || (H5Tget_class(native) == H5T_INTEGER &&
+                                 H5Tget_class(ft) != H5T_INTEGER);
+    if (ft >= 0) H5Tclose(ft);
+    const herr_t e = lossy ? -1 : H5Aread(a, native, v);
     H5Aclose(a);
     return e < 0 ? -1 : 0;
 }

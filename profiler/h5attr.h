@@ -16,7 +16,7 @@ char *ds_h5_attr_strdup(hid_t loc, const char *name);
 int ds_h5_attr_str(hid_t loc, const char *name, char *buf, size_t n);
 
 // One numeric element converted to `native` into *v; -1 when absent, not one element, or not
-// convertible (a string, say).
+// convertible (a string, say; a float where `native` is an integer type).
 int ds_h5_attr_num(hid_t loc, const char *name, hid_t native, void *v);
 
 #endif

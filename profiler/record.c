@@ -853,7 +853,7 @@ static enum ds_status check_meta(ds_recorder_t *rec, const struct ds_run_meta *m
     uint32_t version = 0;
     if (ds_h5_attr_num(f, "schema_version", H5T_NATIVE_UINT32, &version) < 0)
         return ds_error_set(DS_ERR_FORMAT,
-                            "%s: schema_version attribute missing or not one number", rec->path);
+                            "%s: schema_version attribute missing or not one integer", rec->path);
     if (version != DS_RECORD_SCHEMA_VERSION)
         return ds_error_set(
             DS_ERR_FORMAT, "%s: cannot resume: schema version %u in the file, this build writes %u",
@@ -884,7 +884,7 @@ static enum ds_status check_meta(ds_recorder_t *rec, const struct ds_run_meta *m
         ds_h5_attr_num(f, "top_p", H5T_NATIVE_DOUBLE, &top_p) < 0)
         return ds_error_set(DS_ERR_FORMAT,
                             "%s: a run attribute (seed, k, temperature, top_p) is "
-                            "missing or not one number",
+                            "missing or not one number (seed and k: integers)",
                             rec->path);
     if (seed != m->seed)
         return ds_error_set(DS_ERR_MISMATCH,

@@ -402,14 +402,14 @@ static enum ds_status read_attributes(struct ctx *c) {
                             DS_RECORD_SCHEMA_NAME);
     if (ds_h5_attr_num(c->file, "schema_version", H5T_NATIVE_UINT32, &s->schema_version) < 0)
         return ds_error_set(DS_ERR_FORMAT,
-                            "%s: schema_version attribute missing or not one number", c->path);
+                            "%s: schema_version attribute missing or not one integer", c->path);
     // v1 differs only by lacking sessions.trace_dropped (read as 0).
     if (s->schema_version < 1 || s->schema_version > DS_RECORD_SCHEMA_VERSION)
         return ds_error_set(DS_ERR_UNSUPPORTED,
                             "%s: schema version %u, this build reads versions 1 to %u", c->path,
                             s->schema_version, DS_RECORD_SCHEMA_VERSION);
     if (ds_h5_attr_num(c->file, "k", H5T_NATIVE_UINT32, &s->k) < 0)
-        return ds_error_set(DS_ERR_FORMAT, "%s: attribute k missing or not one number", c->path);
+        return ds_error_set(DS_ERR_FORMAT, "%s: attribute k missing or not one integer", c->path);
     if (s->k < 1 || s->k > 255)
         return ds_error_set(DS_ERR_FORMAT, "%s: attribute k = %u outside 1..255", c->path, s->k);
     // Descriptive attributes: absent ones stay empty/NaN rather than failing the summary.

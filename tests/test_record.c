@@ -974,12 +974,8 @@ static void resume_appends_and_checks_metadata(void) {
     EXPECT_ERROR_HAS("not a draftscope run file");
 }
 
-// A run file whose scalar attributes were rewritten as arrays (a file from another tool, or a
-// damaged one): resume refuses it by name. The recorder read such an attribute straight into one
-// variable, so a 16-element seed wrote 128 bytes over an 8-byte one (the sanitizer build caught
-// it as a stack-buffer-overflow).
-// A closed run file of test_meta() at path, reopened read-write for a test to damage (H5I_INVALID_HID
-// on failure).
+// A closed run file of test_meta() at path, reopened read-write for a test to damage
+// (H5I_INVALID_HID on failure).
 static hid_t closed_run_rdwr(const char *path) {
     struct ds_run_meta meta = test_meta();
     ds_recorder_t *rec = NULL;
@@ -1004,9 +1000,10 @@ static void rewrite_as_array(hid_t f, const char *name, hid_t t, hsize_t n, cons
 // A run file whose scalar attributes were rewritten as arrays (a file from another tool, or a
 // damaged one): resume refuses it by name. The recorder read such an attribute straight into one
 // variable, so a 16-element seed wrote 128 bytes over an 8-byte one and the resume went on.
+// The last case is k as a float (3.0, the run's k): HDF5 would convert it to 3 and resume.
 static void resume_refuses_array_attributes(void) {
     const struct ds_run_meta meta = test_meta();
-    static const char *const names[] = {"seed", "schema_version", "k", "rule"};
+    static const char *const names[] = {"seed", "schema_version", "k", "rule", "k"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const char *path = tmp_path("array_attr.h5");
         hid_t f = closed_run_rdwr(path);
@@ -1016,11 +1013,14 @@ static void resume_refuses_array_attributes(void) {
             for (int j = 0; j < 16; j++)
                 values[j] = meta.seed;
             rewrite_as_array(f, names[i], H5T_NATIVE_UINT64, 16, values);
-        } else { // four fixed-length strings, each the right value
+        } else if (i == 3) { // four fixed-length strings, each the right value
             hid_t t = H5Tcopy(H5T_C_S1);
             H5Tset_size(t, 8);
             rewrite_as_array(f, names[i], t, 4, "greedy\0\0greedy\0\0greedy\0\0greedy\0\0");
             H5Tclose(t);
+        } else {
+            const double k = meta.k;
+            rewrite_as_array(f, names[i], H5T_NATIVE_DOUBLE, 1, &k);
         }
         H5Fclose(f);
         struct ds_resume_info info;
@@ -1029,7 +1029,7 @@ static void resume_refuses_array_attributes(void) {
         EXPECT(rec == NULL);
         if (rec) ds_recorder_close(rec);
         EXPECT_ERROR_HAS(names[i]);
-        EXPECT_ERROR_HAS(i < 3 ? "not one number" : "not one string");
+        EXPECT_ERROR_HAS(i == 1 ? "not one integer" : i == 3 ? "not one string" : "not one number");
     }
 }
 

@@ -570,6 +570,26 @@ static void refuses_bad_files(void) {
         s = NULL;
     }
 
+    // k stored as a float: 3.5 was converted to 3 and summarised as K = 3.
+    const char *kf = tmp_path("k_float.h5");
+    EXPECT_OK(write_hand_run(kf));
+    h = H5Fopen(kf, H5F_ACC_RDWR, H5P_DEFAULT);
+    EXPECT(h >= 0);
+    if (h >= 0) {
+        const double k = 3.5;
+        hid_t sp = H5Screate(H5S_SCALAR);
+        EXPECT(H5Adelete(h, "k") >= 0);
+        hid_t a = H5Acreate2(h, "k", H5T_NATIVE_DOUBLE, sp, H5P_DEFAULT, H5P_DEFAULT);
+        EXPECT(a >= 0 && H5Awrite(a, H5T_NATIVE_DOUBLE, &k) >= 0);
+        H5Aclose(a);
+        H5Sclose(sp);
+        H5Fclose(h);
+    }
+    s = NULL;
+    EXPECT_STATUS(ds_summary_compute(kf, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
+    EXPECT_ERROR_HAS("k_float.h5: attribute k missing or not one integer");
+    EXPECT(s == NULL);
+
     EXPECT_STATUS(ds_summary_compute(NULL, DS_SUMMARY_BY_BATCH, &s), DS_ERR_ARG);
     enum ds_summary_by by;
     EXPECT_STATUS(ds_summary_by_parse("colour", &by), DS_ERR_ARG);
