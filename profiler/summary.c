@@ -12,6 +12,7 @@
 #include "ds/summary.h"
 
 #include "ds/dataset.h"
+#include "ds/tokenizer.h"
 #include "h5attr.h"
 
 #include <hdf5.h>
@@ -1068,17 +1069,27 @@ enum ds_status ds_summary_print_text(const struct ds_summary *s, FILE *f) {
     return DS_OK;
 }
 
-// Text that may not be valid UTF-8 (a path): invalid bytes become '?'.
+// Text that may not be valid UTF-8 (a path, a string cut at its field's size): each invalid
+// sequence becomes one U+FFFD, much as Python's decode(errors="replace") reads it (exactly so for
+// a character cut at the end); the valid text around it is kept (every non-ASCII byte of a cut
+// label became '?' before).
 static json_t *text_json(const char *t) {
     json_t *j = json_string(t);
     if (j) return j;
-    char *copy = strdup(t);
-    if (!copy) return json_string("?");
-    for (char *p = copy; *p; p++)
-        if ((unsigned char)*p >= 0x80) *p = '?';
-    j = json_string(copy);
-    free(copy);
-    return j;
+    const size_t n = strlen(t);
+    struct ds_byte_vec v = {0};
+    enum ds_status st = DS_OK;
+    for (size_t i = 0; i < n && !st;) {
+        const size_t k = ds_utf8_valid_prefix(t + i, n - i);
+        st = ds_byte_vec_append(&v, t + i, k);
+        if ((i += k) >= n || st) break;
+        st = ds_byte_vec_append(&v, "\xEF\xBF\xBD", 3);
+        i++; // the bad byte, then the continuation bytes that follow it
+        while (i < n && ((unsigned char)t[i] & 0xC0) == 0x80) i++;
+    }
+    j = st ? NULL : json_stringn(v.data ? v.data : "", v.n);
+    ds_byte_vec_free(&v);
+    return j ? j : json_string("?");
 }
 
 static json_t *real_or_null(double v) {

@@ -373,6 +373,22 @@ static void hand_run_other_keys(void) {
 }
 
 // The JSON form carries the same numbers (checked on a few, parsed back with jansson).
+// Replaces the root attribute `name` of the file at path with n elements (n = 0: a scalar) of
+// type t from data; the tests use it to damage hand runs the way another tool might write them.
+static void rewrite_attr(const char *path, const char *name, hid_t t, hsize_t n,
+                         const void *data) {
+    hid_t h = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    EXPECT(h >= 0);
+    if (h < 0) return;
+    hid_t sp = n ? H5Screate_simple(1, &n, NULL) : H5Screate(H5S_SCALAR);
+    EXPECT(H5Adelete(h, name) >= 0);
+    hid_t a = H5Acreate2(h, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT(a >= 0 && H5Awrite(a, t, data) >= 0);
+    H5Aclose(a);
+    H5Sclose(sp);
+    H5Fclose(h);
+}
+
 static void json_output(void) {
     const char *path = tmp_path("hand_json.h5");
     const char *out = tmp_path("hand.json");
@@ -403,6 +419,41 @@ static void json_output(void) {
     EXPECT(json_is_null(json_object_get(other, "rate"))); // 0/0 is null, never NaN in JSON
     EXPECT_EQ_INT(json_integer_value(json_object_get(json_object_get(j, "rows"), "dropped_drafts")),
                   3);
+    json_decref(j);
+
+    // A gpu_name longer than the summary keeps (127 bytes) is cut inside a character: the JSON
+    // keeps the text and marks the cut with one U+FFFD (every non-ASCII byte became '?').
+    char name[451] = "";
+    for (int i = 0; i < 50; i++)
+        strcat(name, "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E"); // 日本語, 9 bytes
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, H5T_VARIABLE);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    const char *pn = name;
+    rewrite_attr(path, "gpu_name", t, 0, &pn);
+    H5Tclose(t);
+    s = NULL;
+    EXPECT_OK(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s));
+    if (!s) return;
+    f = fopen(out, "w");
+    EXPECT(f != NULL);
+    if (f) {
+        EXPECT_OK(ds_summary_print_json(s, f));
+        fclose(f);
+    }
+    ds_summary_free(s);
+    j = json_load_file(out, 0, &err);
+    EXPECT(j != NULL);
+    if (!j) return;
+    const char *gpu = json_string_value(json_object_get(json_object_get(j, "run"), "gpu_name"));
+    EXPECT(gpu != NULL);
+    if (gpu) {
+        // 127 bytes: 14 whole characters of 9 bytes (126), then one byte of the next.
+        char want[160];
+        memcpy(want, name, 126);
+        memcpy(want + 126, "\xEF\xBF\xBD", 4);
+        EXPECT_EQ_STR(gpu, want);
+    }
     json_decref(j);
 }
 
@@ -541,23 +592,13 @@ static void refuses_bad_files(void) {
     for (int which = 0; which < 2; which++) {
         const char *arr = tmp_path("array_attr.h5");
         EXPECT_OK(write_hand_run(arr));
-        h = H5Fopen(arr, H5F_ACC_RDWR, H5P_DEFAULT);
-        EXPECT(h >= 0);
-        if (h < 0) continue;
-        const char *name = which ? "schema" : "rule";
-        const hsize_t four = 4;
         char vals[4][16];
         for (int i = 0; i < 4; i++)
             snprintf(vals[i], sizeof vals[i], "%s", which ? DS_RECORD_SCHEMA_NAME : "greedy");
-        hid_t sp = H5Screate_simple(1, &four, NULL), t = H5Tcopy(H5T_C_S1);
+        hid_t t = H5Tcopy(H5T_C_S1);
         H5Tset_size(t, 16);
-        EXPECT(H5Adelete(h, name) >= 0);
-        hid_t a = H5Acreate2(h, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-        EXPECT(a >= 0 && H5Awrite(a, t, vals) >= 0);
-        H5Aclose(a);
+        rewrite_attr(arr, which ? "schema" : "rule", t, 4, vals);
         H5Tclose(t);
-        H5Sclose(sp);
-        H5Fclose(h);
         s = NULL;
         if (which) {
             EXPECT_STATUS(ds_summary_compute(arr, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
@@ -573,18 +614,8 @@ static void refuses_bad_files(void) {
     // k stored as a float: 3.5 was converted to 3 and summarised as K = 3.
     const char *kf = tmp_path("k_float.h5");
     EXPECT_OK(write_hand_run(kf));
-    h = H5Fopen(kf, H5F_ACC_RDWR, H5P_DEFAULT);
-    EXPECT(h >= 0);
-    if (h >= 0) {
-        const double k = 3.5;
-        hid_t sp = H5Screate(H5S_SCALAR);
-        EXPECT(H5Adelete(h, "k") >= 0);
-        hid_t a = H5Acreate2(h, "k", H5T_NATIVE_DOUBLE, sp, H5P_DEFAULT, H5P_DEFAULT);
-        EXPECT(a >= 0 && H5Awrite(a, H5T_NATIVE_DOUBLE, &k) >= 0);
-        H5Aclose(a);
-        H5Sclose(sp);
-        H5Fclose(h);
-    }
+    const double k_half = 3.5;
+    rewrite_attr(kf, "k", H5T_NATIVE_DOUBLE, 0, &k_half);
     s = NULL;
     EXPECT_STATUS(ds_summary_compute(kf, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
     EXPECT_ERROR_HAS("k_float.h5: attribute k missing or not one integer");
