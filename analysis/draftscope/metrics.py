@@ -76,8 +76,22 @@ def _request_key(requests, by):
         return requests["batch_size"].to_numpy().astype(np.int64)
     if by == "turn":
         return requests["turn"].to_numpy().astype(np.int64)
-    names = requests["category_name"].to_numpy()
-    return np.array([n if n else "(none)" for n in names], dtype=object)
+    # A category is its string id, as in the C summary: two categories whose texts agree (or
+    # "" and "(none)") stay apart.
+    return requests["category"].to_numpy().astype(np.int64)
+
+
+def _category_labels(run):
+    """{category string id: label} for the run's requests ("(none)" for the empty text)."""
+    ids = run.requests["category"].to_numpy().astype(np.int64)
+    n = len(run.strings)
+    bad = ids[ids >= n]
+    if len(bad):
+        raise DraftscopeFormatError(
+            f"{run.path}: /requests names category string {int(bad[0])} beyond /strings "
+            f"({n} rows)")
+    texts = run.strings["text"]
+    return {int(i): (texts.iloc[int(i)] or "(none)") for i in set(ids.tolist())}
 
 
 def _row_key(run, table, by, bins):
@@ -97,19 +111,21 @@ def _row_key(run, table, by, bins):
     return df["channel"].cat.codes.to_numpy().astype(np.int64)
 
 
-def _label(by, key, bins):
+def _label(by, key, bins, cat_labels=None):
     if by == "channel":
         return schema.ENUMS["channel"][int(key)]
     if by == "category":
-        return str(key)
+        return cat_labels[int(key)]
     if by == "context":
         return _bucket_labels(list(bins))[int(key)]
     return str(int(key))
 
 
-def _sorted_keys(keys, by):
+def _sorted_keys(keys, by, cat_labels=None):
     keys = list(keys)
-    return sorted(keys) if by == "category" else sorted(keys, key=int)
+    if by == "category":  # by label bytes, then id, as the C summary sorts them
+        return sorted(keys, key=lambda k: (cat_labels[int(k)].encode("utf-8", "replace"), int(k)))
+    return sorted(keys, key=int)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,13 +237,17 @@ def _group_dict(k, key, label, n_requests, g):
     return d
 
 
+def _no_constant(name):
+    raise ValueError(f"{name} is not JSON")  # NaN, Infinity: Python reads them, JSON has none
+
+
 def run_options(run):
     """options_json as a dict ({} when absent or empty)."""
     text = run.meta.get("options_json") or ""
     if not text:
         return {}
     try:
-        o = json.loads(text)
+        o = json.loads(text, parse_constant=_no_constant)
     except ValueError as e:
         raise DraftscopeFormatError(f"{run.path}: options_json is not a JSON object ({e})")
     if not isinstance(o, dict):
@@ -235,11 +255,39 @@ def run_options(run):
     return o
 
 
+MAX_BASELINE = 64  # DS_SUMMARY_MAX_BASELINE
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _baseline_entries(run):
+    """options_json.baseline checked as the C summary checks it (a list of at most 64 entries,
+    each an integer batch_size 1..65535 and a positive median_ns)."""
+    base = run_options(run).get("baseline", [])
+    if not isinstance(base, list) or len(base) > MAX_BASELINE:
+        raise DraftscopeFormatError(
+            f"{run.path}: options_json.baseline is not a list of at most {MAX_BASELINE} batch "
+            "sizes")
+    for i, b in enumerate(base):
+        bs = b.get("batch_size") if isinstance(b, dict) else None
+        med = b.get("median_ns") if isinstance(b, dict) else None
+        if not (_is_int(bs) and 1 <= bs <= 65535 and _is_num(med) and med > 0):
+            raise DraftscopeFormatError(
+                f"{run.path}: options_json.baseline[{i}] needs batch_size (1..65535) and a "
+                "positive median_ns")
+    return base
+
+
 def baseline(run):
     """{batch size: baseline median decode step time in ns} from options_json (see
     docs/tracing.md); {} without a baseline."""
-    return {int(b["batch_size"]): float(b["median_ns"])
-            for b in run_options(run).get("baseline", [])}
+    return {int(b["batch_size"]): float(b["median_ns"]) for b in _baseline_entries(run)}
 
 
 def dataset_skips(run):
@@ -276,14 +324,11 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
         keys = set(dkey.tolist())
         if skey is not None:
             keys |= set(skey.tolist())
-    cat_id = {}
-    if by == "category":  # the C summary's key is the category's string id
-        for name, sid in zip(requests["category_name"], requests["category"]):
-            cat_id[name if name else "(none)"] = int(sid)
+    cats = _category_labels(run) if by == "category" else None
     opts = run_options(run)
     base = baseline(run)
     groups = []
-    for key in _sorted_keys(keys, by):
+    for key in _sorted_keys(keys, by, cats):
         s = steps[skey == key] if skey is not None else steps.iloc[:0]
         d = drafts[dkey == key]
         if by in REQUEST_KEYS:
@@ -295,8 +340,7 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
         g = _group_sums(k, s, d, r)
         if by in ("batch", "step-batch"):
             g["base_step_ns"] = base.get(int(key), float("nan"))
-        out_key = cat_id[key] if by == "category" else int(key)
-        groups.append(_group_dict(k, out_key, _label(by, key, context_bins), n_req, g))
+        groups.append(_group_dict(k, int(key), _label(by, key, context_bins, cats), n_req, g))
     all_g = _group_sums(k, steps, drafts, requests)
     if by in ("batch", "step-batch") and len(groups) == 1:
         all_g["base_step_ns"] = groups[0]["base_step_ns"]
@@ -316,14 +360,15 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
             "seed": int(meta.get("seed", 0)), "tool_version": meta.get("tool_version", ""),
             "git_commit": meta.get("git_commit", ""), "gpu_name": meta.get("gpu_name", ""),
             "sessions": len(run.sessions), "last_session_status": str(status),
-            "trace_overhead": _num(overhead) if isinstance(overhead, (int, float)) else None,
+            "trace_overhead": _num(overhead) if _is_num(overhead) else None,
             "trace_dropped": int(run.sessions["trace_dropped"].sum()) if len(run.sessions) else 0,
             "dataset": dataset_skips(run),
-            "baseline": [{"batch_size": int(b["batch_size"]), "steps": int(b.get("steps", 0)),
+            "baseline": [{"batch_size": int(b["batch_size"]),
+                          "steps": b["steps"] if _is_int(b.get("steps")) else 0,
                           "median_ns": _num(b["median_ns"]),
-                          "mean_ns": _num(b.get("mean_ns", float("nan"))),
-                          "min_ns": _num(b.get("min_ns", float("nan")))}
-                         for b in opts.get("baseline", [])],
+                          "mean_ns": _num(b["mean_ns"]) if _is_num(b.get("mean_ns")) else None,
+                          "min_ns": _num(b["min_ns"]) if _is_num(b.get("min_ns")) else None}
+                         for b in _baseline_entries(run)],
         },
         "rows": {
             "steps": len(steps) + run.dropped["steps"] * (not run.keep_unfinished),
@@ -427,11 +472,12 @@ def request_sums(run, metric, by="batch", position=None, context_bins=DEFAULT_CO
     req_ids = run.requests["request"].to_numpy()
     req_index = pd.Series(np.arange(len(req_ids)), index=req_ids)
     ri = req_index.reindex(df["request"].to_numpy()).to_numpy()
+    cats = _category_labels(run) if by == "category" else None
     if by in REQUEST_KEYS:
         req_key = _request_key(run.requests, by)
-        keys = _sorted_keys(set(req_key.tolist()), by)
+        keys = _sorted_keys(set(req_key.tolist()), by, cats)
     else:
-        keys = _sorted_keys(set(np.asarray(rowkey).tolist()), by)
+        keys = _sorted_keys(set(np.asarray(rowkey).tolist()), by, cats)
     kpos = {key: j for j, key in enumerate(keys)}
     gi = np.array([kpos[x] for x in np.asarray(rowkey).tolist()], dtype=np.int64)
     n_req, n_g = len(req_ids), len(keys)
@@ -444,7 +490,7 @@ def request_sums(run, metric, by="batch", position=None, context_bins=DEFAULT_CO
     group_of_request = None
     if by in REQUEST_KEYS:
         group_of_request = np.array([kpos[x] for x in req_key.tolist()], dtype=np.int64)
-    labels = [_label(by, key, context_bins) for key in keys]
+    labels = [_label(by, key, context_bins, cats) for key in keys]
     return keys, labels, req_ids, num, den, const, group_of_request
 
 

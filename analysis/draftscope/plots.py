@@ -142,7 +142,9 @@ def expected_vs_realized(run, n_bins=10):
         ax.plot(m["e"], m["a"], marker="o", label=f"position {i}")
     ax.plot([0, 1], [0, 1], color="#999999", lw=1, ls="--", label="expected = realized")
     ax.set_xlabel("expected acceptance Σ min(p, q) (binned)")
-    ax.set_ylabel(f"realized acceptance (rule: {run.meta.get('rule', '?')})")
+    # Text from the file, shown as it is: a '$' would start matplotlib's mathtext.
+    rule = str(run.meta.get("rule", "?")).replace("$", r"\$")
+    ax.set_ylabel(f"realized acceptance (rule: {rule})")
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1.05)
     ax.grid(alpha=0.3)

@@ -137,7 +137,12 @@ class Run:
         # than failing later in int() or float() with no file named.
         def one_number(v):
             return isinstance(v, (int, float)) and not isinstance(v, bool)
-        for name, ok, what in ([(n, one_number, "one number") for n in schema.NUMBER_ATTRS] +
+
+        def one_integer(v):  # as the C reader takes them: an integer type, not 3.0
+            return isinstance(v, int) and not isinstance(v, bool)
+        for name, ok, what in ([(n, one_integer if n in schema.INTEGER_ATTRS else one_number,
+                                 "one integer" if n in schema.INTEGER_ATTRS else "one number")
+                                for n in schema.NUMBER_ATTRS] +
                                [(n, lambda v: isinstance(v, str), "one string")
                                 for n in schema.STRING_ATTRS] +
                                [(n, lambda v: isinstance(v, list) and all(map(one_number, v)),

@@ -78,6 +78,7 @@ STRING_ATTRS = ["schema", "tool_version", "git_commit", "command_line", "gpu_nam
                 "draft_path", "draft_config_sha256", "dataset_path", "dataset_sha256", "rule",
                 "trace_level", "options_json"]
 NUMBER_ATTRS = ["schema_version", "seed", "k", "temperature", "top_p", "created_unix_ns"]
+INTEGER_ATTRS = ["schema_version", "seed", "k", "created_unix_ns"]  # stored as integer types
 ARRAY_ATTRS = ["batch_sizes"]
 
 

@@ -2,9 +2,11 @@
 the bootstrap against a direct resampling."""
 import json
 import math
+import shutil
 import subprocess
 import sys
 
+import h5py
 import numpy as np
 import pytest
 
@@ -217,3 +219,39 @@ def test_step_times_and_speedup(samples):
         assert all(g["timed_steps"] == 0 and g["mean_draft_ns"] is None for g in d["groups"])
         assert d["run"]["baseline"] == [] and d["run"]["trace_overhead"] is None
         assert d["run"]["trace_dropped"] == 0
+
+
+def test_categories_are_string_ids(programs, samples, tmp_path):
+    """Two categories whose texts are equal stay two groups, keyed by string id, in the order
+    (label, id), as the C summary groups them; Python merged them by text before."""
+    path = tmp_path / "same_text.h5"
+    shutil.copy(samples["sample"], path)
+    with h5py.File(path, "r+") as f:
+        req = f["requests"][()]
+        ids = sorted(set(int(c) for c in req["category"]))
+        assert len(ids) >= 2, "the sample needs two categories"
+        strings = f["strings"][()]
+        strings["text"][ids[1]] = strings["text"][ids[0]]  # the second now reads as the first
+        f["strings"][...] = strings
+    c = _c_summary(programs, path, "category")
+    with draftscope.open(path) as run:
+        py = metrics.summary_dict(run, "category")
+    assert len(py["groups"]) == len(c["groups"]) == len(ids)
+    c.pop("file")
+    py.pop("file")
+    _same(c, py, "category")
+
+
+def test_options_json_checked_as_c_checks_it(samples):
+    """A baseline entry without a median, a batch size of 1.0 or a negative median, and NaN
+    anywhere in options_json are format errors naming the file (KeyError, TypeError or silent
+    acceptance before), as in the C summary."""
+    with draftscope.open(samples["sample"]) as run:
+        for bad, says in (('{"baseline": [{"batch_size": 1}]}', r"baseline\[0\] needs"),
+                          ('{"baseline": 5}', "baseline is not a list"),
+                          ('{"baseline": [{"batch_size": 1.0, "median_ns": 5}]}', "needs"),
+                          ('{"baseline": [{"batch_size": 1, "median_ns": -5}]}', "needs"),
+                          ('{"trace_overhead": NaN}', "options_json is not a JSON object")):
+            run.meta["options_json"] = bad
+            with pytest.raises(draftscope.DraftscopeFormatError, match=says):
+                metrics.summary_dict(run, "batch")

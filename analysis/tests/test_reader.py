@@ -183,11 +183,13 @@ def test_refusals(samples, tmp_path):
     # float() later (a TypeError naming no file, before this check).
     bad = tmp_path / "bad_attr.h5"
     for name, value, says in [
-            ("k", np.array([3, 3, 3], dtype=np.uint32), "attribute k is not one number"),
-            ("k", np.float64(3.5), r"attribute k = 3\.5 is not an integer in 1\.\.255"),
+            ("k", np.array([3, 3, 3], dtype=np.uint32), "attribute k is not one integer"),
+            ("k", np.float64(3.5), "attribute k is not one integer"),
+            ("k", np.float64(np.inf), "attribute k is not one integer"),  # OverflowError before
             ("k", np.uint32(0), r"attribute k = 0 is not an integer in 1\.\.255"),
             ("temperature", np.array([0.0, 1.0]), "attribute temperature is not one number"),
-            ("seed", b"1234", "attribute seed is not one number"),
+            ("seed", b"1234", "attribute seed is not one integer"),
+            ("seed", np.float64(np.nan), "attribute seed is not one integer"),
             ("rule", np.int32(1), "attribute rule is not one string"),
             ("batch_sizes", b"1,8", "attribute batch_sizes is not a list of numbers")]:
         shutil.copy(samples["closed"], bad)

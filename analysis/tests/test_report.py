@@ -55,3 +55,20 @@ def test_report_refuses_a_bad_file(tmp_path):
                         str(tmp_path / "r.html")], capture_output=True, text=True)
     assert r.returncode == 1
     assert "bad.h5: not an HDF5 file" in r.stderr
+
+
+def test_report_shows_file_text_as_text(samples, tmp_path):
+    """A rule with '$' in it is shown as it is: matplotlib read it as mathtext and the report
+    failed with a pyparsing traceback. The HTML escapes it too."""
+    import shutil
+
+    import h5py
+    path = tmp_path / "math.h5"
+    shutil.copy(samples["sample"], path)
+    with h5py.File(path, "r+") as f:
+        f.attrs["rule"] = "$\\frac$ <b>"
+    out = tmp_path / "report.html"
+    r = subprocess.run([sys.executable, "-m", "draftscope", "report", str(path), "-o", str(out),
+                        "--bootstrap", "20"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "$\\frac$ &lt;b&gt;" in out.read_text(encoding="utf-8")
