@@ -639,7 +639,12 @@ enum ds_status ds_recorder_flush(ds_recorder_t *rec) {
     if (!rec) return ds_error_set(DS_ERR_ARG, "recorder: NULL argument");
     if (rec->failed) return sticky(rec);
     int wrote = 0;
-    for (int ti = 0; ti < DS_REC_SESSIONS; ti++) {
+    // /requests last: a request's row says it is done (--resume skips it), so it goes to the
+    // file only after the rows it closes, and not at all when one of those writes failed.
+    static const int order[] = {DS_REC_STRINGS, DS_REC_STEPS,  DS_REC_DRAFTS,
+                                DS_REC_KERNELS, DS_REC_RANGES, DS_REC_REQUESTS};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        const int ti = order[i];
         struct table *t = &rec->t[ti];
         if (!t->pending) continue;
         if (write_rows(rec, ti, t->rows_file, t->pending, t->buf)) return mark_failed(rec);

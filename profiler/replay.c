@@ -135,6 +135,12 @@ struct replay {
     struct ds_spec_result *res;  // (S)
     struct ds_rec_step *srows;   // (S)
     struct ds_rec_draft *drows;  // (S·K)
+    // /requests rows of the requests that end inside a step, appended after that step's /steps
+    // and /drafts rows: a flush between them (a full buffer, a crash) must never leave a
+    // request recorded as done without its last rows, which --resume would then never rerun.
+    struct ds_rec_request *qrows; // (S)
+    size_t n_qrows;
+    bool defer_requests;
     size_t cursor;             // first request index that may still wait
 };
 
@@ -206,7 +212,8 @@ static enum ds_status finish(struct replay *r, int slot, enum ds_rec_stop stop) 
         row.batch_size = (uint16_t)r->B;
         row.turn = q->turn;
         row.stop_reason = (uint8_t)stop;
-        if ((s = ds_recorder_append_requests(r->rec, &row, 1))) return s;
+        if (r->defer_requests) r->qrows[r->n_qrows++] = row; // at most one per slot and step
+        else if ((s = ds_recorder_append_requests(r->rec, &row, 1))) return s;
         r->st->requests++;
     }
     // The reply a later turn of a question conversation is rendered with.
@@ -388,6 +395,8 @@ static enum ds_status step(struct replay *r) {
             if (times[i].step == step_id) tt = &times[i];
     }
     size_t nd = 0, ns = 0;
+    r->defer_requests = true;
+    r->n_qrows = 0;
     for (int i = 0; i < n; i++) {
         const int slot = r->slot_of[i];
         struct live *l = &r->live[slot];
@@ -427,11 +436,11 @@ static enum ds_status step(struct replay *r) {
         }
         if (res->nonfinite && !ended && (s = finish(r, slot, DS_REC_STOP_ERROR))) return s;
     }
+    r->defer_requests = false;
     if ((s = ds_recorder_append_steps(r->rec, r->srows, ns)) ||
-        (s = ds_recorder_append_drafts(r->rec, r->drows, nd)))
+        (s = ds_recorder_append_drafts(r->rec, r->drows, nd)) ||
+        (s = ds_recorder_append_requests(r->rec, r->qrows, r->n_qrows)))
         return s;
-    // Note: /requests rows of requests that ended in this step were appended before their
-    // last /steps row; the reader joins on ids, so the order between tables does not matter.
     progress(r, 0);
     return maybe_flush(r, 0);
 }
@@ -502,8 +511,9 @@ enum ds_status ds_replay_run(ds_spec_t *spec, ds_harmony_t *h, const ds_tokenize
     r.res = calloc(S, sizeof *r.res);
     r.srows = calloc(S, sizeof *r.srows);
     r.drows = calloc(S * DS_SPEC_MAX_K, sizeof *r.drows);
+    r.qrows = calloc(S, sizeof *r.qrows);
     bool ok = r.live && r.state && r.run && r.record && r.reply && r.msgs && r.seqp && r.newp &&
-              r.slot_of && r.prompts && r.lens && r.res && r.srows && r.drows;
+              r.slot_of && r.prompts && r.lens && r.res && r.srows && r.drows && r.qrows;
     for (size_t i = 0; ok && i < S; i++) {
         r.live[i].gen = malloc((size_t)cfg->max_new_tokens * sizeof(int32_t));
         r.live[i].fin = malloc((size_t)cfg->max_new_tokens * sizeof(int32_t));
@@ -539,6 +549,7 @@ enum ds_status ds_replay_run(ds_spec_t *spec, ds_harmony_t *h, const ds_tokenize
     free(r.lens);
     free(r.res);
     free(r.srows);
+    free(r.qrows);
     free(r.drows);
     return s;
 }

@@ -1079,6 +1079,16 @@ static void resume_after_sigkill(void) {
 
 enum { DISK_GOOD = 2000 };
 
+// In a forked writer: files may grow only `extra` bytes past path's size (a full disk); exceeding
+// the limit must become a write error, not a kill (exits 94 when the limit cannot be set).
+static void limit_file_size(const char *path, off_t extra) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct stat sb;
+    if (stat(path, &sb)) _exit(94);
+    struct rlimit rl = {(rlim_t)(sb.st_size + extra), (rlim_t)(sb.st_size + extra)};
+    if (setrlimit(RLIMIT_FSIZE, &rl)) _exit(94);
+}
+
 static void full_disk_gives_clean_error(void) {
     const char *path = tmp_path("full.h5");
     int pipefd[2];
@@ -1086,16 +1096,12 @@ static void full_disk_gives_clean_error(void) {
     pid_t pid = fork();
     if (pid == 0) {
         close(pipefd[0]);
-        signal(SIGXFSZ, SIG_IGN); // exceeding the limit must become a write error, not a kill
         struct ds_run_meta meta = test_meta();
         ds_recorder_t *rec = NULL;
         if (ds_recorder_create(path, &meta, 0, &rec)) _exit(92);
         append_drafts_range(rec, 0, DISK_GOOD);
         if (ds_recorder_flush(rec)) _exit(93);
-        struct stat sb;
-        if (stat(path, &sb)) _exit(94);
-        struct rlimit rl = {(rlim_t)sb.st_size + 100000, (rlim_t)sb.st_size + 100000};
-        if (setrlimit(RLIMIT_FSIZE, &rl)) _exit(94);
+        limit_file_size(path, 100000);
         enum ds_status st = DS_OK;
         uint64_t next = DISK_GOOD;
         for (int i = 0; i < 200 && st == DS_OK; i++) {
@@ -1148,6 +1154,63 @@ static void full_disk_gives_clean_error(void) {
         free(dr);
         H5Fclose(f);
     }
+}
+
+// A request's /requests row goes to the file only with the rows it closes. Each round appends
+// a request's drafts and then its /requests row and flushes, until the file size limit makes a
+// write fail. The flush wrote /requests before /drafts, so the failing round left a request
+// recorded as done with none of its drafts (and --resume never reran it).
+enum { ORDER_DRAFTS = 20000 };
+static void failed_flush_keeps_requests_last(void) {
+    const char *path = tmp_path("order.h5");
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct ds_run_meta meta = test_meta();
+        ds_recorder_t *rec = NULL;
+        if (ds_recorder_create(path, &meta, 0, &rec)) _exit(92);
+        if (ds_recorder_flush(rec)) _exit(93);
+        limit_file_size(path, 4000000);
+        enum ds_status st = DS_OK;
+        for (uint32_t req = 0; req < 200 && st == DS_OK; req++) {
+            for (int j = 0; j < ORDER_DRAFTS && st == DS_OK; j++) {
+                struct ds_rec_draft d = make_draft(j);
+                d.request = req;
+                st = ds_recorder_append_drafts(rec, &d, 1);
+            }
+            struct ds_rec_request r = make_request(req);
+            if (st == DS_OK) st = ds_recorder_append_requests(rec, &r, 1);
+            if (st == DS_OK) st = ds_recorder_flush(rec);
+        }
+        ds_recorder_close(rec);
+        _exit(st == DS_ERR_IO ? 0 : 95);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    hid_t f = open_ro(path, 1);
+    if (f < 0) {
+        EXPECT_OK(ds_recorder_recover(path));
+        f = open_ro(path, 0);
+    }
+    EXPECT(f >= 0);
+    if (f < 0) return;
+    hsize_t nr = 0, nd = 0;
+    struct ds_rec_request *rq = read_table(f, "requests", sizeof *rq, &nr);
+    struct ds_rec_draft *dr = read_table(f, "drafts", sizeof *dr, &nd);
+    H5Fclose(f);
+    EXPECT(nr > 0); // some rounds fit
+    printf("  requests on disk: %llu, drafts: %llu\n", (unsigned long long)nr,
+           (unsigned long long)nd);
+    for (hsize_t i = 0; rq && dr && i < nr; i++) {
+        hsize_t have = 0;
+        for (hsize_t j = 0; j < nd; j++)
+            have += dr[j].request == rq[i].request;
+        if (have != ORDER_DRAFTS)
+            DS_FAILF("request %u is on disk with %llu of its %d drafts", rq[i].request,
+                     (unsigned long long)have, ORDER_DRAFTS);
+    }
+    free(rq);
+    free(dr);
 }
 
 static void abort_hook_flushes(void) {
@@ -1261,6 +1324,7 @@ int main(int argc, char **argv) {
     DS_RUN(resume_refuses_array_attributes);
     DS_RUN(resume_after_sigkill);
     DS_RUN(full_disk_gives_clean_error);
+    DS_RUN(failed_flush_keeps_requests_last);
     DS_RUN(abort_hook_flushes);
     DS_RUN(signal_flag);
     int rc = ds_test_end();
