@@ -280,6 +280,18 @@ static bool file_exists(const char *dir, const char *name, char *buf, size_t cap
     return stat(buf, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+// The tokenizer file's digest (a directory's tokenizer.json, as ds_tokenizer_load reads it).
+static enum ds_status tokenizer_hash(const char *path, char hex[DS_SHA256_HEX_BYTES]) {
+    struct stat sb;
+    char buf[PATH_MAX];
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        if (snprintf(buf, sizeof buf, "%s/tokenizer.json", path) >= (int)sizeof buf)
+            return ds_error_set(DS_ERR_ARG, "%s: path too long", path);
+        path = buf;
+    }
+    return ds_sha256_file(path, hex);
+}
+
 static enum ds_status config_hash(const char *dir, char hex[DS_SHA256_HEX_BYTES]) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -504,7 +516,9 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     if (!s)
         s = o->synthetic ? synthetic_identity(&o->synth, n_layers, true, d_id, sizeof d_id, d_hash)
                          : config_hash(o->draft, d_hash);
-    if (s || (s = ds_sha256_file(o->dataset, ds_hash))) return fail(ds_error_last());
+    char tok_hash[DS_SHA256_HEX_BYTES];
+    if (s || (s = ds_sha256_file(o->dataset, ds_hash)) || (s = tokenizer_hash(tok_path, tok_hash)))
+        return fail(ds_error_last());
     g->cmdline = quote_command(argc, argv);
     json_t *opt = json_object();
     json_object_set_new(opt, "max_new_tokens", json_integer(o->max_new));
@@ -515,6 +529,11 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     json_object_set_new(opt, "max_context", json_integer(P));
     json_object_set_new(opt, "prefill_chunk", json_integer(o->spec.prefill_chunk));
     json_object_set_new(opt, "tokenizer", json_string(tok_path));
+    json_object_set_new(opt, "tokenizer_sha256", json_string(tok_hash));
+    // The limit given on the command line, 0 for none (the default follows the conversations
+    // selected, which --resume may extend, so max_context itself is not compared).
+    json_object_set_new(opt, "max_context_given",
+                        json_integer(o->max_context > 0 ? o->max_context : 0));
     json_object_set_new(opt, "device", json_string(info.name));
     // The dtype actually used (auto resolved), so cpu/cuda files can be told apart.
     json_object_set_new(opt, "activations",
@@ -568,8 +587,9 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     // What a resumed session must share with the file beyond the attributes: the options that
     // shape a request's records (its prompt, its length, the numerics). --num-conversations may
     // grow (the first N of the same order), --batch-sizes may add sizes, tracing may change.
-    static const char *const resume_options[] = {"max_new_tokens", "turns", "reasoning_effort",
-                                                 "shuffle", "activations", NULL};
+    static const char *const resume_options[] = {
+        "max_new_tokens", "turns",           "reasoning_effort", "shuffle",
+        "activations",    "tokenizer_sha256", "max_context_given", NULL};
     struct ds_run_meta meta = {
         .resume_options = resume_options,
         .command_line = g->cmdline,

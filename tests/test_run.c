@@ -318,11 +318,22 @@ static void test_refused_resume_keeps_file(void) {
     }
     // Options that shape a request's records must match too (here the reply length and the
     // harmony reasoning effort); a refusal leaves the whole file as it was.
+    // Another tokenizer file (here the same JSON with one more newline: a different file) was
+    // accepted and tokenized the new requests' prompts differently.
+    size_t tn = 0;
+    unsigned char *tok = ru_slurp(RU_TOKENIZER, &tn);
+    FILE *tf = tok ? fopen(DIR "/tok-copy.json", "wb") : NULL;
+    EXPECT(tf && fwrite(tok, 1, tn, tf) == tn && fputc('\n', tf) == '\n');
+    if (tf) fclose(tf);
+    free(tok);
     const struct {
         const char *flag, *value, *msg;
     } shape[] = {
         {"--max-new-tokens", "5", "cannot resume: max_new_tokens differs (file 10, now 5)"},
         {"--reasoning-effort", "high", "reasoning_effort differs (file \"medium\""},
+        {"--tokenizer", DIR "/tok-copy.json", "cannot resume: tokenizer_sha256 differs"},
+        // The file has no --max-context; one given now changes where requests stop.
+        {"--max-context", "230", "cannot resume: max_context_given differs (file 0, now 230)"},
     };
     for (size_t i = 0; whole && i < sizeof shape / sizeof shape[0]; i++) {
         const char *resume[] = {"--batch-sizes", "1",         "--max-new-tokens", "10",
