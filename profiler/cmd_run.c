@@ -673,6 +673,8 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     }
     enum ds_status cs = ds_recorder_close(g->rec);
     g->rec = NULL;
+    // An interrupt whose last flush failed (a full disk) is that failure, not a clean close.
+    if (s == DS_ERR_INTERRUPTED && cs != DS_OK) return fail(ds_error_last());
     if (s == DS_ERR_INTERRUPTED) {
         fprintf(stderr,
                 "draftscope run: interrupted; %s is closed with %llu requests recorded in this "
