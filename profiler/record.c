@@ -635,9 +635,25 @@ static enum ds_status write_session_row(ds_recorder_t *rec) {
     return write_rows(rec, DS_REC_SESSIONS, rec->session_row, 1, &rec->session);
 }
 
+// The path still names the file being written. Deleted or replaced (another file moved over it)
+// during the run, every row written goes where no reader will look, and the run's summary would
+// read the other file: said at the next flush instead.
+static enum ds_status check_same_file(ds_recorder_t *rec) {
+    struct stat have, named;
+    if (rec->lock_fd < 0 || fstat(rec->lock_fd, &have) != 0) return DS_OK; // nothing to compare
+    if (have.st_nlink == 0 || stat(rec->path, &named) != 0 || named.st_dev != have.st_dev ||
+        named.st_ino != have.st_ino)
+        return ds_error_set(DS_ERR_IO,
+                            "%s: the run file was deleted or replaced while this run wrote it; "
+                            "its rows are not in the file the path names",
+                            rec->path);
+    return DS_OK;
+}
+
 enum ds_status ds_recorder_flush(ds_recorder_t *rec) {
     if (!rec) return ds_error_set(DS_ERR_ARG, "recorder: NULL argument");
     if (rec->failed) return sticky(rec);
+    if (check_same_file(rec)) return mark_failed(rec);
     int wrote = 0;
     // /requests last: a request's row says it is done (--resume skips it), so it goes to the
     // file only after the rows it closes, and not at all when one of those writes failed.

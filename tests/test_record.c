@@ -1213,6 +1213,33 @@ static void failed_flush_keeps_requests_last(void) {
     free(dr);
 }
 
+// A run file deleted, or replaced by another moved over its name, while it is written: the next
+// flush says so (the rows went to the unlinked file and the run exited 0, its summary read from
+// the replacement).
+static void flush_sees_the_file_replaced(void) {
+    for (int replace = 0; replace < 2; replace++) {
+        const char *path = tmp_path("moved.h5"), *other = tmp_path("other.h5");
+        struct ds_run_meta meta = test_meta();
+        ds_recorder_t *rec = NULL;
+        EXPECT_OK(ds_recorder_create(path, &meta, 0, &rec));
+        if (!rec) return;
+        append_drafts_range(rec, 0, 10);
+        EXPECT_OK(ds_recorder_flush(rec));
+        if (replace) {
+            FILE *f = fopen(other, "w");
+            if (f) fclose(f);
+            EXPECT(rename(other, path) == 0);
+        } else {
+            EXPECT(unlink(path) == 0);
+        }
+        append_drafts_range(rec, 10, 10);
+        EXPECT_STATUS(ds_recorder_flush(rec), DS_ERR_IO);
+        EXPECT_ERROR_HAS("moved.h5: the run file was deleted or replaced while this run wrote it");
+        EXPECT_STATUS(ds_recorder_close(rec), DS_ERR_IO);
+        unlink(path);
+    }
+}
+
 static void abort_hook_flushes(void) {
     // A fatal error (DS_ASSERT) in the writer runs the recorder's abort hook, which flushes what
     // was appended, before abort() kills the process.
@@ -1325,6 +1352,7 @@ int main(int argc, char **argv) {
     DS_RUN(resume_after_sigkill);
     DS_RUN(full_disk_gives_clean_error);
     DS_RUN(failed_flush_keeps_requests_last);
+    DS_RUN(flush_sees_the_file_replaced);
     DS_RUN(abort_hook_flushes);
     DS_RUN(signal_flag);
     int rc = ds_test_end();
