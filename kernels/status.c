@@ -19,7 +19,11 @@ const char *ds_status_str(enum ds_status s) {
 static _Thread_local char last_error[1024];
 
 enum ds_status ds_error_setv(enum ds_status s, const char *fmt, va_list ap) {
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    // Formatted aside first: callers prefix the last message with ds_error_last() as an
+    // argument, and vsnprintf into the buffer it reads from garbles it.
+    char text[sizeof last_error];
+    vsnprintf(text, sizeof text, fmt, ap);
+    memcpy(last_error, text, sizeof last_error);
     return s;
 }
 

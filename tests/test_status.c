@@ -18,8 +18,21 @@ static void error_message_is_kept_and_returned(void) {
     EXPECT_EQ_STR(ds_error_last(), "");
 }
 
+// A message built from the last one (the loaders' "%s: ...", ds_error_last() prefixes): the
+// formatting read the buffer it was writing, and the text repeated or was lost.
+static void error_message_may_quote_itself(void) {
+    ds_error_set(DS_ERR_NOMEM, "backend: out of memory for 4096 positions");
+    ds_error_set(DS_ERR_NOMEM, "t: cannot allocate the KV cache (%s)", ds_error_last());
+    EXPECT_EQ_STR(ds_error_last(),
+                  "t: cannot allocate the KV cache (backend: out of memory for 4096 positions)");
+    ds_error_set(DS_ERR_IO, "%s", ds_error_last()); // kept as it is
+    EXPECT_EQ_STR(ds_error_last(),
+                  "t: cannot allocate the KV cache (backend: out of memory for 4096 positions)");
+}
+
 int main(void) {
     DS_RUN(names_are_distinct_and_bounded);
     DS_RUN(error_message_is_kept_and_returned);
+    DS_RUN(error_message_may_quote_itself);
     return ds_test_end();
 }
