@@ -117,8 +117,9 @@ static const char *input_name(const struct stat *sb, const char *dataset, const 
                               const char *target, const char *draft) {
     if (same_file(sb, dataset)) return "the dataset";
     if (same_file(sb, tokenizer)) return "the tokenizer";
-    if (dir_holds(target, sb)) return "a file of the target";
-    if (dir_holds(draft, sb)) return "a file of the draft";
+    // A model is a checkpoint directory, or (--synthetic-weights) a config.json file itself.
+    if (same_file(sb, target) || dir_holds(target, sb)) return "a file of the target";
+    if (same_file(sb, draft) || dir_holds(draft, sb)) return "a file of the draft";
     return NULL;
 }
 

@@ -343,8 +343,15 @@ static const char *stop_name(int32_t id, const int32_t *stops, const char *const
 static int check_logits_out(const struct gen_opts *o) {
     bool exists;
     if (!o->logits_out) return 0;
-    if (ds_cli_check_output(o->logits_out, "--logits-out", o->dataset, o->tokenizer, o->target,
-                            NULL, &exists))
+    // With --synthetic-weights the model input is its config (a file or directory), if any; a
+    // spec that does not parse is said later, as it is without --logits-out.
+    struct ds_synthetic_spec spec;
+    const char *model = o->target;
+    if (o->synthetic && ds_synthetic_parse(o->synthetic, &spec) == DS_OK &&
+        strcmp(spec.source, "20b") && strcmp(spec.source, "120b"))
+        model = spec.source;
+    if (ds_cli_check_output(o->logits_out, "--logits-out", o->dataset, o->tokenizer, model, NULL,
+                            &exists))
         return fail(ds_error_last());
     if (exists && !o->overwrite) {
         ds_error_set(DS_ERR_IO, "%s: file exists; use --overwrite to replace it", o->logits_out);

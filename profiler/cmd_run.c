@@ -232,9 +232,13 @@ static char *quote_command(int argc, char **argv) {
 // inputs (--overwrite on the dataset, or on a link to it, would have replaced it).
 static enum ds_status check_out(const struct run_opts *o) {
     bool exists;
-    enum ds_status st = ds_cli_check_output(o->out, "--out", o->dataset, o->tokenizer,
-                                            o->synthetic ? NULL : o->target,
-                                            o->synthetic ? NULL : o->draft, &exists);
+    // With --synthetic-weights the model input is its config (a file or directory), if any.
+    const bool preset = o->synthetic && (!strcmp(o->synth.source, "20b") ||
+                                         !strcmp(o->synth.source, "120b"));
+    enum ds_status st = ds_cli_check_output(
+        o->out, "--out", o->dataset, o->tokenizer,
+        o->synthetic ? (preset ? NULL : o->synth.source) : o->target,
+        o->synthetic ? NULL : o->draft, &exists);
     if (st) return st;
     if (o->resume && !exists)
         return ds_error_set(DS_ERR_IO, "%s: no such run file to resume", o->out);

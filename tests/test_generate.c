@@ -300,7 +300,22 @@ static void bad_input(void) {
     EXPECT_ERROR_HAS("config.json: is a file of the target");
     before = ru_slurp(TARGET "/config.json", &n0), after = ru_slurp(cfg, &n1);
     EXPECT(before && after && n0 == n1 && memcmp(before, after, n0) == 0);
-    free(before), free(after);
+    free(after);
+    // The config of --synthetic-weights is an input too, given as the file or its directory
+    // (with --overwrite it was replaced by the logits file).
+    char spec_dir[360];
+    snprintf(spec_dir, sizeof spec_dir, "%s:0:2", tgt);
+    const char *specs[] = {cfg, spec_dir};
+    for (int i = 0; i < 2; i++) {
+        const char *a9s[] = {"generate", "--synthetic-weights", specs[i], "--device", "cpu",
+                             "--max-new-tokens", "1", "--logits-out", cfg, "--overwrite"};
+        EXPECT_EQ_INT(gen(10, a9s), 1);
+        EXPECT_ERROR_HAS("config.json: is a file of the target");
+        after = ru_slurp(cfg, &n1);
+        EXPECT(after && n0 == n1 && memcmp(before, after, n0) == 0);
+        free(after);
+    }
+    free(before);
     remove(cfg), rmdir(tgt);
     // An earlier logits file: refused without --overwrite (kept), replaced with it.
     EXPECT(ru_write(out_h5, "an earlier file\n"));

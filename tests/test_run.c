@@ -243,6 +243,19 @@ static void test_bad_output(void) {
     EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 1);
     EXPECT(strstr(err, "config.json: is a file of the target") != NULL);
     expect_same_file(DIR "/target-copy/config.json", cfg, n0);
+    // The config of --synthetic-weights is an input too, as the file or as its directory: with
+    // --overwrite the run file replaced it.
+    const char *specs[] = {DIR "/target-copy/config.json", DIR "/target-copy:0:3"};
+    for (int i = 0; i < 2; i++) {
+        char *sargv[] = {"run",          "--synthetic-weights", (char *)specs[i],
+                         "--tokenizer",  RU_TOKENIZER,          "--dataset",
+                         DATA,           "--out",               DIR "/target-copy/config.json",
+                         "--overwrite",  "--quiet",             "--device",
+                         "cpu",          NULL};
+        EXPECT_EQ_INT(ru_capture(ds_cmd_run, 13, sargv, err, sizeof err), 1);
+        EXPECT(strstr(err, "config.json: is a file of the target") != NULL);
+        expect_same_file(DIR "/target-copy/config.json", cfg, n0);
+    }
     free(cfg);
 }
 

@@ -33,7 +33,8 @@ bool ds_cli_int_opt(const char *opt, const char *s, long long lo, long long hi, 
 bool ds_cli_parse_ull(const char *s, unsigned long long *out);
 // An output path before any slow work: a regular file or nothing, in an existing writable
 // directory, and never one of the command's inputs, through any link (the dataset, the tokenizer,
-// a file directly in the target or draft directory; NULL arguments are skipped), --overwrite or
+// a file directly in the target or draft directory, or the target itself when it is a file: a
+// --synthetic-weights config; NULL arguments are skipped), --overwrite or
 // not. *exists tells whether the file is there, for the caller's own rule (--overwrite,
 // --resume). opt names the option in messages. Errors: DS_ERR_IO, one line naming the path.
 enum ds_status ds_cli_check_output(const char *path, const char *opt, const char *dataset,
