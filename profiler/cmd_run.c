@@ -108,8 +108,13 @@ static void usage(FILE *f) {
         "      --overwrite             replace an existing run file\n"
         "      --resume                continue an interrupted run in the same file (same\n"
         "                              models, dataset, seed, K, rule, temperature, top-p,\n"
-        "                              max-new-tokens, turns, reasoning effort, shuffle and\n"
-        "                              activations; -N may grow, batch sizes may be added)\n"
+        "                              max-new-tokens, turns, reasoning effort, shuffle,\n"
+        "                              activations, tokenizer file, --max-context as given and\n"
+        "                              aux boundaries; -N may grow, batch sizes may be added)\n"
+        "      --aux-convention C      read the draft's aux layer ids as output-of (SpecForge),\n"
+        "                              capture-before (vLLM) or boundary ids, instead of the\n"
+        "                              convention its config implies (docs/checkpoints.md): feed\n"
+        "                              it the layers an engine would and compare acceptance\n"
         "      --device D              auto (default), cpu or cuda\n"
         "      --activations A         auto (default: the backend's own, f32 on the cpu, bf16 on\n"
         "                              cuda), f32 or bf16 (cuda only); f32 on cuda gives the\n"
@@ -158,6 +163,8 @@ struct run_opts {
     enum ds_act_choice act; // DS_ACT_DEFAULT = auto
     enum ds_rec_trace_level trace;
     bool baseline;
+    bool aux_set;                     // --aux-convention given
+    enum ds_aux_convention aux_conv; // its value: how the draft's aux ids name target layers
 };
 
 // Resolves --synthetic-weights before any work (0 when usable, else the exit status): a malformed
@@ -369,7 +376,8 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
                 (long long)tc.num_hidden_layers);
     } else {
         if ((s = ds_target_config_load(o->target, &tc))) return fail(ds_error_last());
-        if ((s = ds_eagle3_aux_plan(o->draft, &tc, NULL, &aux))) return fail(ds_error_last());
+        if ((s = ds_eagle3_aux_plan(o->draft, &tc, o->aux_set ? &o->aux_conv : NULL, &aux)))
+            return fail(ds_error_last());
     }
     char path[PATH_MAX];
     const char *tok_path = o->tokenizer;
@@ -534,6 +542,14 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     json_object_set_new(opt, "prefill_chunk", json_integer(o->spec.prefill_chunk));
     json_object_set_new(opt, "tokenizer", json_string(tok_path));
     json_object_set_new(opt, "tokenizer_sha256", json_string(tok_hash));
+    { // The target boundaries the draft read, and under which convention (given or implied).
+        json_t *ab = json_array();
+        for (int i = 0; i < aux.n; i++)
+            json_array_append_new(ab, json_integer(aux.boundaries[i]));
+        json_object_set_new(opt, "aux_boundaries", ab);
+        json_object_set_new(opt, "aux_convention",
+                            json_string(ds_aux_convention_name(aux.convention)));
+    }
     // The limit given on the command line, 0 for none (the default follows the conversations
     // selected, which --resume may extend, so max_context itself is not compared).
     json_object_set_new(opt, "max_context_given",
@@ -593,7 +609,7 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     // grow (the first N of the same order), --batch-sizes may add sizes, tracing may change.
     static const char *const resume_options[] = {
         "max_new_tokens", "turns",           "reasoning_effort", "shuffle",
-        "activations",    "tokenizer_sha256", "max_context_given", NULL};
+        "activations",    "tokenizer_sha256", "max_context_given", "aux_boundaries", NULL};
     struct ds_run_meta meta = {
         .resume_options = resume_options,
         .command_line = g->cmdline,
@@ -728,12 +744,14 @@ int ds_cmd_run(int argc, char **argv) {
         O_ACT,
         O_TRACE,
         O_BASELINE,
-        O_SYNTH
+        O_SYNTH,
+        O_AUXCONV
     };
     static const struct option long_opts[] = {
         {"target", required_argument, NULL, 't'},
         {"draft", required_argument, NULL, 'd'},
         {"synthetic-weights", required_argument, NULL, O_SYNTH},
+        {"aux-convention", required_argument, NULL, O_AUXCONV},
         {"dataset", required_argument, NULL, 'D'},
         {"tokenizer", required_argument, NULL, O_TOKENIZER},
         {"out", required_argument, NULL, 'o'},
@@ -875,6 +893,12 @@ int ds_cmd_run(int argc, char **argv) {
                 return usage_error("--trace wants off, phases or kernels", optarg);
             break;
         case O_BASELINE: o.baseline = true; break;
+        case O_AUXCONV:
+            if (ds_aux_convention_parse(optarg, &o.aux_conv) != DS_OK)
+                return usage_error("--aux-convention wants output-of, capture-before or boundary",
+                                   optarg);
+            o.aux_set = true;
+            break;
         case 'q': o.quiet = true; break;
         case 'j': o.json = true; break;
         case 'h': usage(stdout); return 0;
@@ -888,6 +912,9 @@ int ds_cmd_run(int argc, char **argv) {
     if (!o.synthetic && !o.target)
         return usage_error("--target DIR is required (or --synthetic-weights SPEC)", NULL);
     if (!o.synthetic && !o.draft) return usage_error("--draft DIR is required", NULL);
+    if (o.synthetic && o.aux_set)
+        return usage_error("--aux-convention applies to a checkpoint draft's aux ids; the "
+                           "synthetic draft has none", NULL);
     if (o.synthetic && !o.tokenizer)
         return usage_error("--synthetic-weights needs --tokenizer FILE (o200k_base.tiktoken or a "
                            "gpt-oss tokenizer.json): there is no checkpoint to take it from", NULL);

@@ -108,6 +108,7 @@ static void test_bad_flags(void) {
         {"--temperature", "1e300", "--temperature wants a number in 1e-06..1e+06"},
         {"--top-p", "1e-50", "--top-p wants a number in (0, 1]"},
         {"--turns", "some", "--turns"},
+        {"--aux-convention", "sideways", "--aux-convention wants output-of, capture-before or"},
         {"--bogus", "1", "unknown option"},
         // Too large is told the whole range, not "wants >= 1".
         {"--max-new-tokens", "99999999999", "--max-new-tokens wants an integer in 1..1073741823"},
@@ -280,6 +281,25 @@ static void test_run_and_summary(void) {
         EXPECT_EQ_INT(s->dropped_steps, 0);
     }
     ds_summary_free(s);
+    // The file records which target boundaries fed the draft and under which reading of its aux
+    // ids: the config's (output-of for this SpecForge draft) or --aux-convention's, which here
+    // names each boundary one lower (an output-of id i is boundary i + 1).
+    char opts[8192], opts_b[8192];
+    ru_read_attr_str(out, "options_json", opts, sizeof opts);
+    const char *conv_b[] = {"--aux-convention", "boundary", "--max-new-tokens", "2",
+                            "--overwrite", NULL};
+    EXPECT_EQ_INT(run_cli(DIR "/aux.h5", conv_b, err, sizeof err), 0);
+    ru_read_attr_str(DIR "/aux.h5", "options_json", opts_b, sizeof opts_b);
+    EXPECT(strstr(opts, "\"aux_convention\":\"output-of\"") != NULL);
+    EXPECT(strstr(opts_b, "\"aux_convention\":\"boundary\"") != NULL);
+    int b[2][3] = {{0}};
+    const char *ab[2] = {strstr(opts, "\"aux_boundaries\":["),
+                         strstr(opts_b, "\"aux_boundaries\":[")};
+    for (int i = 0; i < 2; i++)
+        EXPECT(ab[i] && sscanf(ab[i], "\"aux_boundaries\":[%d,%d,%d]", &b[i][0], &b[i][1],
+                               &b[i][2]) == 3);
+    for (int j = 0; j < 3; j++)
+        EXPECT_EQ_INT(b[1][j], b[0][j] - 1);
     // A prompt beyond --max-context is skipped with a message, not a failure: the prompts are
     // 219, 223 and 220 tokens (render --ids), so 222 positions skip conversation b at both batch
     // sizes. The count is said even with --quiet (it was not: the file alone does not show what
@@ -347,6 +367,8 @@ static void test_refused_resume_keeps_file(void) {
         {"--tokenizer", DIR "/tok-copy.json", "cannot resume: tokenizer_sha256 differs"},
         // The file has no --max-context; one given now changes where requests stop.
         {"--max-context", "230", "cannot resume: max_context_given differs (file 0, now 230)"},
+        // Another reading of the draft's aux ids feeds it other target layers.
+        {"--aux-convention", "boundary", "cannot resume: aux_boundaries differs"},
     };
     for (size_t i = 0; whole && i < sizeof shape / sizeof shape[0]; i++) {
         const char *resume[] = {"--batch-sizes", "1",         "--max-new-tokens", "10",
