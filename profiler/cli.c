@@ -63,6 +63,19 @@ int ds_cli_parse_list(const char *s, long long lo, long long hi, long long *out,
     return 0;
 }
 
+int ds_cli_synthetic(const char *arg, bool with_draft, struct ds_synthetic_spec *spec,
+                     struct ds_target_config *tc) {
+    if (ds_synthetic_parse(arg, spec)) return 2;
+    struct ds_draft_config dc;
+    struct stat sb;
+    const bool preset = !strcmp(spec->source, "20b") || !strcmp(spec->source, "120b");
+    const bool exists = stat(spec->source, &sb) == 0;
+    enum ds_status s = ds_synthetic_target_config(spec, tc);
+    if (s == DS_OK && with_draft) s = ds_synthetic_draft_config(tc, &dc);
+    if (s == DS_OK) return 0;
+    return preset || !exists || s == DS_ERR_RANGE || s == DS_ERR_UNSUPPORTED ? 2 : 1;
+}
+
 enum ds_status ds_cli_parse_ids(const char *opt, const char *s, long long limit,
                                 struct ds_token_vec *out) {
     const char *p = s;

@@ -367,10 +367,9 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
     struct ds_target_config cfg;
     struct ds_synthetic_spec spec;
     const char *model = o->target ? o->target : o->synthetic; // names the model in messages
-    if (o->synthetic) {
-        if ((s = ds_synthetic_parse(o->synthetic, &spec)) != DS_OK ||
-            (s = ds_synthetic_target_config(&spec, &cfg)) != DS_OK)
-            return fail(ds_error_last());
+    if (o->synthetic) { // a bad spec is a usage error, as in run (ds_cli_synthetic)
+        const int src = ds_cli_synthetic(o->synthetic, false, &spec, &cfg);
+        if (src) return src == 2 ? usage_error(ds_error_last(), NULL) : fail(ds_error_last());
     } else if ((s = ds_target_config_load(o->target, &cfg)) != DS_OK) {
         return fail(ds_error_last());
     }

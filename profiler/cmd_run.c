@@ -167,23 +167,12 @@ struct run_opts {
     enum ds_aux_convention aux_conv; // its value: how the draft's aux ids name target layers
 };
 
-// Resolves --synthetic-weights before any work (0 when usable, else the exit status): a malformed
-// spec, an unknown preset or missing config, and a layer slice the target or the synthetic draft
-// cannot have are usage errors (2); a config file that exists but does not parse is an input
-// error (1).
+// Resolves --synthetic-weights before any work (0 when usable, else the exit status; see
+// ds_cli_synthetic).
 static int check_synthetic(struct run_opts *o) {
-    if (ds_synthetic_parse(o->synthetic, &o->synth)) return usage_error(ds_error_last(), NULL);
     struct ds_target_config tc;
-    struct ds_draft_config dc;
-    struct stat sb;
-    const bool preset = !strcmp(o->synth.source, "20b") || !strcmp(o->synth.source, "120b");
-    const bool exists = stat(o->synth.source, &sb) == 0;
-    enum ds_status s = ds_synthetic_target_config(&o->synth, &tc);
-    if (s == DS_OK) s = ds_synthetic_draft_config(&tc, &dc);
-    if (s == DS_OK) return 0;
-    if (preset || !exists || s == DS_ERR_RANGE || s == DS_ERR_UNSUPPORTED)
-        return usage_error(ds_error_last(), NULL);
-    return fail(ds_error_last());
+    const int rc = ds_cli_synthetic(o->synthetic, true, &o->synth, &tc);
+    return rc == 2 ? usage_error(ds_error_last(), NULL) : rc ? fail(ds_error_last()) : 0;
 }
 
 // NULL when s is a valid list, else what is wrong with it. Each B is one pass over the requests

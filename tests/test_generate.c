@@ -254,6 +254,12 @@ static void bad_input(void) {
         a5[6] = temps[i];
         EXPECT_EQ_INT(gen(7, a5), 2);
     }
+    // A bad --synthetic-weights spec is a usage error, as in run (it was exit 1 here).
+    const char *bad_specs[] = {"", "120b:abc", "20b:-1", "20b:1:99999", DS_BINARY_DIR "/none"};
+    for (int i = 0; i < 5; i++) {
+        const char *as[] = {"generate", "--synthetic-weights", bad_specs[i], "--device", "cpu"};
+        EXPECT_EQ_INT(gen(5, as), 2);
+    }
     const char *a6[] = {"generate", "--target", DS_SOURCE_DIR "/tests/fixtures/none",
                         "--prompt-ids", "1"};
     EXPECT_EQ_INT(gen(5, a6), 1);

@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "ds/status.h"
+#include "ds/synthetic.h"
 #include "ds/tokenizer.h"
 
 #ifdef __cplusplus
@@ -43,6 +44,12 @@ enum ds_status ds_cli_check_output(const char *path, const char *opt, const char
 // s is a comma-separated list of 1 .. cap integers, each as ds_cli_parse_ll takes it in [lo, hi]:
 // out[0 .. *n), 0. -1: an empty or bad entry; -2: more than cap entries (*n untouched either way).
 int ds_cli_parse_list(const char *s, long long lo, long long hi, long long *out, int cap, int *n);
+// --synthetic-weights ARG resolved before any work: 0 with *spec and *tc (and, when with_draft,
+// the synthetic draft's config checked too); else the exit status with the message in
+// ds_error_last(): 2 (usage) for a malformed spec, an unknown preset or a missing config, or a
+// layer slice the target or draft cannot have; 1 for a config file that exists but does not parse.
+int ds_cli_synthetic(const char *arg, bool with_draft, struct ds_synthetic_spec *spec,
+                     struct ds_target_config *tc);
 // s is a list of token ids in [0, limit), separated by one comma or by spaces ("1,2", "1, 2",
 // "1 2"): appended to *out. An empty entry ("1,,2", ",1", "1,"), an empty list, a sign or any
 // other character is DS_ERR_ARG, an id out of range DS_ERR_RANGE; the message starts with opt.
