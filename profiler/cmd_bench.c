@@ -1057,19 +1057,23 @@ static int bench_steps(const char *shape, const int *batches, int n_batches, int
     struct ds_synthetic_spec spec;
     struct ds_target_config tc;
     struct ds_aux_plan aux;
+    // The preset and the layer slice (--layers) are the command line's: a usage error (2), said
+    // before tracing or the GPU is touched. The spec is built here, so the message names the
+    // options the user gave rather than the spec text.
+    if (ds_synthetic_parse(arg, &spec) != DS_OK ||
+        ds_synthetic_target_config(&spec, &tc) != DS_OK ||
+        ds_synthetic_aux_plan(&tc, &aux) != DS_OK) {
+        fprintf(stderr, "draftscope bench: --shape %s --layers %d (the synthetic model of the "
+                        "steps): %s\n",
+                shape, layers, ds_error_last());
+        rc = 2;
+        goto cleanup;
+    }
     // CUPTI before the backend: before any module loads or graph is captured.
     if ((trace_mask & (1u << DS_REC_TRACE_KERNELS)) &&
         (ds_trace_create(DS_REC_TRACE_KERNELS, NULL, NULL, &tb.kernels) != DS_OK ||
          ds_trace_set_kernel_sink(tb.kernels, ds_trace_ktab_sink, tb.tab) != DS_OK)) {
         fprintf(stderr, "draftscope bench: %s\n", ds_error_last());
-        goto cleanup;
-    }
-    // The preset and the layer slice (--layers) are the command line's: a usage error (2).
-    if (ds_synthetic_parse(arg, &spec) != DS_OK ||
-        ds_synthetic_target_config(&spec, &tc) != DS_OK ||
-        ds_synthetic_aux_plan(&tc, &aux) != DS_OK) {
-        fprintf(stderr, "draftscope bench: %s\n", ds_error_last());
-        rc = 2;
         goto cleanup;
     }
     if (ds_backend_cuda_create(device, &be) != DS_OK) {
@@ -1292,11 +1296,14 @@ int ds_cmd_bench(int argc, char **argv) {
             }
             i++;
         } else if (v && !strcmp(o, "--seed")) {
-            if (!ds_cli_parse_ull(v, &seed)) {
-                fprintf(stderr,
-                        "draftscope bench: --seed wants an unsigned 64-bit integer, got '%s'\n", v);
+            // At most 2^63 - 1, as for run's seeds (JSON has signed integers).
+            long long sv;
+            char msg[96];
+            if (!ds_cli_int_opt(o, v, 0, INT64_MAX, &sv, msg, sizeof msg)) {
+                fprintf(stderr, "draftscope bench: %s, got '%s'\n", msg, v);
                 return 2;
             }
+            seed = (unsigned long long)sv;
             i++;
         } else if (v && !strcmp(o, "--batches")) {
             if (!bench_list(o, v, 256, batches, &n_batches)) return 2;

@@ -102,6 +102,9 @@ static void bad_values_are_usage_errors(void) {
         {"--steps", "--layers", "-3", "0..256"},
         {"--steps", "--seed", "-1", "--seed"},
         {"--steps", "--seed", "18446744073709551616", "--seed"},
+        // Past 2^63 - 1 (run's limit): was taken here and refused later as a
+        // --synthetic-weights spec the user never wrote.
+        {"--steps", "--seed", "18446744073709551615", "0..9223372036854775807"},
         {"--ops", "--device", "x", "--device"},
         {"--ops", "--shape", "70b", "'70b'"},
         {"--ops", "--l2", "warm", "'warm'"},
@@ -125,6 +128,11 @@ static void inconsistent_options_are_usage_errors(void) {
     const char *short_kv[] = {"bench", "--steps", "--kv", "4"};
     EXPECT_EQ_INT(bench(4, short_kv), 2);
     EXPECT(strstr(err_text, "--kv >= 8") != NULL);
+    // A layer slice the synthetic model cannot have is said before tracing starts (with
+    // --trace kernels it was exit 1, "no GPU: tracing is off").
+    const char *slice[] = {"bench", "--steps", "--layers", "2", "--trace", "kernels"};
+    EXPECT_EQ_INT(bench(6, slice), 2);
+    EXPECT(strstr(err_text, "--shape 20b --layers 2") != NULL);
     const char *trace_ops[] = {"bench", "--ops", "--trace", "phases"};
     EXPECT_EQ_INT(bench(4, trace_ops), 2);
     EXPECT(strstr(err_text, "--trace goes with --steps") != NULL);
