@@ -117,6 +117,10 @@ static enum ds_status config_from_path(const char *path, struct ds_target_config
     return s;
 }
 
+bool ds_synthetic_is_preset(const struct ds_synthetic_spec *spec) {
+    return !strcmp(spec->source, "20b") || !strcmp(spec->source, "120b");
+}
+
 enum ds_status ds_synthetic_target_config(const struct ds_synthetic_spec *spec,
                                           struct ds_target_config *cfg) {
     enum ds_status s;

@@ -68,7 +68,7 @@ int ds_cli_synthetic(const char *arg, bool with_draft, struct ds_synthetic_spec 
     if (ds_synthetic_parse(arg, spec)) return 2;
     struct ds_draft_config dc;
     struct stat sb;
-    const bool preset = !strcmp(spec->source, "20b") || !strcmp(spec->source, "120b");
+    const bool preset = ds_synthetic_is_preset(spec);
     const bool exists = stat(spec->source, &sb) == 0;
     enum ds_status s = ds_synthetic_target_config(spec, tc);
     if (s == DS_OK && with_draft) s = ds_synthetic_draft_config(tc, &dc);

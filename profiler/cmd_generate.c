@@ -348,7 +348,7 @@ static int check_logits_out(const struct gen_opts *o) {
     struct ds_synthetic_spec spec;
     const char *model = o->target;
     if (o->synthetic && ds_synthetic_parse(o->synthetic, &spec) == DS_OK &&
-        strcmp(spec.source, "20b") && strcmp(spec.source, "120b"))
+        !ds_synthetic_is_preset(&spec))
         model = spec.source;
     if (ds_cli_check_output(o->logits_out, "--logits-out", o->dataset, o->tokenizer, model, NULL,
                             &exists))

@@ -229,8 +229,7 @@ static char *quote_command(int argc, char **argv) {
 static enum ds_status check_out(const struct run_opts *o) {
     bool exists;
     // With --synthetic-weights the model input is its config (a file or directory), if any.
-    const bool preset = o->synthetic && (!strcmp(o->synth.source, "20b") ||
-                                         !strcmp(o->synth.source, "120b"));
+    const bool preset = o->synthetic && ds_synthetic_is_preset(&o->synth);
     enum ds_status st = ds_cli_check_output(
         o->out, "--out", o->dataset, o->tokenizer,
         o->synthetic ? (preset ? NULL : o->synth.source) : o->target,
@@ -311,8 +310,7 @@ static enum ds_status synthetic_identity(const struct ds_synthetic_spec *spec, i
     struct ds_sha256 h;
     ds_sha256_init(&h);
     ds_sha256_update(&h, id_out, strlen(id_out));
-    const bool preset = !strcmp(spec->source, "20b") || !strcmp(spec->source, "120b");
-    if (!preset) {
+    if (!ds_synthetic_is_preset(spec)) {
         char path[PATH_MAX], file_hex[DS_SHA256_HEX_BYTES];
         struct stat sb;
         const bool dir = stat(spec->source, &sb) == 0 && S_ISDIR(sb.st_mode);

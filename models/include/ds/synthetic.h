@@ -45,6 +45,9 @@ struct ds_synthetic_spec {
     int layers;        // keep the first `layers` layers; 0 = all of the config's
 };
 
+// Whether the spec names a preset ("20b", "120b") rather than a config file or directory.
+bool ds_synthetic_is_preset(const struct ds_synthetic_spec *spec);
+
 // Parses "SOURCE[:SEED[:LAYERS]]" (SOURCE a preset name or a path). DS_ERR_ARG naming the
 // argument for an empty source or a bad number; a source that is neither a preset nor an existing
 // path is reported when the config is read.
