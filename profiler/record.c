@@ -17,6 +17,7 @@
 
 #include "ds/check.h"
 #include "h5attr.h"
+#include "summary_check.h"
 
 #include <hdf5.h>
 #include <jansson.h>
@@ -1288,6 +1289,9 @@ enum ds_status ds_recorder_open_resume(const char *path, const struct ds_run_met
                           (unsigned long long)sessions);
         goto cleanup;
     }
+    // Every row the summary will read, checked now: a file that lost rows is refused before
+    // this session is added to it (the final summary would fail only after the whole run).
+    if ((st = ds_summary_check_open(rec->file, path))) goto cleanup;
     rec->next_step = next_step;
     rec->session.session = (uint16_t)sessions;
     for (int i = 0; i < DS_REC_TABLE_COUNT; i++)

@@ -14,6 +14,7 @@
 #include "ds/dataset.h"
 #include "ds/tokenizer.h"
 #include "h5attr.h"
+#include "summary_check.h"
 
 #include <hdf5.h>
 
@@ -200,6 +201,11 @@ struct ctx {
     int32_t key_group[65536]; // row-level keys (all fit in u16): group of each key, -1 if none
     uint8_t **seen;           // row-level keys: per group, a bitmap over requests (distinct count)
     size_t n_seen, cap_groups;
+    // Rows each finished request has in /steps and /drafts, and the drafts its steps announce:
+    // checked against its /requests row once every table is read (check_request_rows).
+    uint32_t *req_nsteps;
+    uint64_t *req_ndrafts, *req_drafted;
+    int check_rows; // the resume check: a finished request missing rows is an error
 };
 
 // The innermost HDF5 error (walked upward, it comes first) is the most specific one.
@@ -222,7 +228,6 @@ __attribute__((format(printf, 2, 3))) static enum ds_status h5_fail(struct ctx *
     return ds_error_set(DS_ERR_IO, "%s: %s: %s", c->path, what, reason);
 }
 
-// A string attribute as a malloc'd copy (options_json has no size limit); NULL if absent.
 static void table_close(struct table *t) {
     if (t->mtype >= 0) H5Tclose(t->mtype);
     if (t->dset >= 0) H5Dclose(t->dset);
@@ -479,7 +484,10 @@ static enum ds_status read_requests(struct ctx *c) {
     if (c->n_req) {
         c->req = malloc(c->n_req * sizeof *c->req);
         c->ri = malloc(c->n_req * sizeof *c->ri);
-        if (!c->req || !c->ri) {
+        c->req_nsteps = calloc(c->n_req, sizeof *c->req_nsteps);
+        c->req_ndrafts = calloc(c->n_req, sizeof *c->req_ndrafts);
+        c->req_drafted = calloc(c->n_req, sizeof *c->req_drafted);
+        if (!c->req || !c->ri || !c->req_nsteps || !c->req_ndrafts || !c->req_drafted) {
             st = ds_error_set(DS_ERR_NOMEM, "%s: no memory for %zu requests", c->path, c->n_req);
             goto cleanup;
         }
@@ -701,6 +709,8 @@ static enum ds_status scan_steps(struct ctx *c, void *buf) {
                 s->dropped_steps++;
                 continue;
             }
+            c->req_nsteps[ri]++;
+            c->req_drafted[ri] += r->drafted;
             add_step(&s->all, r);
             if (ds_summary_by_is_drafts_only(s->by)) continue;
             int32_t gi;
@@ -752,6 +762,7 @@ static enum ds_status scan_drafts(struct ctx *c, void *buf) {
                 s->dropped_drafts++;
                 continue;
             }
+            c->req_ndrafts[ri]++;
             add_draft(&s->all, r);
             int32_t gi;
             if (ds_summary_by_is_request_level(s->by)) {
@@ -768,6 +779,30 @@ static enum ds_status scan_drafts(struct ctx *c, void *buf) {
     }
     table_close(&t);
     return st;
+}
+
+// A finished request's /requests row is written after all of its /steps and /drafts rows, so it
+// has exactly its `steps` step rows and one /drafts row per draft they announce. Other counts mean
+// rows were lost (a file cut short, or one written before the tables were flushed in that order)
+// and a resumed run would add to a file whose rates are off. Only the resume check refuses this:
+// a summary still reads such a file (and files made by other tools) as they are.
+static enum ds_status check_request_rows(struct ctx *c) {
+    if (!c->check_rows) return DS_OK;
+    for (size_t i = 0; i < c->n_req; i++) {
+        const struct req_row *q = &c->req[i];
+        if (c->req_nsteps[i] != q->steps)
+            return ds_error_set(DS_ERR_FORMAT,
+                                "%s: request %u is recorded finished after %u steps, but /steps "
+                                "holds %u of its rows (rows lost)",
+                                c->path, q->request, q->steps, c->req_nsteps[i]);
+        if (c->req_ndrafts[i] != c->req_drafted[i])
+            return ds_error_set(DS_ERR_FORMAT,
+                                "%s: request %u: its /steps rows draft %llu tokens, but /drafts "
+                                "holds %llu of its rows (rows lost)",
+                                c->path, q->request, (unsigned long long)c->req_drafted[i],
+                                (unsigned long long)c->req_ndrafts[i]);
+    }
+    return DS_OK;
 }
 
 // Labels: numbers as decimal, channels by name, categories from /strings ("" -> "(none)").
@@ -854,20 +889,33 @@ static hid_t open_file(struct ctx *c) {
     return f;
 }
 
-enum ds_status ds_summary_compute(const char *path, enum ds_summary_by by,
-                                  struct ds_summary **summary_out) {
-    if (summary_out) *summary_out = NULL;
-    if (!path || !summary_out || (unsigned)by >= DS_SUMMARY_BY_COUNT)
-        return ds_error_set(DS_ERR_ARG, "summary: invalid argument");
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); // failures are reported as one line, below
-    struct ctx *c = calloc(1, sizeof *c);
-    struct ds_summary *s = calloc(1, sizeof *s);
-    void *buf = NULL;
-    enum ds_status st = DS_OK;
-    if (!c || !s) {
-        st = ds_error_set(DS_ERR_NOMEM, "%s: no memory", path);
-        goto cleanup;
+// The summary of an open run file: shared by ds_summary_compute and the recorder's resume check.
+static enum ds_status compute(struct ctx *c, struct ds_summary *s) {
+    enum ds_status st = read_attributes(c);
+    if (st || (st = group_init(c, &s->all, 0)) || (st = read_sessions(c)) ||
+        (st = read_requests(c)) || (st = assign_requests(c)))
+        return st;
+    size_t row = sizeof(struct step_row) > sizeof(struct draft_row) ? sizeof(struct step_row)
+                                                                    : sizeof(struct draft_row);
+    void *buf = malloc(row * DS_SUMMARY_BLOCK_ROWS);
+    if (!buf) return ds_error_set(DS_ERR_NOMEM, "%s: no memory", c->path);
+    if (!(st = scan_steps(c, buf)) && !(st = scan_drafts(c, buf)) &&
+        !(st = check_request_rows(c)) && !(st = label_groups(c))) {
+        if (s->n_groups)
+            qsort(s->groups, s->n_groups, sizeof *s->groups,
+                  s->by == DS_SUMMARY_BY_CATEGORY ? cmp_label : cmp_key);
+        if (!ds_summary_by_is_request_level(s->by)) s->all.requests = c->n_req;
+        attach_baseline(s);
     }
+    free(buf);
+    return st;
+}
+
+static enum ds_status ctx_new(const char *path, enum ds_summary_by by, struct ctx **c_out,
+                              struct ds_summary **s_out) {
+    struct ctx *c = *c_out = calloc(1, sizeof *c);
+    struct ds_summary *s = *s_out = calloc(1, sizeof *s);
+    if (!c || !s) return ds_error_set(DS_ERR_NOMEM, "%s: no memory", path);
     c->path = path;
     c->s = s;
     c->file = H5I_INVALID_HID;
@@ -875,7 +923,35 @@ enum ds_status ds_summary_compute(const char *path, enum ds_summary_by by,
         c->key_group[i] = -1;
     snprintf(s->path, sizeof s->path, "%s", path);
     s->by = by;
+    return DS_OK;
+}
 
+// Frees the context; the file is closed only when the summary opened it.
+static void ctx_free(struct ctx *c, int close_file) {
+    if (!c) return;
+    if (close_file && c->file >= 0) H5Fclose(c->file);
+    for (size_t i = 0; i < c->n_seen; i++)
+        free(c->seen[i]);
+    free(c->seen);
+    free(c->req);
+    free(c->ri);
+    free(c->req_group);
+    free(c->req_nsteps);
+    free(c->req_ndrafts);
+    free(c->req_drafted);
+    free(c);
+}
+
+enum ds_status ds_summary_compute(const char *path, enum ds_summary_by by,
+                                  struct ds_summary **summary_out) {
+    if (summary_out) *summary_out = NULL;
+    if (!path || !summary_out || (unsigned)by >= DS_SUMMARY_BY_COUNT)
+        return ds_error_set(DS_ERR_ARG, "summary: invalid argument");
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); // failures are reported as one line, below
+    struct ctx *c = NULL;
+    struct ds_summary *s = NULL;
+    enum ds_status st = ctx_new(path, by, &c, &s);
+    if (st) goto cleanup;
     struct stat sb;
     if (stat(path, &sb) < 0) {
         st = ds_error_set(DS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -894,36 +970,25 @@ enum ds_status ds_summary_compute(const char *path, enum ds_summary_by by,
         st = h5_fail(c, "cannot open the run file");
         goto cleanup;
     }
-    if ((st = read_attributes(c)) || (st = group_init(c, &s->all, 0)) || (st = read_sessions(c)) ||
-        (st = read_requests(c)) || (st = assign_requests(c)))
-        goto cleanup;
-    size_t row = sizeof(struct step_row) > sizeof(struct draft_row) ? sizeof(struct step_row)
-                                                                    : sizeof(struct draft_row);
-    if (!(buf = malloc(row * DS_SUMMARY_BLOCK_ROWS))) {
-        st = ds_error_set(DS_ERR_NOMEM, "%s: no memory", path);
-        goto cleanup;
-    }
-    if ((st = scan_steps(c, buf)) || (st = scan_drafts(c, buf)) || (st = label_groups(c)))
-        goto cleanup;
-    if (s->n_groups)
-        qsort(s->groups, s->n_groups, sizeof *s->groups,
-              by == DS_SUMMARY_BY_CATEGORY ? cmp_label : cmp_key);
-    if (!ds_summary_by_is_request_level(by)) s->all.requests = c->n_req;
-    attach_baseline(s);
+    if ((st = compute(c, s))) goto cleanup;
     *summary_out = s;
     s = NULL;
 cleanup:
-    if (c) {
-        if (c->file >= 0) H5Fclose(c->file);
-        for (size_t i = 0; i < c->n_seen; i++)
-            free(c->seen[i]);
-        free(c->seen);
-        free(c->req);
-        free(c->ri);
-        free(c->req_group);
-        free(c);
+    ctx_free(c, 1);
+    ds_summary_free(s);
+    return st;
+}
+
+enum ds_status ds_summary_check_open(hid_t file, const char *path) {
+    struct ctx *c = NULL;
+    struct ds_summary *s = NULL;
+    enum ds_status st = ctx_new(path, DS_SUMMARY_BY_BATCH, &c, &s);
+    if (!st) {
+        c->file = file;
+        c->check_rows = 1;
+        st = compute(c, s);
     }
-    free(buf);
+    ctx_free(c, 0);
     ds_summary_free(s);
     return st;
 }

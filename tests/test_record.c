@@ -843,16 +843,19 @@ static void resume_appends_and_checks_metadata(void) {
     if (!rec) return;
     uint32_t cat = 0;
     EXPECT_OK(ds_recorder_intern(rec, "coding", &cat));
-    // Steps 0..9 for requests 0 and 1 (finished), then drafts of request 2 that never finished.
+    // Steps 0..9 for requests 0 and 1 (finished, 5 steps each, no drafts), then drafts of
+    // request 2 that never finished.
     for (uint64_t i = 0; i < 10; i++) {
         struct ds_rec_step s = make_step(0);
         s.step = i;
         s.request = (uint32_t)(i % 2);
+        s.drafted = s.accepted = 0;
         EXPECT_OK(ds_recorder_append_steps(rec, &s, 1));
     }
     for (uint64_t i = 0; i < 2; i++) {
         struct ds_rec_request r = make_request(i);
         r.category = cat;
+        r.steps = 5;
         EXPECT_OK(ds_recorder_append_requests(rec, &r, 1));
     }
     struct ds_rec_draft d = make_draft(0);
@@ -1030,6 +1033,67 @@ static void resume_refuses_array_attributes(void) {
         if (rec) ds_recorder_close(rec);
         EXPECT_ERROR_HAS(names[i]);
         EXPECT_ERROR_HAS(i == 1 ? "not one integer" : i == 3 ? "not one string" : "not one number");
+    }
+}
+
+static unsigned char *file_bytes(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *b = NULL;
+    long len = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (b = malloc((size_t)len + 1)) && fread(b, 1, (size_t)len, f) != (size_t)len) {
+        free(b);
+        b = NULL;
+    }
+    if (f) fclose(f);
+    *n = b ? (size_t)len : 0;
+    return b;
+}
+
+// A finished request whose rows do not add up (rows lost: a file cut short, or written before
+// /requests went last) is refused before the new session touches the file, which stays byte for
+// byte as it was. Resume used to go ahead, and a cut file failed only at the run's final summary.
+static void resume_refuses_lost_rows(void) {
+    const struct ds_run_meta meta = test_meta();
+    for (int lose_drafts = 0; lose_drafts < 2; lose_drafts++) {
+        const char *path = tmp_path("lost_rows.h5");
+        unlink(path);
+        ds_recorder_t *rec = NULL;
+        EXPECT_OK(ds_recorder_create(path, &meta, 0, &rec));
+        if (!rec) return;
+        // Request 0: 2 steps of 3 drafts each; its /requests row says 3 steps, or its last
+        // step's drafts are missing.
+        for (uint64_t i = 0; i < 2; i++) {
+            struct ds_rec_step s = make_step(0);
+            s.step = i;
+            s.request = 0;
+            EXPECT_OK(ds_recorder_append_steps(rec, &s, 1));
+            for (int j = 0; j < (lose_drafts && i == 1 ? 1 : 3); j++) {
+                struct ds_rec_draft d = make_draft(j);
+                d.step = i;
+                d.request = 0;
+                d.position = (uint8_t)(j + 1);
+                EXPECT_OK(ds_recorder_append_drafts(rec, &d, 1));
+            }
+        }
+        struct ds_rec_request r = make_request(0);
+        r.steps = lose_drafts ? 2 : 3;
+        EXPECT_OK(ds_recorder_append_requests(rec, &r, 1));
+        EXPECT_OK(ds_recorder_close(rec));
+        size_t n0 = 0, n1 = 0;
+        unsigned char *before = file_bytes(path, &n0);
+        struct ds_resume_info info;
+        rec = NULL;
+        EXPECT_STATUS(ds_recorder_open_resume(path, &meta, &info, &rec), DS_ERR_FORMAT);
+        EXPECT(rec == NULL);
+        if (rec) ds_recorder_close(rec);
+        EXPECT_ERROR_HAS("lost_rows.h5: request 0");
+        EXPECT_ERROR_HAS(lose_drafts ? "draft 6 tokens, but /drafts holds 4 of its rows"
+                                     : "after 3 steps, but /steps holds 2 of its rows");
+        unsigned char *after = file_bytes(path, &n1);
+        EXPECT(before && after && n0 == n1 && !memcmp(before, after, n0));
+        free(before);
+        free(after);
     }
 }
 
@@ -1349,6 +1413,7 @@ int main(int argc, char **argv) {
     DS_RUN(concurrent_reader_sees_growth);
     DS_RUN(resume_appends_and_checks_metadata);
     DS_RUN(resume_refuses_array_attributes);
+    DS_RUN(resume_refuses_lost_rows);
     DS_RUN(resume_after_sigkill);
     DS_RUN(full_disk_gives_clean_error);
     DS_RUN(failed_flush_keeps_requests_last);
