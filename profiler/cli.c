@@ -138,7 +138,7 @@ static const char *input_name(const struct stat *sb, const char *dataset, const 
 
 enum ds_status ds_cli_check_output(const char *path, const char *opt, const char *dataset,
                                    const char *tokenizer, const char *target, const char *draft,
-                                   bool *exists) {
+                                   bool in_place, bool *exists) {
     struct stat sb;
     *exists = false;
     if (!*path) // stat("") fails and dirname("") is ".": it would pass as a new file in "."
@@ -155,7 +155,9 @@ enum ds_status ds_cli_check_output(const char *path, const char *opt, const char
     const char *dir = dirname(buf);
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return ds_error_set(DS_ERR_IO, "%s: directory %s does not exist", path, dir);
-    if (access(dir, W_OK) != 0 || (*exists && access(path, W_OK) != 0))
+    // A file written in place (--resume) needs only itself writable; a new or replaced one (its
+    // removal when the run fails) needs the directory.
+    if ((!(*exists && in_place) && access(dir, W_OK) != 0) || (*exists && access(path, W_OK) != 0))
         return ds_error_set(DS_ERR_IO, "%s: not writable (%s)", path, strerror(EACCES));
     return DS_OK;
 }

@@ -351,7 +351,7 @@ static int check_logits_out(const struct gen_opts *o) {
         !ds_synthetic_is_preset(&spec))
         model = spec.source;
     if (ds_cli_check_output(o->logits_out, "--logits-out", o->dataset, o->tokenizer, model, NULL,
-                            &exists))
+                            false, &exists))
         return fail(ds_error_last());
     if (exists && !o->overwrite) {
         ds_error_set(DS_ERR_IO, "%s: file exists; use --overwrite to replace it", o->logits_out);

@@ -233,7 +233,7 @@ static enum ds_status check_out(const struct run_opts *o) {
     enum ds_status st = ds_cli_check_output(
         o->out, "--out", o->dataset, o->tokenizer,
         o->synthetic ? (preset ? NULL : o->synth.source) : o->target,
-        o->synthetic ? NULL : o->draft, &exists);
+        o->synthetic ? NULL : o->draft, o->resume, &exists);
     if (st) return st;
     if (o->resume && !exists)
         return ds_error_set(DS_ERR_IO, "%s: no such run file to resume", o->out);

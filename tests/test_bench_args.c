@@ -1,9 +1,12 @@
 // draftscope bench's option checks (no GPU needed: every case here is refused before the device
 // is touched) and the shared number parsers of ds/cli.h.
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ds/cli.h"
@@ -149,6 +152,46 @@ static void inconsistent_options_are_usage_errors(void) {
     EXPECT(strstr(err_text, "'--rows'") != NULL);
 }
 
+// An output in a directory the user cannot write: a new file is refused, an existing writable
+// file is accepted only to be extended in place (--resume). The check used to want the directory
+// writable for --resume too. Root passes every access() check, so as root the case runs in a child
+// that drops to an unprivileged uid.
+static void output_in_readonly_directory(void) {
+    char dir[] = "/tmp/ds_ro_XXXXXX";
+    if (!mkdtemp(dir)) {
+        DS_FAILF("mkdtemp failed");
+        return;
+    }
+    char file[64], fresh[64];
+    snprintf(file, sizeof file, "%s/run.h5", dir);
+    snprintf(fresh, sizeof fresh, "%s/new.h5", dir);
+    FILE *f = fopen(file, "w");
+    if (f) fclose(f);
+    EXPECT(f && chmod(file, 0666) == 0 && chmod(dir, 0555) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(90);
+        bool exists = false;
+        if (ds_cli_check_output(file, "--out", NULL, NULL, NULL, NULL, true, &exists) || !exists)
+            _exit(91); // resume in place: fine
+        if (ds_cli_check_output(file, "--out", NULL, NULL, NULL, NULL, false, &exists) !=
+            DS_ERR_IO)
+            _exit(92); // replacing it: its removal on failure needs the directory
+        if (ds_cli_check_output(fresh, "--out", NULL, NULL, NULL, NULL, true, &exists) !=
+                DS_ERR_IO ||
+            !strstr(ds_error_last(), "not writable"))
+            _exit(93); // a new file: refused
+        _exit(0);
+    }
+    int status = -1;
+    waitpid(pid, &status, 0);
+    EXPECT(WIFEXITED(status));
+    EXPECT_EQ_INT(WEXITSTATUS(status), 0);
+    chmod(dir, 0755);
+    unlink(file);
+    rmdir(dir);
+}
+
 static void help_exits_zero(void) {
     const int saved = ds_t_redirect(1, err_path);
     const char *argv[] = {"bench", "--help"};
@@ -173,6 +216,7 @@ int main(void) {
     DS_RUN(bad_values_are_usage_errors);
     DS_RUN(inconsistent_options_are_usage_errors);
     DS_RUN(help_exits_zero);
+    DS_RUN(output_in_readonly_directory);
     unlink(err_path);
     return ds_test_end();
 }

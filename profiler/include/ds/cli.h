@@ -36,11 +36,13 @@ bool ds_cli_parse_ull(const char *s, unsigned long long *out);
 // directory, and never one of the command's inputs, through any link (the dataset, the tokenizer,
 // a file directly in the target or draft directory, or the target itself when it is a file: a
 // --synthetic-weights config; NULL arguments are skipped), --overwrite or
-// not. *exists tells whether the file is there, for the caller's own rule (--overwrite,
-// --resume). opt names the option in messages. Errors: DS_ERR_IO, one line naming the path.
+// not. in_place: an existing file is to be extended where it is (--resume), so only the file, not
+// its directory, must be writable. *exists tells whether the file is there, for the caller's own
+// rule (--overwrite, --resume). opt names the option in messages. Errors: DS_ERR_IO, one line
+// naming the path.
 enum ds_status ds_cli_check_output(const char *path, const char *opt, const char *dataset,
                                    const char *tokenizer, const char *target, const char *draft,
-                                   bool *exists);
+                                   bool in_place, bool *exists);
 // s is a comma-separated list of 1 .. cap integers, each as ds_cli_parse_ll takes it in [lo, hi]:
 // out[0 .. *n), 0. -1: an empty or bad entry; -2: more than cap entries (*n untouched either way).
 int ds_cli_parse_list(const char *s, long long lo, long long hi, long long *out, int cap, int *n);
