@@ -8,6 +8,7 @@
 #include "weights.h"
 
 #include <cuda_runtime.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,7 +142,9 @@ enum ds_status ds_wl_begin_load(struct ds_weight_loader *wl, void **arena_out) {
     wl->bytes = 0;
     wl->tensors = 0;
     wl->arena = NULL;
-    if (wl->mapped || total == 0) return DS_OK;
+    wl->copy_at = 0;
+    if (wl->mapped) total = wl->copy_bytes;
+    if (total == 0) return DS_OK;
     enum ds_status s = wl->be->alloc(wl->be, total, &wl->arena);
     if (s != DS_OK)
         return ds_error_set(s, "%s: cannot allocate %zu bytes of weights on %s (%s)", wl->label,
@@ -183,13 +186,28 @@ enum ds_status ds_wl_get(struct ds_weight_loader *wl, const char *name, unsigned
     if (elem_out) *elem_out = ds_elem_of_dtype(t->dtype);
     size_t bytes = (size_t)t->nbytes;
     wl->tensors++;
+    // Mapped data must be aligned for its element type: reading it in place otherwise is
+    // undefined behaviour in C, and the ops assume aligned pointers.
+    const bool copy = wl->mapped && (uintptr_t)t->data % ds_dtype_size(t->dtype) != 0;
     if (!wl->loading) {
         // Placeholder: never dereferenced; the load pass replaces every pointer.
         *ptr_out = t->data;
-        if (!wl->mapped)
+        if (!wl->mapped) {
             wl->bytes += ds_align256(bytes);
-        else
+        } else {
             wl->bytes += bytes;
+            if (copy) wl->copy_bytes += ds_align256(bytes);
+        }
+        return DS_OK;
+    }
+    if (copy) {
+        char *dst = (char *)wl->arena + wl->copy_at;
+        enum ds_status s = wl->be->upload(wl->be, dst, t->data, bytes);
+        if (s != DS_OK)
+            return ds_error_set(s, "%s: copying %s: %s", wl->label, name, ds_error_last());
+        wl->copy_at += ds_align256(bytes);
+        wl->bytes += bytes;
+        *ptr_out = dst;
         return DS_OK;
     }
     if (wl->mapped) {

@@ -35,11 +35,15 @@ struct ds_weight_loader {
     const ds_safetensors_t *st;
     const char *label; // the checkpoint directory, for messages
     bool loading;      // false: measure pass, true: load pass
-    bool mapped;       // the backend maps host memory (no arena, no copies)
-    void *arena;       // (bytes) the upload arena when !mapped, owned by the caller
+    bool mapped;       // the backend maps host memory (no copies but the misaligned tensors)
+    void *arena;       // the upload arena (mapped: of the misaligned copies), owned by the caller
     size_t bytes;      // measure: bytes planned so far; load: bytes placed so far
     size_t total;      // load pass: the arena size (for progress)
     size_t tensors;    // tensors bound
+    // Mapped: a tensor whose data is not aligned to its element size (a header of odd length) is
+    // copied into the arena rather than read in place through a misaligned pointer.
+    size_t copy_bytes; // measure: arena bytes of those copies
+    size_t copy_at;    // load: arena bytes placed so far
     // Upload progress (may be NULL): called after each uploaded tensor (or staged chunk).
     void (*progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_total);
     void *progress_user;
@@ -73,8 +77,9 @@ void ds_wl_init_gen(struct ds_weight_loader *wl, struct ds_backend *be,
 // more than once and after a failure.
 enum ds_status ds_wl_finish(struct ds_weight_loader *wl);
 
-// Ends the measure pass: allocates the arena (when the backend cannot map host memory) and
-// switches to the load pass. *arena_out is the arena to free with be->free (NULL when mapped).
+// Ends the measure pass: allocates the arena (when the backend cannot map host memory, or for the
+// copies of misaligned tensors when it can) and switches to the load pass. *arena_out is the arena
+// to free with be->free (NULL when nothing needs one).
 enum ds_status ds_wl_begin_load(struct ds_weight_loader *wl, void **arena_out);
 
 // Binds one tensor: checks its dtype (one of `want`, a bitmask of 1u << enum ds_dtype) and its

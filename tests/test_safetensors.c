@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../models/weights.h"
+#include "ds/backend.h"
 #include "ds/safetensors.h"
 #include "harness.h"
 
@@ -710,6 +712,67 @@ static void large_sparse_file_is_not_read(void) {
     unlink(path);
 }
 
+// The weight loader on a mapping backend (the CPU reference) with tensors at odd file offsets: a
+// valid header one byte longer than a multiple of 8. Those tensors used to be bound in place
+// through misaligned float / bf16 pointers (undefined behaviour in C; it happened to work on x86);
+// they are now copied into an aligned arena, with the same bytes, and aligned ones stay in place.
+static void loader_copies_misaligned_tensors(void) {
+    static const char json[] = "{\"w\":{\"dtype\":\"F32\",\"shape\":[3],"
+                               "\"data_offsets\":[0,12]},"
+                               "\"h\":{\"dtype\":\"BF16\",\"shape\":[2],"
+                               "\"data_offsets\":[12,16]},"
+                               "\"u\":{\"dtype\":\"U8\",\"shape\":[3],"
+                               "\"data_offsets\":[16,19]}}";
+    unsigned char data[19];
+    pattern(data, sizeof data);
+    for (int odd = 0; odd < 2; odd++) {
+        // The header padded to a multiple of 8, plus one more space when odd.
+        size_t j = strlen(json), n = (8 + j + 7) / 8 * 8 - 8 + (size_t)odd;
+        unsigned char file[256];
+        for (int i = 0; i < 8; i++)
+            file[i] = (unsigned char)((uint64_t)n >> (8 * i));
+        memcpy(file + 8, json, j);
+        memset(file + 8 + j, ' ', n - j);
+        memcpy(file + 8 + n, data, sizeof data);
+        char path[1100];
+        fresh(path, sizeof path, "odd.safetensors");
+        write_raw(path, file, 8 + n + sizeof data);
+        ds_safetensors_t *st = NULL;
+        struct ds_backend *be = NULL;
+        EXPECT_OK(ds_safetensors_open_file(path, &st));
+        EXPECT_OK(ds_backend_ref_create(&be));
+        if (!st || !be) {
+            ds_safetensors_close(st);
+            if (be) be->release(be);
+            return;
+        }
+        struct ds_weight_loader wl;
+        const void *w = NULL, *h = NULL, *u = NULL;
+        void *arena = NULL;
+        ds_wl_init(&wl, be, st, path, NULL, NULL);
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass) EXPECT_OK(ds_wl_begin_load(&wl, &arena));
+            EXPECT_OK(ds_wl_get(&wl, "w", 1u << DS_DTYPE_F32, 3, false, &w, NULL));
+            EXPECT_OK(ds_wl_get(&wl, "h", 1u << DS_DTYPE_BF16, 2, false, &h, NULL));
+            EXPECT_OK(ds_wl_get(&wl, "u", 1u << DS_DTYPE_U8, 3, false, &u, NULL));
+        }
+        EXPECT_OK(ds_wl_finish(&wl));
+        EXPECT((uintptr_t)w % 4 == 0 && (uintptr_t)h % 2 == 0);
+        EXPECT(w && h && u && !memcmp(w, data, 12) && !memcmp(h, data + 12, 4) &&
+               !memcmp(u, data + 16, 3));
+        // Aligned tensors (and bytes) are read in place; only the misaligned ones take memory.
+        const struct ds_tensor_info *tu = ds_safetensors_find(st, "u");
+        EXPECT(tu && u == tu->data);
+        EXPECT(odd ? arena != NULL : arena == NULL);
+        EXPECT(odd ? w != ds_safetensors_find(st, "w")->data
+                   : w == ds_safetensors_find(st, "w")->data);
+        be->free(be, arena);
+        be->release(be);
+        ds_safetensors_close(st);
+        unlink(path);
+    }
+}
+
 int main(void) {
     const char *tmp = getenv("TMPDIR");
     snprintf(root, sizeof root, "%s/ds_safetensors_XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -718,6 +781,7 @@ int main(void) {
         return 2;
     }
     DS_RUN(valid_single_file);
+    DS_RUN(loader_copies_misaligned_tensors);
     DS_RUN(header_with_only_metadata_or_nothing);
     DS_RUN(open_dir_single_file);
     DS_RUN(valid_sharded_dir);
