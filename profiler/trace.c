@@ -274,11 +274,14 @@ struct sn {
     char *o;
     size_t n, cap;
     bool bad;
+    bool cut; // a character did not fit: the output ends in "..."
 };
 
 static void sn_put(struct sn *s, const char *txt, size_t len) {
-    for (size_t i = 0; i < len; i++)
+    for (size_t i = 0; i < len; i++) {
         if (s->n + 1 < s->cap) s->o[s->n++] = txt[i];
+        else s->cut = true;
+    }
     s->o[s->n] = 0;
 }
 
@@ -348,6 +351,7 @@ char *ds_trace_short_name(const char *name, char *out, size_t cap) {
             s.p++;
             while (*s.p && *s.p != 'E' && *s.p != 'I') {
                 s.n = 0;
+                s.cut = false;
                 if (!sn_source(&s)) {
                     s.bad = true;
                     break;
@@ -355,6 +359,7 @@ char *ds_trace_short_name(const char *name, char *out, size_t cap) {
             }
         } else if (!sn_source(&s)) {
             s.n = 0;
+            s.cut = false;
             sn_put(&s, name, strlen(name)); // not a form we read: the name as it is
             s.p = "";
         }
@@ -368,7 +373,8 @@ char *ds_trace_short_name(const char *name, char *out, size_t cap) {
             sn_put(&s, ">", 1);
         }
     }
-    if (strlen(name) > 0 && s.n + 1 >= cap && cap > 4) memcpy(out + cap - 4, "...", 4);
+    // Only a name cut short says so: one that fills out exactly is whole.
+    if (s.cut && cap > 4) memcpy(out + cap - 4, "...", 4);
     return out;
 }
 

@@ -342,6 +342,12 @@ static void kernel_names_shorten(void) {
     // A form it does not read stays as it is; a long name is cut with "..." inside cap.
     EXPECT_EQ_STR(ds_trace_short_name("_ZZ3fooE3bar", out, sizeof out), "_ZZ3fooE3bar");
     EXPECT_EQ_STR(ds_trace_short_name("abcdefghijkl", out, 8), "abcd...");
+    // One that fills cap exactly is whole: no "..." (it lost its last 3 characters to one).
+    EXPECT_EQ_STR(ds_trace_short_name("abcdefg", out, 8), "abcdefg");
+    EXPECT_EQ_STR(ds_trace_short_name("_Z6kernelILi1EEvv", out, 10), "kernel<1>");
+    EXPECT_EQ_STR(ds_trace_short_name("_Z6kernelILi12EEvv", out, 10), "kernel...");
+    // A long namespace cut does not mark the short last component.
+    EXPECT_EQ_STR(ds_trace_short_name("_ZN21a_long_namespace_name1kEv", out, 8), "k");
     // A length running past the end is not read past it.
     EXPECT_EQ_STR(ds_trace_short_name("_Z40short", out, sizeof out), "_Z40short");
     EXPECT_EQ_STR(ds_trace_short_name(NULL, out, sizeof out), "");
