@@ -350,10 +350,17 @@ char *ds_trace_short_name(const char *name, char *out, size_t cap) {
         if (*s.p == 'N') { // nested name: keep the last component
             s.p++;
             while (*s.p && *s.p != 'E' && *s.p != 'I') {
+                const size_t n0 = s.n;
+                const bool cut0 = s.cut;
                 s.n = 0;
                 s.cut = false;
-                if (!sn_source(&s)) {
+                if (!sn_source(&s)) { // nothing written: out still holds the last component
                     s.bad = true;
+                    s.n = n0, s.cut = cut0;
+                    if (n0 == 0) { // not one component read (St, K...): the name as it is
+                        sn_put(&s, name, strlen(name));
+                        s.p = "";
+                    }
                     break;
                 }
             }

@@ -341,6 +341,12 @@ static void kernel_names_shorten(void) {
     EXPECT_EQ_STR(ds_trace_short_name("ds_probe_spin", out, sizeof out), "ds_probe_spin");
     // A form it does not read stays as it is; a long name is cut with "..." inside cap.
     EXPECT_EQ_STR(ds_trace_short_name("_ZZ3fooE3bar", out, sizeof out), "_ZZ3fooE3bar");
+    // So does a nested name whose first component it cannot read (it came out empty); one it
+    // stops in keeps the last component read.
+    EXPECT_EQ_STR(ds_trace_short_name("_ZNSt6vectorIiE4sizeEv", out, sizeof out),
+                  "_ZNSt6vectorIiE4sizeEv");
+    EXPECT_EQ_STR(ds_trace_short_name("_ZNK3foo3barEv", out, sizeof out), "_ZNK3foo3barEv");
+    EXPECT_EQ_STR(ds_trace_short_name("_ZN3foo3barB5cxx11Ev", out, sizeof out), "bar");
     EXPECT_EQ_STR(ds_trace_short_name("abcdefghijkl", out, 8), "abcd...");
     // One that fills cap exactly is whole: no "..." (it lost its last 3 characters to one).
     EXPECT_EQ_STR(ds_trace_short_name("abcdefg", out, 8), "abcdefg");
