@@ -1513,11 +1513,11 @@ void ds_trace_ktab_sink(void *user, const struct ds_rec_kernel *row, const char 
         char shortn[sizeof k->e[0].name];
         ds_trace_short_name(name ? name : "?", shortn, sizeof shortn);
         if (k->by_grid) {
-            // "name [x,y,z]": the grid kept whole, the name cut to make room.
+            // "name [x,y,z]": the grid kept whole, the name cut to make room (with "...").
             char grid[40];
             const int gl = snprintf(grid, sizeof grid, " [%u,%u,%u]", gx, gy, gz);
             const size_t room = sizeof shortn - 1 - (size_t)gl;
-            if (strlen(shortn) > room) shortn[room] = 0;
+            if (strlen(shortn) > room) memcpy(shortn + room - 3, "...", 4);
             strcat(shortn, grid);
         }
         for (i = 0; i < k->n && strcmp(k->e[i].name, shortn); i++) {

@@ -509,6 +509,18 @@ static void kernel_table_by_grid(void) {
     ds_trace_ktab_sink(k, &r, n_mm);
     e = ds_trace_ktab_entries(k, &n, NULL, NULL);
     EXPECT(n == 1 && !strcmp(e[0].name, "matmul_tc<16,8> [2,0,0]"));
+    // A name cut to make room for its grid says so: 95 - 8 bytes of room, the last 3 "...".
+    static char n_long[100];
+    memset(n_long, 'x', 90);
+    ds_trace_ktab_reset(k, 7, 8, DS_REC_PHASE_VERIFY, 0);
+    r = krow(7, DS_REC_PHASE_VERIFY, 0, 5);
+    r.grid_x = 1, r.grid_y = 1, r.grid_z = 1;
+    ds_trace_ktab_sink(k, &r, n_long);
+    e = ds_trace_ktab_entries(k, &n, NULL, NULL);
+    char want_long[96];
+    snprintf(want_long, sizeof want_long, "%.84s... [1,1,1]", n_long);
+    EXPECT(n == 1);
+    if (n == 1) EXPECT_EQ_STR(e[0].name, want_long);
     ds_trace_ktab_set_by_grid(k, 0);
     ds_trace_ktab_reset(k, 7, 8, DS_REC_PHASE_VERIFY, 0);
     for (uint32_t gx = 1; gx <= 3; gx++) {
