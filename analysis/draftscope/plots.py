@@ -155,11 +155,21 @@ def expected_vs_realized(run, n_bins=10):
 
 def _phase_times(run):
     """Mean time per step (ns) by (batch size of the step, phase): from kernels, else ranges."""
+    # A step's batch size from its ranges, but not from a prefill range: that one counts the
+    # sequences it admitted (the prefill runs under the id of the step that admits them), not
+    # the sequences the step runs. Then the steps rows; a step with nothing but a prefill (the
+    # last admission of a run) keeps the prefill's.
+    sources = []
+    r = run.ranges
+    if len(r):
+        sources.append(r[r["phase"] != "prefill"])
+    sources += [run.steps, r]
     step_batch = None
-    if len(run.ranges):
-        step_batch = run.ranges.drop_duplicates("step").set_index("step")["batch_size"]
-    elif len(run.steps):
-        step_batch = run.steps.drop_duplicates("step").set_index("step")["batch_size"]
+    for t in sources:
+        if not len(t):
+            continue
+        b = t.drop_duplicates("step").set_index("step")["batch_size"]
+        step_batch = b if step_batch is None else step_batch.combine_first(b)
     for table, source in (("kernels", "kernel time"), ("ranges", "phase ranges")):
         t = getattr(run, table)
         if not len(t) or step_batch is None:

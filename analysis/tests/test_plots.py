@@ -6,10 +6,11 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 import draftscope  # noqa: E402
-from draftscope import plots  # noqa: E402
+from draftscope import plots, schema  # noqa: E402
 
 
 def _texts(fig):
@@ -60,3 +61,26 @@ def test_kernel_time_per_phase(samples):
         want = (s["verify_ns"] - 2000).groupby(s["batch_size"]).mean()
         assert per["verify"].to_numpy() == pytest.approx(want.to_numpy(), rel=1e-12)
         assert per["verify"].is_monotonic_increasing
+
+
+def test_phase_times_batch_is_not_the_prefills():
+    """A step that admits a request runs its prefill first, under the step's id, and that range's
+    batch_size counts the sequences admitted (1), not the step's (4): the step belongs to B 4."""
+    def phases(names):
+        return pd.Categorical(names, categories=schema.ENUMS["phase"])
+
+    class FakeRun:
+        ranges = pd.DataFrame({
+            "step": [0, 0, 0, 1, 1, 2], "start_ns": [0, 10, 20, 40, 50, 70],
+            "end_ns": [10, 20, 30, 50, 60, 75], "batch_size": [1, 4, 4, 4, 4, 2],
+            "phase": phases(["prefill", "draft_extend", "verify", "draft_extend", "verify",
+                             "prefill"])})
+        kernels = ranges.iloc[:0]
+        steps = pd.DataFrame({"step": [0, 0, 0, 0, 1, 1, 1, 1], "batch_size": [4] * 8})
+    per, source = plots._phase_times(FakeRun())
+    assert source == "phase ranges"
+    # B 4: steps 0 and 1, 10 ns of draft_extend and of verify each, step 0's 10 ns prefill; B 2:
+    # step 2, a prefill alone (the last admission), keeps its own batch size.
+    assert list(per.index) == [2, 4]
+    assert per.loc[4, "prefill"] == 5 and per.loc[4, "verify"] == 10
+    assert per.loc[2, "prefill"] == 5

@@ -195,7 +195,7 @@ struct ds_rec_range {
     uint64_t step;       // global step id
     uint64_t start_ns;   // ns since session start
     uint64_t end_ns;     // ns since session start
-    uint16_t batch_size; // sequences in the step
+    uint16_t batch_size; // sequences in the step (prefill: the sequences it prefilled)
     uint8_t phase;       // enum ds_rec_phase
     uint8_t draft_step;  // draft step index for DS_REC_PHASE_DRAFT_STEP, else 0
 };
