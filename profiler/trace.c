@@ -4,9 +4,9 @@
 //
 // Data flow at level kernels:
 //   launch thread: phase_begin → NVTX push, begin event, cuptiActivityPushExternalCorrelationId
-//   CUPTI thread:  buffer_requested hands out 4 MiB buffers from a capped pool; buffer_completed
-//                  only queues the filled buffer (a FIFO), adds CUPTI's dropped-record count and
-//                  wakes the worker
+//   CUPTI thread:  buffer_requested hands out 1 MiB buffers (by default) from a capped pool;
+//                  buffer_completed only queues the filled buffer (a FIFO), adds CUPTI's
+//                  dropped-record count and wakes the worker
 //   worker thread: pops the FIFO in order; parses a buffer: external correlation records go into
 //                  a correlation-id map, kernel records wait until their id resolves; resolved
 //                  rows (raw CUPTI times) are published to `ready`. A marker in the FIFO (queued
