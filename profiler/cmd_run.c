@@ -671,9 +671,12 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
                     (unsigned long long)ts_st.flushes, ts_st.flush_ns / 1e6,
                     ts_st.parse_ns / 1e6);
     }
-    if (s == DS_OK || s == DS_ERR_INTERRUPTED) { // a failed write keeps the status "failed"
-        struct ds_run_end end = {.status = s == DS_ERR_INTERRUPTED ? DS_REC_SESSION_INTERRUPTED
-                                                                   : DS_REC_SESSION_CLOSED,
+    {
+        // A run stopped by an error is "failed" whatever the error (it was recorded "closed"
+        // unless a write had failed); the trace figures measured are kept either way.
+        struct ds_run_end end = {.status = s == DS_OK                ? DS_REC_SESSION_CLOSED
+                                           : s == DS_ERR_INTERRUPTED ? DS_REC_SESSION_INTERRUPTED
+                                                                     : DS_REC_SESSION_FAILED,
                                  .trace_overhead = overhead,
                                  .trace_dropped = dropped};
         ds_recorder_set_end(g->rec, &end);

@@ -745,8 +745,10 @@ enum ds_status ds_recorder_elapsed_ns(const ds_recorder_t *rec, uint64_t *ns_out
 
 enum ds_status ds_recorder_set_end(ds_recorder_t *rec, const struct ds_run_end *end) {
     if (!rec || !end ||
-        (end->status != DS_REC_SESSION_CLOSED && end->status != DS_REC_SESSION_INTERRUPTED))
-        return ds_error_set(DS_ERR_ARG, "recorder: set_end needs status closed or interrupted");
+        (end->status != DS_REC_SESSION_CLOSED && end->status != DS_REC_SESSION_INTERRUPTED &&
+         end->status != DS_REC_SESSION_FAILED))
+        return ds_error_set(DS_ERR_ARG,
+                            "recorder: set_end needs status closed, interrupted or failed");
     rec->session.trace_overhead = end->trace_overhead;
     rec->session.trace_dropped = end->trace_dropped;
     rec->end_status = end->status;

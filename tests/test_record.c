@@ -1036,6 +1036,36 @@ static void resume_refuses_array_attributes(void) {
     }
 }
 
+// A run that stops on an error other than a write (a kernel failure, say) ends its session
+// "failed": set_end takes that status (the run used to leave such a session "closed"); "running"
+// is refused.
+static void session_ends_failed(void) {
+    const char *path = tmp_path("ended_failed.h5");
+    struct ds_run_meta meta = test_meta();
+    ds_recorder_t *rec = NULL;
+    EXPECT_OK(ds_recorder_create(path, &meta, 0, &rec));
+    if (!rec) return;
+    EXPECT_STATUS(
+        ds_recorder_set_end(rec, &(struct ds_run_end){DS_REC_SESSION_RUNNING, 0.5, 3}),
+        DS_ERR_ARG);
+    EXPECT_OK(ds_recorder_set_end(rec, &(struct ds_run_end){DS_REC_SESSION_FAILED, 0.5, 3}));
+    EXPECT_OK(ds_recorder_close(rec));
+    hid_t f = open_ro(path, 0);
+    EXPECT(f >= 0);
+    if (f < 0) return;
+    hsize_t n = 0;
+    struct ds_rec_session *ss = read_table(f, "sessions", sizeof *ss, &n);
+    H5Fclose(f);
+    EXPECT_EQ_INT(n, 1);
+    if (ss && n == 1) {
+        EXPECT_EQ_INT(ss[0].status, DS_REC_SESSION_FAILED);
+        EXPECT(ss[0].trace_overhead == 0.5);
+        EXPECT_EQ_INT(ss[0].trace_dropped, 3);
+    }
+    free(ss);
+    unlink(path);
+}
+
 static unsigned char *file_bytes(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     unsigned char *b = NULL;
@@ -1414,6 +1444,7 @@ int main(int argc, char **argv) {
     DS_RUN(resume_appends_and_checks_metadata);
     DS_RUN(resume_refuses_array_attributes);
     DS_RUN(resume_refuses_lost_rows);
+    DS_RUN(session_ends_failed);
     DS_RUN(resume_after_sigkill);
     DS_RUN(full_disk_gives_clean_error);
     DS_RUN(failed_flush_keeps_requests_last);

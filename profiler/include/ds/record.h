@@ -99,7 +99,7 @@ enum ds_rec_session_status {
     DS_REC_SESSION_RUNNING = 0, // "running": still writing, or the writer died (crash, SIGKILL)
     DS_REC_SESSION_CLOSED,      // "closed": closed normally
     DS_REC_SESSION_INTERRUPTED, // "interrupted": stopped early on request (SIGINT), closed cleanly
-    DS_REC_SESSION_FAILED,      // "failed": a write failed; rows up to the last good flush remain
+    DS_REC_SESSION_FAILED,      // "failed": a write failed, or the run stopped on another error
     DS_REC_SESSION_COUNT
 };
 
@@ -351,8 +351,10 @@ enum ds_status ds_recorder_elapsed_ns(const ds_recorder_t *rec, uint64_t *ns_out
 
 // End-of-session values, written into this session's /sessions row at close (the row is also
 // rewritten at every flush with the steps written so far). status: DS_REC_SESSION_CLOSED (the
-// default at close) or DS_REC_SESSION_INTERRUPTED; trace_overhead, trace_dropped: see struct
-// ds_rec_session (NaN: not measured). Errors: DS_ERR_ARG (NULL, or another status).
+// default at close), DS_REC_SESSION_INTERRUPTED, or DS_REC_SESSION_FAILED for a run that stopped
+// on an error other than a write (a failed write marks the session failed itself);
+// trace_overhead, trace_dropped: see struct ds_rec_session (NaN: not measured). Errors:
+// DS_ERR_ARG (NULL, or another status).
 struct ds_run_end {
     enum ds_rec_session_status status;
     double trace_overhead;
