@@ -661,13 +661,17 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
         struct ds_trace_stats ts_st;
         ds_trace_stats(g->trace, &ts_st);
         dropped = ts_st.dropped_records;
-        if (!o->quiet || ts_st.dropped_records || ts_st.dropped_ranges)
+        if (!o->quiet || ts_st.dropped_records || ts_st.dropped_ranges ||
+            ts_st.dropped_correlations)
             fprintf(info_f, "trace %s: %llu ranges, %llu kernels, %llu CUPTI records dropped, "
-                            "%llu ranges dropped; recorder thread %.1f ms in trace calls "
+                            "%llu ranges dropped, %llu kernels unattributed (%llu of them for a "
+                            "full correlation table); recorder thread %.1f ms in trace calls "
                             "(%llu forced flushes, %.1f ms), worker parse %.1f ms\n",
                     ds_trace_level_name(level), (unsigned long long)ts_st.ranges,
                     (unsigned long long)ts_st.kernels, (unsigned long long)ts_st.dropped_records,
-                    (unsigned long long)ts_st.dropped_ranges, ts_st.calls_ns / 1e6,
+                    (unsigned long long)ts_st.dropped_ranges,
+                    (unsigned long long)ts_st.unattributed,
+                    (unsigned long long)ts_st.dropped_correlations, ts_st.calls_ns / 1e6,
                     (unsigned long long)ts_st.flushes, ts_st.flush_ns / 1e6,
                     ts_st.parse_ns / 1e6);
     }

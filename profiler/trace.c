@@ -153,11 +153,12 @@ struct ds_trace {
     size_t n_ready, cap_ready;
     size_t corr_load_pub;               // corr_load as last published
     size_t waiting_pub;                 // n_waiting as last published
-    uint64_t w_unattributed, w_drains, w_parse_ns, w_correlations;
+    uint64_t w_unattributed, w_drains, w_parse_ns, w_correlations, w_corr_lost;
     size_t w_nomem;                     // records the worker had no memory for (0: none)
     struct corr_entry *corr_cur, *corr_prev; // worker only
     size_t corr_load;                        // worker only: entries in corr_cur
     uint64_t corr_made;                      // worker only: entries made since create
+    uint64_t corr_lost;                      // worker only: entries that did not fit (corr_put)
     struct waiting_kernel *waiting;          // worker only
     size_t n_waiting, cap_waiting;
     struct waiting_kernel *wout;             // worker only: rows resolved, not yet published
@@ -815,6 +816,7 @@ void ds_trace_stats(const ds_trace_t *t, struct ds_trace_stats *out) {
     out->drains = t->w_drains;
     out->parse_ns = t->w_parse_ns;
     out->correlations = t->w_correlations;
+    out->dropped_correlations = t->w_corr_lost;
     pthread_mutex_unlock(&g_mu);
 }
 
@@ -1072,9 +1074,13 @@ static size_t parse_buffer(ds_trace_t *t, const struct done_buf *b) {
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
             const CUpti_ActivityExternalCorrelation *x =
                 (const CUpti_ActivityExternalCorrelation *)rec;
-            if (x->externalKind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0 &&
-                corr_put(t->corr_cur, x->correlationId, x->externalId) == 1)
-                t->corr_load++, t->corr_made++;
+            if (x->externalKind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) {
+                // A correlation that does not fit leaves its kernel unattributed: counted apart,
+                // so that it is not mistaken for a launch outside every phase.
+                const int put = corr_put(t->corr_cur, x->correlationId, x->externalId);
+                if (put == 1) t->corr_load++, t->corr_made++;
+                if (put < 0) t->corr_lost++;
+            }
         }
     }
     return lost;
@@ -1178,6 +1184,7 @@ static void *worker_main(void *arg) {
         t->corr_load_pub = t->corr_load;
         t->waiting_pub = t->n_waiting;
         t->w_correlations = t->corr_made;
+        t->w_corr_lost = t->corr_lost;
         if (b.mark) {
             t->marks_done++;
             pthread_cond_broadcast(&t->idle);

@@ -882,6 +882,57 @@ done:
     ds_trace_ktab_release(tab);
 }
 
+// More launches in one phase than the correlation table holds (262,144 slots, no poll between):
+// the correlations that do not fit are counted as dropped_correlations, and their kernels as
+// unattributed. Before, they were counted as unattributed only, which the stats document as
+// launches outside every phase.
+enum { FLOOD_LAUNCHES = 300000 };
+static void correlation_table_overflow_is_counted(void) {
+    if (getenv("DS_GPU_TEST_SMALL")) {
+        printf("  skipped in the small mode (300,000 launches)\n");
+        return;
+    }
+    ds_trace_t *t = NULL;
+    EXPECT_OK(ds_trace_create(DS_REC_TRACE_KERNELS, NULL, NULL, &t));
+    cudaStream_t s = NULL;
+    struct probes pr = {0};
+    if (!t || !cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream") ||
+        !load_probes(&pr))
+        goto done;
+    EXPECT_OK(ds_trace_set_stream(t, s));
+    unsigned long long ns = 0, out = 0;
+    void *args[] = {&ns, &out};
+    EXPECT_OK(ds_trace_phase_begin(t, 1, DS_REC_PHASE_VERIFY, 0, 1));
+    for (int i = 0; i < FLOOD_LAUNCHES; i++)
+        if (cudaLaunchKernel((const void *)pr.k[SPIN], (dim3){1, 1, 1}, (dim3){32, 1, 1}, args, 0,
+                             s) != cudaSuccess) {
+            cuda_ok(cudaGetLastError(), "launch");
+            break;
+        }
+    EXPECT_OK(ds_trace_phase_end(t));
+    cuda_ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    // One collect delivers what resolved; two more age out the kernels that never will.
+    for (int i = 0; i < 3; i++) {
+        const struct ds_trace_step_times *times = NULL;
+        size_t n = 0;
+        EXPECT_OK(ds_trace_collect(t, &times, &n));
+    }
+    struct ds_trace_stats st;
+    ds_trace_stats(t, &st);
+    printf("  %d launches in one phase: %llu kernels attributed, %llu unattributed, %llu "
+           "correlations dropped, %llu CUPTI records dropped\n",
+           FLOOD_LAUNCHES, (unsigned long long)st.kernels, (unsigned long long)st.unattributed,
+           (unsigned long long)st.dropped_correlations, (unsigned long long)st.dropped_records);
+    EXPECT(st.dropped_correlations > 0);
+    EXPECT(st.unattributed >= st.dropped_correlations);
+    // Every launch is a row, an unattributed kernel, or a record CUPTI dropped.
+    EXPECT(st.kernels + st.unattributed + st.dropped_records >= FLOOD_LAUNCHES);
+done:
+    if (pr.lib) cudaLibraryUnload(pr.lib);
+    if (s) cudaStreamDestroy(s);
+    ds_trace_release(t);
+}
+
 int main(void) {
     if (ds_cuda_device_count() == 0) DS_SKIP("no CUDA device");
     const char *env = getenv("DS_TRACE_API_RECORDS");
@@ -899,6 +950,7 @@ int main(void) {
         DS_RUN(phase_next_shares_one_event);
         DS_RUN(kernel_table_holds_each_kinds_launches);
         DS_RUN(api_record_modes);
+        DS_RUN(correlation_table_overflow_is_counted);
     }
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

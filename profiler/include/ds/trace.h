@@ -108,7 +108,7 @@ struct ds_trace_stats {
                               //   records of buffers CUPTI could not get)
     uint64_t dropped_ranges;  // phase ranges lost: more than max_ranges between collects
     uint64_t unattributed;    // kernel records with no phase (launched outside every phase,
-                              //   e.g. weight uploads); not written
+                              //   e.g. weight uploads, or their correlation dropped); not written
     uint64_t buffers;         // CUPTI buffers completed
     uint64_t flushes;         // forced CUPTI flushes (cuptiActivityFlushAll)
     uint64_t drains;          // CUPTI buffers parsed by the worker thread
@@ -121,6 +121,8 @@ struct ds_trace_stats {
                               //   (flush_ns and wait_ns included); 0 at level off
     uint64_t correlations;    // external correlation entries the worker has joined in (poll
                               //   forces a flush per 131,072 of them: ds_trace_flush_share)
+    uint64_t dropped_correlations; // correlations that did not fit the table (more than 262,144
+                                   //   launches between polls): their kernels are unattributed
 };
 // A kernel row handed to the sink set with ds_trace_set_kernel_sink, with its name (valid during
 // the call only).
