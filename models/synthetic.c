@@ -6,6 +6,8 @@
 // of a tensor depends only on (run seed, model kind, tensor name), never on the order of binding.
 #include "ds/synthetic.h"
 
+#include "files.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -106,8 +108,9 @@ static enum ds_status config_from_path(const char *path, struct ds_target_config
                             "config.json or directory",
                             path);
     if (S_ISDIR(sb.st_mode)) return ds_target_config_load(path, cfg);
-    FILE *f = fopen(path, "rb");
-    if (!f) return ds_error_set(DS_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    FILE *f = NULL;
+    enum ds_status st = ds_fopen_regular(path, &f); // a FIFO or device is refused, not read
+    if (st) return st;
     char *text = malloc((size_t)sb.st_size + 1);
     size_t n = text ? fread(text, 1, (size_t)sb.st_size, f) : 0;
     fclose(f);

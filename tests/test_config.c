@@ -5,6 +5,9 @@
 // rules (output-of: boundary = id + 1; capture-before and boundary: boundary = id), worked by hand
 // in each case. Comparisons of doubles are exact: each value is the nearest double to a decimal
 // literal in both the JSON and the test.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "harness.h"
 
 #include "ds/config.h"
@@ -524,6 +527,18 @@ static void config_json_not_a_regular_file(void) {
     EXPECT_ERROR_HAS(sub);
     EXPECT_ERROR_HAS("not a regular file");
     rmdir(sub);
+    rmdir(dir);
+    // A FIFO config.json is refused at once: the open blocked until a writer came (alarm turns
+    // a hang into a failure).
+    EXPECT(ds_t_dir_in_place_of(DS_BINARY_DIR, "unused", dir, sub, sizeof dir));
+    rmdir(sub);
+    EXPECT(snprintf(sub, sizeof sub, "%.1000s/config.json", dir) < (int)sizeof sub);
+    EXPECT(mkfifo(sub, 0600) == 0);
+    alarm(20);
+    EXPECT_STATUS(ds_target_config_load(dir, &t), DS_ERR_IO);
+    alarm(0);
+    EXPECT_ERROR_HAS("config.json: not a regular file");
+    unlink(sub);
     rmdir(dir);
 }
 

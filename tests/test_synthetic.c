@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ds/backend.h"
 #include "ds/synthetic.h"
@@ -238,6 +240,23 @@ static void cpu_plan_options(void) {
     ds_gptoss_release(m);
 }
 
+// A config given as a FIFO is refused as not a regular file; it was opened (blocking until a
+// writer came) and would have been read as malformed JSON.
+static void config_fifo_refused(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/ds_synth_fifo_%d.json", DS_BINARY_DIR, (int)getpid());
+    unlink(path);
+    EXPECT(mkfifo(path, 0600) == 0);
+    struct ds_synthetic_spec spec;
+    EXPECT_OK(ds_synthetic_parse(path, &spec));
+    struct ds_target_config cfg;
+    alarm(20); // a hang becomes a failure
+    EXPECT_STATUS(ds_synthetic_target_config(&spec, &cfg), DS_ERR_IO);
+    alarm(0);
+    EXPECT_ERROR_HAS("not a regular file");
+    unlink(path);
+}
+
 int main(void) {
     if (ds_backend_ref_create(&be) != DS_OK) {
         fprintf(stderr, "%s\n", ds_error_last());
@@ -248,6 +267,7 @@ int main(void) {
     DS_RUN(target_deterministic);
     DS_RUN(pair_chain);
     DS_RUN(cpu_plan_options);
+    DS_RUN(config_fifo_refused);
     ds_backend_release(be);
     return ds_test_end();
 }
