@@ -75,9 +75,10 @@ int ds_cmd_render(int argc, char **argv) {
     const char *problem = !dataset                                   ? "--dataset is required"
                           : !index_s                                 ? "--index is required"
                           : !tok_path                                ? "--tokenizer is required"
-                          : !parse_size(index_s, &index)             ? "--index: not a number"
-                          : !parse_size(turn_s, &turn) || turn < 1   ? "--turn: expected 1 or more"
-                          : !parse_size(max_s, &max_context)         ? "--max-context: not a number"
+                          : !parse_size(index_s, &index) ? "--index: expected a whole number"
+                          : !parse_size(turn_s, &turn) || turn < 1
+                              ? "--turn: expected a whole number, 1 or more"
+                          : !parse_size(max_s, &max_context) ? "--max-context: expected a whole number"
                           : ds_reasoning_parse(reasoning, &sys.reasoning) ? ds_error_last()
                           : ds_harmony_system_check(&sys)                 ? ds_error_last()
                                                                           : NULL;

@@ -569,6 +569,10 @@ static void cli_exit_codes(void) {
                            "--tokenizer", DATA "o200k_base.tiktoken", "--max-context",
                            (char *)bad_numbers[i], NULL};
         EXPECT_EQ_INT(ds_cmd_render(9, bad_max), 2);
+        char *bad_turn[] = {"render", "--dataset", DATA "spec_bench_questions.jsonl", "--index",
+                            "1", "--tokenizer", DATA "o200k_base.tiktoken", "--turn",
+                            (char *)bad_numbers[i], NULL};
+        EXPECT_EQ_INT(ds_cmd_render(9, bad_turn), 2);
     }
     // An --index past the usable conversations also says what the file's bad records were.
     const char *mixed = WRITE("{\"conversations\": [{\"from\": \"human\", \"value\": \"hi\"}]}\n"
