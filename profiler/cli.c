@@ -161,3 +161,23 @@ enum ds_status ds_cli_check_output(const char *path, const char *opt, const char
         return ds_error_set(DS_ERR_IO, "%s: not writable (%s)", path, strerror(EACCES));
     return DS_OK;
 }
+
+json_t *ds_cli_json_text(const char *t) {
+    if (!t) t = "";
+    json_t *j = json_string(t);
+    if (j) return j;
+    const size_t n = strlen(t);
+    struct ds_byte_vec v = {0};
+    enum ds_status st = DS_OK;
+    for (size_t i = 0; i < n && !st;) {
+        const size_t k = ds_utf8_valid_prefix(t + i, n - i);
+        st = ds_byte_vec_append(&v, t + i, k);
+        if ((i += k) >= n || st) break;
+        st = ds_byte_vec_append(&v, "\xEF\xBF\xBD", 3);
+        i++; // the bad byte, then the continuation bytes that follow it
+        while (i < n && ((unsigned char)t[i] & 0xC0) == 0x80) i++;
+    }
+    j = st ? NULL : json_stringn(v.data ? v.data : "", v.n);
+    ds_byte_vec_free(&v);
+    return j ? j : json_string("?");
+}

@@ -570,7 +570,7 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
             json_array_append_new(pi, json_integer(g->prompt.ids[i]));
         for (size_t i = 0; i < g->out.n; i++)
             json_array_append_new(gi, json_integer(g->out.ids[i]));
-        json_object_set_new(r, "target", json_string(model));
+        json_object_set_new(r, "target", ds_cli_json_text(model));
         json_object_set_new(r, "synthetic", json_boolean(o->synthetic != NULL));
         json_object_set_new(r, "batch", json_integer(B));
         json_object_set_new(r, "batch_rows_agree", json_boolean(g->disagree_at < 0));

@@ -55,20 +55,6 @@ static int usage_error(const char *what, const char *arg) {
 // ---------------------------------------------------------------------------------------------
 // Report building
 
-// A JSON string of text that may not be UTF-8 (paths, messages quoting them): bytes outside
-// ASCII are replaced by '?' when the text is not valid UTF-8.
-static json_t *text_json(const char *s) {
-    json_t *j = json_string(s ? s : "");
-    if (j) return j;
-    size_t n = strlen(s);
-    char *copy = malloc(n + 1);
-    if (!copy) return json_string("?");
-    for (size_t i = 0; i <= n; i++) copy[i] = (unsigned char)s[i] < 0x80 ? s[i] : '?';
-    j = json_string(copy);
-    free(copy);
-    return j;
-}
-
 static json_t *int_array(const int64_t *v, int n) {
     json_t *a = json_array();
     for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(v[i]));
@@ -154,8 +140,8 @@ static void table_json(json_t *o, const ds_safetensors_t *st, int64_t experts, i
 
 static json_t *target_config_json(const struct ds_target_config *c) {
     json_t *o = json_object();
-    json_object_set_new(o, "architecture", text_json(c->architecture));
-    json_object_set_new(o, "model_type", text_json(c->model_type));
+    json_object_set_new(o, "architecture", ds_cli_json_text(c->architecture));
+    json_object_set_new(o, "model_type", ds_cli_json_text(c->model_type));
     json_object_set_new(o, "num_hidden_layers", json_integer(c->num_hidden_layers));
     json_t *lt = json_array();
     for (int64_t l = 0; l < c->num_hidden_layers; l++)
@@ -205,7 +191,7 @@ static json_t *aux_json(const struct ds_draft_config *d, const struct ds_target_
         if (ds_aux_plan(d, t->num_hidden_layers, &conv, label, &p) == DS_OK)
             json_object_set_new(by, ds_aux_convention_name(conv), int_array(p.boundaries, p.n));
         else
-            json_object_set_new(by, ds_aux_convention_name(conv), text_json(ds_error_last()));
+            json_object_set_new(by, ds_aux_convention_name(conv), ds_cli_json_text(ds_error_last()));
     }
     ds_error_clear();
     json_object_set_new(o, "boundaries_by_convention", by);
@@ -215,7 +201,7 @@ static json_t *aux_json(const struct ds_draft_config *d, const struct ds_target_
 static json_t *draft_config_json(const struct ds_draft_config *d) {
     json_t *o = json_object();
     json_object_set_new(o, "layout", json_string(ds_draft_layout_name(d->layout)));
-    json_object_set_new(o, "architecture", text_json(d->architecture));
+    json_object_set_new(o, "architecture", ds_cli_json_text(d->architecture));
     json_object_set_new(o, "hidden_size", json_integer(d->hidden_size));
     json_object_set_new(o, "target_hidden_size", json_integer(d->target_hidden_size));
     json_object_set_new(o, "intermediate_size", json_integer(d->intermediate_size));
@@ -245,7 +231,7 @@ struct inspect {
 
 static json_t *inspect_target(struct inspect *in) {
     json_t *o = json_object();
-    json_object_set_new(o, "dir", text_json(in->target_dir));
+    json_object_set_new(o, "dir", ds_cli_json_text(in->target_dir));
     if (ds_target_config_load(in->target_dir, &in->target) == DS_OK) {
         in->target_cfg_ok = true;
         json_object_update_new(o, target_config_json(&in->target));
@@ -266,7 +252,7 @@ static json_t *inspect_draft(struct inspect *in) {
     json_t *o = json_object();
     char label[4096];
     snprintf(label, sizeof label, "%s/config.json", in->draft_dir);
-    json_object_set_new(o, "dir", text_json(in->draft_dir));
+    json_object_set_new(o, "dir", ds_cli_json_text(in->draft_dir));
     if (ds_draft_config_load(in->draft_dir, &in->draft) == DS_OK)
         in->draft_cfg_ok = true;
     else
@@ -513,7 +499,7 @@ int ds_cmd_inspect(int argc, char **argv) {
     if (in.draft_dir) json_object_set_new(report, "draft", inspect_draft(&in));
     json_t *problems = json_array();
     for (size_t i = 0; i < in.problems.count; i++)
-        json_array_append_new(problems, text_json(in.problems.lines[i]));
+        json_array_append_new(problems, ds_cli_json_text(in.problems.lines[i]));
     json_object_set_new(report, "problems", problems);
     json_object_set_new(report, "usable", json_boolean(in.problems.count == 0));
 

@@ -527,7 +527,7 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     json_object_set_new(opt, "reasoning_effort", json_string(ds_reasoning_name(o->reasoning)));
     json_object_set_new(opt, "max_context", json_integer(P));
     json_object_set_new(opt, "prefill_chunk", json_integer(o->spec.prefill_chunk));
-    json_object_set_new(opt, "tokenizer", json_string(tok_path));
+    json_object_set_new(opt, "tokenizer", ds_cli_json_text(tok_path));
     json_object_set_new(opt, "tokenizer_sha256", json_string(tok_hash));
     { // The target boundaries the draft read, and under which convention (given or implied).
         json_t *ab = json_array();
@@ -557,13 +557,13 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
         json_object_set_new(dj, "skipped_empty", json_integer((json_int_t)dst->skipped_empty));
         json_object_set_new(dj, "skipped_malformed",
                             json_integer((json_int_t)dst->skipped_malformed));
-        json_t *first = dst->first_skip[0] ? json_string(dst->first_skip) : NULL; // NULL: not UTF-8
-        if (first) json_object_set_new(dj, "first_skip", first);
+        if (dst->first_skip[0])
+            json_object_set_new(dj, "first_skip", ds_cli_json_text(dst->first_skip));
         json_object_set_new(opt, "dataset", dj);
     }
     if (o->synthetic) { // the weights' provenance (the attributes hold no checkpoint paths)
         json_t *sw = json_object();
-        json_object_set_new(sw, "source", json_string(o->synth.source));
+        json_object_set_new(sw, "source", ds_cli_json_text(o->synth.source));
         json_object_set_new(sw, "seed", json_integer((json_int_t)o->synth.seed));
         json_object_set_new(sw, "layers", json_integer(n_layers));
         json_object_set_new(opt, "synthetic_weights", sw);

@@ -11,6 +11,7 @@
 // read as they are, and nothing is ever written to it.
 #include "ds/summary.h"
 
+#include "ds/cli.h"
 #include "ds/dataset.h"
 #include "ds/tokenizer.h"
 #include "h5attr.h"
@@ -1134,29 +1135,6 @@ enum ds_status ds_summary_print_text(const struct ds_summary *s, FILE *f) {
     return DS_OK;
 }
 
-// Text that may not be valid UTF-8 (a path, a string cut at its field's size): each invalid
-// sequence becomes one U+FFFD, much as Python's decode(errors="replace") reads it (exactly so for
-// a character cut at the end); the valid text around it is kept (every non-ASCII byte of a cut
-// label became '?' before).
-static json_t *text_json(const char *t) {
-    json_t *j = json_string(t);
-    if (j) return j;
-    const size_t n = strlen(t);
-    struct ds_byte_vec v = {0};
-    enum ds_status st = DS_OK;
-    for (size_t i = 0; i < n && !st;) {
-        const size_t k = ds_utf8_valid_prefix(t + i, n - i);
-        st = ds_byte_vec_append(&v, t + i, k);
-        if ((i += k) >= n || st) break;
-        st = ds_byte_vec_append(&v, "\xEF\xBF\xBD", 3);
-        i++; // the bad byte, then the continuation bytes that follow it
-        while (i < n && ((unsigned char)t[i] & 0xC0) == 0x80) i++;
-    }
-    j = st ? NULL : json_stringn(v.data ? v.data : "", v.n);
-    ds_byte_vec_free(&v);
-    return j ? j : json_string("?");
-}
-
 static json_t *real_or_null(double v) {
     return isfinite(v) ? json_real(v) : json_null();
 }
@@ -1168,7 +1146,7 @@ static json_t *u64(uint64_t v) {
 static json_t *group_json(const struct ds_summary *s, const struct ds_summary_group *g) {
     json_t *o = json_object();
     json_object_set_new(o, "key", g == &s->all ? json_null() : u64(g->key));
-    json_object_set_new(o, "label", text_json(g->label));
+    json_object_set_new(o, "label", ds_cli_json_text(g->label));
     json_object_set_new(o, "requests", u64(g->requests));
     json_object_set_new(o, "steps", u64(g->steps));
     json_object_set_new(o, "drafted", u64(g->drafted));
@@ -1234,18 +1212,18 @@ enum ds_status ds_summary_print_json(const struct ds_summary *s, FILE *f) {
     if (!s || !f) return ds_error_set(DS_ERR_ARG, "summary: invalid argument");
     json_t *o = json_object();
     if (!o) return ds_error_set(DS_ERR_NOMEM, "summary: no memory");
-    json_object_set_new(o, "file", text_json(s->path));
+    json_object_set_new(o, "file", ds_cli_json_text(s->path));
     json_object_set_new(o, "schema_version", json_integer(s->schema_version));
     json_object_set_new(o, "by", json_string(by_names[s->by]));
     json_t *run = json_object();
-    json_object_set_new(run, "rule", text_json(s->rule));
+    json_object_set_new(run, "rule", ds_cli_json_text(s->rule));
     json_object_set_new(run, "k", json_integer(s->k));
     json_object_set_new(run, "temperature", real_or_null(s->temperature));
     json_object_set_new(run, "top_p", real_or_null(s->top_p));
     json_object_set_new(run, "seed", u64(s->seed));
-    json_object_set_new(run, "tool_version", text_json(s->tool_version));
-    json_object_set_new(run, "git_commit", text_json(s->git_commit));
-    json_object_set_new(run, "gpu_name", text_json(s->gpu_name));
+    json_object_set_new(run, "tool_version", ds_cli_json_text(s->tool_version));
+    json_object_set_new(run, "git_commit", ds_cli_json_text(s->git_commit));
+    json_object_set_new(run, "gpu_name", ds_cli_json_text(s->gpu_name));
     json_object_set_new(run, "sessions", json_integer(s->n_sessions));
     json_object_set_new(run, "last_session_status",
                         json_string(session_name(s->last_session_status)));
@@ -1257,7 +1235,7 @@ enum ds_status ds_summary_print_json(const struct ds_summary *s, FILE *f) {
         json_object_set_new(dj, "skipped_empty", u64(s->dataset_skipped_empty));
         json_object_set_new(dj, "skipped_malformed", u64(s->dataset_skipped_malformed));
         json_object_set_new(dj, "first_skip", s->dataset_first_skip[0]
-                                                  ? text_json(s->dataset_first_skip)
+                                                  ? ds_cli_json_text(s->dataset_first_skip)
                                                   : json_null());
         json_object_set_new(run, "dataset", dj);
     } else {

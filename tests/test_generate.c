@@ -210,6 +210,23 @@ static void tokenizer_prompts(void) {
     json_decref(r);
 }
 
+// A target path that is not UTF-8 is reported with U+FFFD for the bad byte; the key was missing
+// from the --json report (json_string refuses invalid UTF-8).
+static void json_target_not_utf8(void) {
+    char link[512];
+    snprintf(link, sizeof link, "%s/ds_gen_\xff_%d", DS_BINARY_DIR, (int)getpid());
+    unlink(link);
+    EXPECT(symlink(TARGET, link) == 0);
+    const char *argv[] = {"generate", "--target", link,    "--prompt-ids", PROMPT,
+                          "--max-new-tokens", "1", "--device", "cpu", "--json"};
+    EXPECT_EQ_INT(gen(10, argv), 0);
+    json_t *r = report();
+    const char *t = r ? json_string_value(json_object_get(r, "target")) : NULL;
+    EXPECT(t && strstr(t, "ds_gen_\xEF\xBF\xBD_"));
+    json_decref(r);
+    unlink(link);
+}
+
 static void context_limit(void) {
     // 8 prompt tokens, limit 11: tokens at positions 8, 9, 10, then the limit.
     const char *argv[] = {"generate", "--target",         TARGET, "--prompt-ids",
@@ -352,6 +369,7 @@ int main(void) {
     DS_RUN(sampling_is_counter_based);
     DS_RUN(tokenizer_prompts);
     DS_RUN(context_limit);
+    DS_RUN(json_target_not_utf8);
     DS_RUN(bad_input);
     remove(out_json);
     remove(out_h5);

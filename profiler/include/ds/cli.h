@@ -4,6 +4,7 @@
 #ifndef DS_CLI_H
 #define DS_CLI_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -57,6 +58,12 @@ int ds_cli_synthetic(const char *arg, bool with_draft, struct ds_synthetic_spec 
 // other character is DS_ERR_ARG, an id out of range DS_ERR_RANGE; the message starts with opt.
 enum ds_status ds_cli_parse_ids(const char *opt, const char *s, long long limit,
                                 struct ds_token_vec *out);
+
+// A JSON string of text that may not be UTF-8 (a path, a string cut at its field's size): the text
+// itself when valid, else each invalid sequence replaced by one U+FFFD, much as Python's
+// decode(errors="replace") reads it (exactly so for a character cut at the end). Never NULL
+// (json_string's NULL for invalid UTF-8 made keys silently disappear from objects).
+json_t *ds_cli_json_text(const char *t);
 
 #ifdef __cplusplus
 }
