@@ -353,28 +353,39 @@ static enum ds_status create_impl(const char *dir, const struct ds_draft_config 
     else
         ds_wl_init(&wl, be, d->st, d->label, progress ? progress->fn : NULL,
                    progress ? progress->user : NULL);
+    // Weights measured and their arena allocated, then every other buffer of the plan (a plan
+    // that does not fit is refused before the upload or generation), then the load pass.
     if ((s = bind_all(d, &wl)) != DS_OK) goto fail;
     if ((s = ds_wl_begin_load(&wl, &d->weight_arena)) != DS_OK) goto fail;
-    if ((s = bind_all(d, &wl)) != DS_OK) goto fail;
-    if ((s = ds_wl_finish(&wl)) != DS_OK) goto fail;
-    d->mem.weights = wl.bytes;
-    find_fusions(d);
 
     size_t per = ds_align256((size_t)d->plan.max_slots * (size_t)d->plan.max_pos * (size_t)d->NKV *
                              (size_t)d->D * d->esz);
     d->mem.kv = 2 * per;
-    if ((s = be->alloc(be, d->mem.kv, &d->kv_arena)) != DS_OK) goto fail;
+    if ((s = be->alloc(be, d->mem.kv, &d->kv_arena)) != DS_OK) {
+        ds_error_set(s, "%s: cannot allocate %zu bytes of KV cache (%d slots x %d positions): %s",
+                     d->label, d->mem.kv, d->plan.max_slots, d->plan.max_pos, ds_error_last());
+        goto fail;
+    }
     d->k_cache = d->kv_arena;
     d->v_cache = (char *)d->kv_arena + per;
 
     d->mem.activations = carve_activations(d, NULL);
-    if ((s = be->alloc(be, d->mem.activations, &d->act_arena)) != DS_OK) goto fail;
+    if ((s = be->alloc(be, d->mem.activations, &d->act_arena)) != DS_OK) {
+        ds_error_set(s, "%s: cannot allocate %zu bytes of activations: %s", d->label,
+                     d->mem.activations, ds_error_last());
+        goto fail;
+    }
     carve_activations(d, d->act_arena);
     d->h_step = calloc(d->step_bytes, 1);
     if (!d->h_step) {
         s = ds_error_set(DS_ERR_NOMEM, "%s: out of memory", d->label);
         goto fail;
     }
+
+    if ((s = bind_all(d, &wl)) != DS_OK) goto fail;
+    if ((s = ds_wl_finish(&wl)) != DS_OK) goto fail;
+    d->mem.weights = wl.bytes;
+    find_fusions(d);
     if ((s = be->upload(be, d->map, d->h_map, (size_t)d->Dv * sizeof(int32_t)))) goto fail;
 
     struct ds_rope_spec rs = {

@@ -319,7 +319,8 @@ static enum ds_status create_impl(const struct ds_target_config *cfg, const ds_s
         goto fail;
     }
 
-    // Weights: measure, allocate (when uploading), load.
+    // Weights: measure, allocate (when uploading); then every other buffer of the plan, so that
+    // a plan that does not fit is refused before the long upload or generation; then load.
     if (gen)
         ds_wl_init_gen(&wl, be, gen, m->label, progress ? progress->fn : NULL,
                        progress ? progress->user : NULL);
@@ -328,10 +329,6 @@ static enum ds_status create_impl(const struct ds_target_config *cfg, const ds_s
                    progress ? progress->user : NULL);
     if ((s = bind_all(m, &wl)) != DS_OK) goto fail;
     if ((s = ds_wl_begin_load(&wl, &m->weight_arena)) != DS_OK) goto fail;
-    if ((s = bind_all(m, &wl)) != DS_OK) goto fail;
-    if ((s = ds_wl_finish(&wl)) != DS_OK) goto fail;
-    m->mem.weights = wl.bytes;
-    for (int l = 0; l < m->L; l++) m->layers[l].qkv_fused = qkv_contiguous(m, &m->layers[l]);
 
     // KV caches: (S, P, NKV, D) per layer for K and for V, in the activation dtype.
     size_t per = (size_t)m->plan.max_slots * (size_t)m->plan.max_pos * (size_t)m->NKV *
@@ -362,6 +359,11 @@ static enum ds_status create_impl(const struct ds_target_config *cfg, const ds_s
         s = ds_error_set(DS_ERR_NOMEM, "%s: out of memory", label);
         goto fail;
     }
+
+    if ((s = bind_all(m, &wl)) != DS_OK) goto fail;
+    if ((s = ds_wl_finish(&wl)) != DS_OK) goto fail;
+    m->mem.weights = wl.bytes;
+    for (int l = 0; l < m->L; l++) m->layers[l].qkv_fused = qkv_contiguous(m, &m->layers[l]);
 
     struct ds_rope_spec rs = {
         .yarn = cfg->rope.type == DS_ROPE_YARN,
