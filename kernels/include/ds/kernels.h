@@ -67,7 +67,7 @@ size_t ds_moe_workspace_bytes_v2(int n_rows, int dim, int inter, int n_experts, 
 
 // Bytes of ds_attention_args.workspace that let the CUDA op split the keys of up to n_rows rows
 // over several blocks (flash-decoding) when every position is below max_pos (the cache's P): per
-// row, up to 33 split states of n_heads·(head_dim + 2) floats. A plain formula, no device needed;
+// row, up to 17 split states of n_heads·(head_dim + 2) floats. A plain formula, no device needed;
 // 0 for a non-positive argument. The CPU reference needs no workspace.
 size_t ds_attention_workspace_bytes(int n_rows, int n_heads, int head_dim, int max_pos);
 
