@@ -77,6 +77,9 @@ static struct ds_wl_stage *stage_get(struct ds_weight_loader *wl) {
 
 enum ds_status ds_wl_finish(struct ds_weight_loader *wl) {
     struct ds_wl_stage *g = wl->stage;
+    // Generated weights: the fills are queued on the backend's stream (CUDA); the load ends when
+    // they are done, not when the last one is queued (load time, the first step's time).
+    if (!g && wl->gen && wl->arena) return wl->be->sync(wl->be);
     if (!g) return DS_OK;
     wl->stage = NULL;
     cudaError_t e = cudaStreamSynchronize(g->stream);

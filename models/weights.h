@@ -73,8 +73,9 @@ void ds_wl_init_gen(struct ds_weight_loader *wl, struct ds_backend *be,
                     const struct ds_weight_gen *gen, const char *label,
                     void (*progress_fn)(void *, uint64_t, uint64_t), void *progress_user);
 
-// Ends the load pass: waits for the staged copies and frees the staging buffers. Safe to call
-// more than once and after a failure.
+// Ends the load pass: waits for the staged copies and frees the staging buffers, or, with a
+// generator, waits for the backend (its fills may be queued on a stream). Safe to call more than
+// once and after a failure.
 enum ds_status ds_wl_finish(struct ds_weight_loader *wl);
 
 // Ends the measure pass: allocates the arena (when the backend cannot map host memory, or for the

@@ -4,6 +4,7 @@
 // finite, and the greedy chain runs on it. (The same generator at real shapes runs in
 // tests/gpu_models.c and tests/gpu_invariance.c.)
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,6 +258,41 @@ static void config_fifo_refused(void) {
     unlink(path);
 }
 
+// The generated weights are the backend's work (queued on its stream on CUDA): the load ends
+// with a wait for the backend after the last fill, so load time and progress are the fills' own.
+static char load_events[256]; // 'F' a fill reported by the progress callback, 'S' a sync
+static size_t n_load_events;
+
+static void load_event(char c) {
+    if (n_load_events + 1 < sizeof load_events) load_events[n_load_events++] = c;
+}
+static void on_progress(void *user, uint64_t done, uint64_t total) {
+    (void)user, (void)done, (void)total;
+    load_event('F');
+}
+static enum ds_status counting_sync(struct ds_backend *b) {
+    (void)b;
+    load_event('S');
+    return be->sync(be);
+}
+
+static void load_waits_for_fills(void) {
+    struct ds_backend w = *be;
+    w.sync = counting_sync;
+    struct ds_synthetic_spec s;
+    EXPECT_OK(ds_synthetic_parse(FIXTURE, &s));
+    struct ds_gptoss_plan p = {.max_slots = 1, .max_pos = 8, .max_rows = 4};
+    struct ds_load_progress prog = {on_progress, NULL};
+    ds_gptoss_t *m = NULL;
+    n_load_events = 0;
+    EXPECT_OK(ds_synthetic_target_create(&s, &w, &p, &prog, &m));
+    load_events[n_load_events] = '\0';
+    const char *last_fill = strrchr(load_events, 'F');
+    EXPECT(last_fill != NULL);
+    EXPECT(last_fill && strchr(last_fill, 'S') != NULL);
+    ds_gptoss_release(m);
+}
+
 int main(void) {
     if (ds_backend_ref_create(&be) != DS_OK) {
         fprintf(stderr, "%s\n", ds_error_last());
@@ -268,6 +304,7 @@ int main(void) {
     DS_RUN(pair_chain);
     DS_RUN(cpu_plan_options);
     DS_RUN(config_fifo_refused);
+    DS_RUN(load_waits_for_fills);
     ds_backend_release(be);
     return ds_test_end();
 }
