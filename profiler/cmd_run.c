@@ -422,6 +422,8 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     uint32_t max_b = 0;
     for (size_t i = 0; i < o->n_batch; i++)
         if (o->batch_sizes[i] > max_b) max_b = o->batch_sizes[i];
+    // What the step engine would refuse of this plan, said before any weight is loaded.
+    if ((s = ds_spec_plan_check(&o->spec, (int)max_b, &tc))) return fail(ds_error_last());
 
     // Models and the step engine, planned once for the largest batch size.
     // The trace before the backend: CUPTI must be enabled before any CUDA module loads.

@@ -118,6 +118,19 @@ void ds_spec_plan(const struct ds_spec_config *cfg, int max_slots, int max_pos,
     dp->max_logit_rows = max_slots;
 }
 
+enum ds_status ds_spec_plan_check(const struct ds_spec_config *cfg, int max_slots,
+                                  const struct ds_target_config *tc) {
+    if (tc->num_local_experts > MAX_EXPERTS || tc->num_hidden_layers > DS_RECORD_MAX_LAYERS)
+        return ds_error_set(DS_ERR_UNSUPPORTED, "spec: %lld experts / %lld layers exceed the "
+                            "records' %d / %d", (long long)tc->num_local_experts,
+                            (long long)tc->num_hidden_layers, MAX_EXPERTS, DS_RECORD_MAX_LAYERS);
+    const long long rv = (long long)max_slots * (cfg->k + 1);
+    if (rv * tc->vocab_size >= INT32_MAX)
+        return ds_error_set(DS_ERR_RANGE, "spec: %lld verify rows x %lld vocabulary exceed int32 "
+                            "element ids", rv, (long long)tc->vocab_size);
+    return DS_OK;
+}
+
 size_t ds_spec_device_bytes(const ds_spec_t *sp) {
     return sp ? sp->dev_bytes : 0;
 }
@@ -178,14 +191,8 @@ enum ds_status ds_spec_create(ds_gptoss_t *target, ds_eagle3_t *draft,
     if (dc->use_aux_hidden_state && tp->n_aux != DS_AUX_COUNT)
         return ds_error_set(DS_ERR_MISMATCH, "spec: the target captures %d aux states, the draft "
                             "reads %d", tp->n_aux, DS_AUX_COUNT);
-    if (tc->num_local_experts > MAX_EXPERTS || tc->num_hidden_layers > DS_RECORD_MAX_LAYERS)
-        return ds_error_set(DS_ERR_UNSUPPORTED, "spec: %lld experts / %lld layers exceed the "
-                            "records' %d / %d", (long long)tc->num_local_experts,
-                            (long long)tc->num_hidden_layers, MAX_EXPERTS, DS_RECORD_MAX_LAYERS);
+    if ((s = ds_spec_plan_check(cfg, tp->max_slots, tc)) != DS_OK) return s;
     const long long rv = (long long)tp->max_slots * (cfg->k + 1);
-    if (rv * tc->vocab_size >= INT32_MAX)
-        return ds_error_set(DS_ERR_RANGE, "spec: %lld verify rows x %lld vocabulary exceed int32 "
-                            "element ids", rv, (long long)tc->vocab_size);
 
     ds_spec_t *sp = calloc(1, sizeof *sp);
     if (!sp) return ds_error_set(DS_ERR_NOMEM, "spec: out of memory");

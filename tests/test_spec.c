@@ -433,6 +433,18 @@ static void test_bad_input(void) {
     EXPECT_ERROR_HAS("typical");
     EXPECT_OK(ds_spec_rule_parse("target-only", &r));
     EXPECT_EQ_INT(r, DS_SPEC_TARGET_ONLY);
+    // The plan check run before any model loads: gpt-oss's vocabulary of 201088 leaves room
+    // for 10679 verify rows of int32 element ids (64 sequences at K = 16 fit, 1024 do not).
+    struct ds_target_config tc = {
+        .vocab_size = 201088, .num_local_experts = 128, .num_hidden_layers = 36};
+    cfg.top_p = 1;
+    cfg.k = 16;
+    EXPECT_OK(ds_spec_plan_check(&cfg, 64, &tc));
+    EXPECT_STATUS(ds_spec_plan_check(&cfg, 1024, &tc), DS_ERR_RANGE);
+    EXPECT_ERROR_HAS("17408 verify rows");
+    tc.num_local_experts = 512;
+    EXPECT_STATUS(ds_spec_plan_check(&cfg, 1, &tc), DS_ERR_UNSUPPORTED);
+    cfg.k = 3;
     // A prompt that leaves no room for a token, and a sequence at the limit.
     cfg.top_p = 1;
     struct pair p;

@@ -93,6 +93,12 @@ enum ds_status ds_spec_config_check(const struct ds_spec_config *cfg);
 void ds_spec_plan(const struct ds_spec_config *cfg, int max_slots, int max_pos,
                   struct ds_gptoss_plan *target_plan, struct ds_eagle3_plan *draft_plan);
 
+// What ds_spec_create will refuse of a target config and a plan for max_slots sequences, checked
+// before any model is loaded: more experts or layers than the records hold, and max_slots·(K+1)
+// verify rows × the vocabulary beyond the int32 element ids of the per-row gathers.
+enum ds_status ds_spec_plan_check(const struct ds_spec_config *cfg, int max_slots,
+                                  const struct ds_target_config *tc);
+
 // One live sequence between steps: plain data owned by the caller (the replay), one per slot.
 struct ds_spec_seq {
     int32_t slot;      // KV slot in the target and the draft, 0 .. max_slots-1
