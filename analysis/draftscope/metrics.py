@@ -602,9 +602,13 @@ def reached_drafts(run):
 
 
 def step_times(run, by="batch"):
-    """Mean per-step phase times (ns) per group, one row per step (phase times are per step)."""
+    """Mean per-step phase times (ns) per group, one row per step (phase times are per step).
+
+    Steps that were not timed (draft_ns and verify_ns both 0: a session run with --trace off)
+    are left out, as the C summary leaves them out (docs/metrics.md, timed_steps)."""
     s = run.steps
-    if not len(s) or not (s["total_ns"] > 0).any():
+    s = s[(s["draft_ns"].to_numpy() != 0) | (s["verify_ns"].to_numpy() != 0)]
+    if not len(s):
         return pd.DataFrame(columns=["draft_ns", "verify_ns", "accept_ns", "total_ns"])
     col = "sweep_batch" if by == "batch" else "batch_size"
     one = s.drop_duplicates("step")

@@ -255,3 +255,29 @@ def test_options_json_checked_as_c_checks_it(samples):
             run.meta["options_json"] = bad
             with pytest.raises(draftscope.DraftscopeFormatError, match=says):
                 metrics.summary_dict(run, "batch")
+
+
+def test_step_times_skip_untimed_steps(programs, samples, tmp_path):
+    """A file whose early steps were not timed (a session resumed with --trace off, say): the
+    per-step means of step_times, and the speedup the plot draws, leave those steps out as the
+    C summary does, rather than averaging their zeros in."""
+    path = tmp_path / "mixed.h5"
+    shutil.copy(samples["sample"], path)
+    with h5py.File(path, "r+") as f:
+        s = f["steps"][()]
+        cut = np.unique(s["step"])[len(np.unique(s["step"])) // 2]
+        for col in ("draft_ns", "verify_ns", "accept_ns", "total_ns"):
+            s[col][s["step"] < cut] = 0
+        f["steps"][...] = s
+    c = _c_summary(programs, path, "batch")
+    with draftscope.open(path) as run:
+        times = metrics.step_times(run, "batch")
+        fig = draftscope.plots.predicted_speedup(run)
+        xs, ys = fig.axes[0].get_lines()[0].get_data()
+    speedup = dict(zip(xs.tolist(), ys.tolist()))
+    for g in c["groups"]:
+        b = int(g["key"])
+        assert times.at[b, "draft_ns"] == pytest.approx(g["mean_draft_ns"], rel=1e-12)
+        assert times.at[b, "verify_ns"] == pytest.approx(g["mean_verify_ns"], rel=1e-12)
+        if g["predicted_speedup"] is not None:
+            assert speedup[b] == pytest.approx(g["predicted_speedup"], rel=1e-12)
