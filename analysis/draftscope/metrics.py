@@ -39,6 +39,10 @@ METRICS = {
     "conditional": ("steps", "at_least", "reached", 0.0),  # needs position=i
     "drafts_rate": ("drafts", "accepted", "one", 0.0),     # position=i optional
     "expected_acceptance": ("drafts", "expected_accept", "one", 0.0),  # position=i optional
+    # The same two over reached drafts only (every earlier draft of the chain accepted): the
+    # pair to compare, as Σ min(p, q) is the acceptance probability of a reached draft.
+    "reached_rate": ("drafts", "accepted", "reached_draft", 0.0),  # position=i optional
+    "reached_expected": ("drafts", "expected_accept", "reached_draft", 0.0),
 }
 METRIC_LABELS = {
     "mean_acceptance_length": "mean acceptance length τ (1 + accepted/steps)",
@@ -49,6 +53,8 @@ METRIC_LABELS = {
     "conditional": "conditional acceptance (n-α)",
     "drafts_rate": "acceptance of drafted tokens",
     "expected_acceptance": "expected acceptance Σ min(p, q)",
+    "reached_rate": "acceptance of reached drafts",
+    "reached_expected": "expected acceptance Σ min(p, q) of reached drafts",
 }
 
 
@@ -435,6 +441,9 @@ def _row_terms(run, metric, position):
     elif den == "reached":
         denom = ((df["drafted"].to_numpy() >= position) &
                  (df["accepted"].to_numpy().astype(np.int64) >= position - 1)).astype(np.float64)
+    elif den == "reached_draft":
+        denom = _draft_reached(run, df).astype(np.float64)
+        numer = numer * denom
     else:
         denom = df[den].to_numpy().astype(np.float64)
     return table, df, numer, denom, const
@@ -591,13 +600,21 @@ def per_position(run, by="batch", n_boot=200, seed=0):
     return pd.DataFrame(rows)
 
 
+def _draft_reached(run, d):
+    """For rows d of run.drafts: whether each was evaluated (every earlier draft of its chain was
+    accepted), from the step row of the same (step, request); in the order of d."""
+    s = run.steps[["step", "request", "accepted"]].rename(columns={"accepted": "step_accepted"})
+    m = d[["step", "request", "position"]].merge(s, on=["step", "request"], how="left")
+    return (m["position"].astype(np.int64) <= m["step_accepted"].fillna(-1) + 1).to_numpy()
+
+
 def reached_drafts(run):
     """run.drafts with a column `reached`: the draft was evaluated (every earlier draft of its
     chain was accepted), from the step row of the same (step, request)."""
     d = run.drafts
     s = run.steps[["step", "request", "accepted"]].rename(columns={"accepted": "step_accepted"})
     m = d.merge(s, on=["step", "request"], how="left")
-    m["reached"] = m["position"].astype(np.int64) <= m["step_accepted"].fillna(-1) + 1
+    m["reached"] = _draft_reached(run, d)
     return m
 
 

@@ -10,7 +10,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 import draftscope  # noqa: E402
-from draftscope import plots, schema  # noqa: E402
+from draftscope import metrics, plots, schema  # noqa: E402
 
 
 def _texts(fig):
@@ -84,3 +84,26 @@ def test_phase_times_batch_is_not_the_prefills():
     assert list(per.index) == [2, 4]
     assert per.loc[4, "prefill"] == 5 and per.loc[4, "verify"] == 10
     assert per.loc[2, "prefill"] == 5
+
+
+def test_channel_acceptance_compares_reached_drafts(samples):
+    """The channel plot sets realized acceptance beside Σ min(p, q), the acceptance probability
+    of a reached draft, so both bars are over the reached drafts of each channel. Over all drafts
+    the realized bar counts the drafts after a rejection as failures: on a rejection-sampling run
+    whose reached drafts are accepted exactly as often as Σ min(p, q) predicts it showed 0.15
+    against 0.43."""
+    with draftscope.open(samples["sample"]) as run:
+        d = metrics.reached_drafts(run)
+        assert (~d["reached"]).any()  # the sample has drafts after a rejection
+        fig = plots.channel_acceptance(run, n_boot=20)
+        bars = [p for p in fig.axes[0].patches]
+        n = len(bars) // 2
+        realized = [b.get_height() for b in bars[:n]]
+        expected = [b.get_height() for b in bars[n:]]
+        r = d[d["reached"]]
+        by = r.groupby("channel", observed=True)
+        names = [c for c in schema.ENUMS["channel"] if c in set(r["channel"].astype(str))]
+        assert realized == pytest.approx([by["accepted"].mean()[c] for c in names], rel=1e-12)
+        assert expected == pytest.approx([by["expected_accept"].mean()[c] for c in names],
+                                         rel=1e-6)
+        plt.close(fig)
