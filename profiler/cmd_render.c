@@ -24,7 +24,8 @@ static void usage(FILE *f) {
             "  --reasoning E     reasoning effort in the system message (default medium)\n"
             "  --date D          add \"Current date: D\" to the system message\n"
             "  --instructions T  add a developer message with these instructions\n"
-            "  --max-context N   fail if the prompt is longer than N tokens\n"
+            "  --max-context N   fail if the prompt leaves no position to generate in N (N tokens\n"
+            "                    or more), as run skips it\n"
             "  --reply TEXT      stand-in for replies a question file does not record (turn 2+)\n"
             "  --ids             also print the ids\n");
 }

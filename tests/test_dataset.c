@@ -183,7 +183,11 @@ static void sharegpt_all_turns_render(void) {
     EXPECT_ERROR_HAS(tmp_path);
     EXPECT_ERROR_HAS("byte 4 (line 2): conversation \"a\" turn 2 renders to"); // after "[\n  "
     EXPECT_ERROR_HAS("over the context limit");
-    EXPECT_OK(ds_dataset_render(ds, h, NULL, &t, n, &ids));
+    // A prompt of exactly the limit leaves no position to generate: run skips it, so render
+    // refuses it too (it accepted it, and so showed a prompt run would never replay).
+    EXPECT_STATUS(ds_dataset_render(ds, h, NULL, &t, n, &ids), DS_ERR_RANGE);
+    EXPECT_ERROR_HAS("leaving no position to generate");
+    EXPECT_OK(ds_dataset_render(ds, h, NULL, &t, n + 1, &ids));
     ds_byte_vec_free(&text);
     ds_token_vec_free(&ids);
     ds_dataset_release(ds);

@@ -152,7 +152,8 @@ enum ds_status ds_dataset_request(const ds_dataset_t *ds, size_t request,
                                   struct ds_dataset_turn *out);
 
 // Renders a turn as a completion prompt (ds_harmony_render_prompt) and replaces *ids_out with it.
-// max_context > 0: a prompt longer than that is DS_ERR_RANGE, with a message naming the file,
+// max_context > 0: a prompt of that many tokens or more (no position left to generate, as run
+// plans a context) is DS_ERR_RANGE, with a message naming the file,
 // the record's line, the conversation id, the turn and both lengths. Unrecorded replies give
 // DS_ERR_ARG (see struct ds_dataset_turn).
 enum ds_status ds_dataset_render(const ds_dataset_t *ds, ds_harmony_t *h,
