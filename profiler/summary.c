@@ -712,6 +712,10 @@ static enum ds_status scan_steps(struct ctx *c, void *buf) {
             }
             c->req_nsteps[ri]++;
             c->req_drafted[ri] += r->drafted;
+            if (r->drafted == 0) { // no draft, so no verify step: counted apart (docs/metrics.md)
+                s->undrafted_steps++;
+                continue;
+            }
             add_step(&s->all, r);
             if (ds_summary_by_is_drafts_only(s->by)) continue;
             int32_t gi;
@@ -1116,6 +1120,10 @@ enum ds_status ds_summary_print_text(const struct ds_summary *s, FILE *f) {
             "  rows: %" PRIu64 " steps, %" PRIu64 " drafts, %" PRIu64 " requests; dropped "
             "(request unfinished): %" PRIu64 " steps, %" PRIu64 " drafts\n",
             s->rows_steps, s->rows_drafts, s->rows_requests, s->dropped_steps, s->dropped_drafts);
+    if (s->undrafted_steps)
+        fprintf(f, "  %" PRIu64 " steps drafted nothing (one position short of the context "
+                   "limit) and are left out of the step metrics\n",
+                s->undrafted_steps);
     if (!isnan(s->trace_overhead))
         fprintf(f, "  trace overhead: %.2f%% (tokens/s lost to tracing, measured in the run against "
                    "tracing paused)\n",
@@ -1259,6 +1267,7 @@ enum ds_status ds_summary_print_json(const struct ds_summary *s, FILE *f) {
     json_object_set_new(rows, "drafts", u64(s->rows_drafts));
     json_object_set_new(rows, "requests", u64(s->rows_requests));
     json_object_set_new(rows, "dropped_steps", u64(s->dropped_steps));
+    json_object_set_new(rows, "undrafted_steps", u64(s->undrafted_steps));
     json_object_set_new(rows, "dropped_drafts", u64(s->dropped_drafts));
     json_object_set_new(o, "rows", rows);
     json_t *groups = json_array();

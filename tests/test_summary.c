@@ -677,6 +677,45 @@ static void refuses_rows_breaking_the_schema(void) {
     }
 }
 
+// A step that drafted nothing (a sequence one position short of the context limit) is no verify
+// step: vLLM counts a draft only when tokens were proposed. Request 0: a step drafting 3 with 2
+// accepted, then one drafting nothing. tau = 1 + 2/1 = 3 (it was 1 + 2/2 = 2), joint(1) = 1,
+// emitted per step 3; the SGLang figure (from /requests: 5 tokens / 2 steps) is unchanged.
+static void undrafted_steps_left_out(void) {
+    struct ds_run_meta meta = hand_meta();
+    const char *path = tmp_path("undrafted.h5");
+    ds_recorder_t *rec = NULL;
+    EXPECT_OK(ds_recorder_create(path, &meta, 0, &rec));
+    if (!rec) return;
+    struct ds_rec_step st[2];
+    memset(st, 0, sizeof st);
+    st[0].step = 0, st[0].batch_size = 1, st[0].drafted = 3, st[0].accepted = 2;
+    st[0].emitted = 3;
+    st[1].step = 1, st[1].batch_size = 1, st[1].emitted = 1;
+    EXPECT_OK(ds_recorder_append_steps(rec, st, 2));
+    for (int pos = 1; pos <= 3; pos++) {
+        struct ds_rec_draft d;
+        memset(&d, 0, sizeof d);
+        d.batch_size = 1, d.position = (uint8_t)pos, d.accepted = pos <= 2;
+        EXPECT_OK(ds_recorder_append_drafts(rec, &d, 1));
+    }
+    const struct ds_rec_request req = {
+        .request = 0, .batch_size = 1, .steps = 2, .generated_len = 5};
+    EXPECT_OK(ds_recorder_append_requests(rec, &req, 1));
+    EXPECT_OK(ds_recorder_close(rec));
+    struct ds_summary *s = NULL;
+    EXPECT_OK(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s));
+    if (!s) return;
+    EXPECT_EQ_INT(s->undrafted_steps, 1);
+    EXPECT_EQ_INT(s->rows_steps, 2);
+    EXPECT_EQ_INT(s->all.steps, 1);
+    EXPECT_NEAR(ds_summary_mean_acceptance_length(&s->all), 3.0, 1e-12);
+    EXPECT_NEAR(ds_summary_joint(&s->all, 3, 1), 1.0, 1e-12);
+    EXPECT_NEAR(ds_summary_emitted_per_step(&s->all), 3.0, 1e-12);
+    EXPECT_NEAR(ds_summary_sglang_accept_length(&s->all), 2.5, 1e-12);
+    ds_summary_free(s);
+}
+
 // The command's exit codes: 0 for a good file (text and JSON), 1 for a bad file, 2 for usage.
 // ---- step times and predicted speedup ----
 //
@@ -937,6 +976,11 @@ static enum ds_status simulate(ds_recorder_t *rec, uint16_t B, uint64_t *step_id
                                          : DS_REC_CHANNEL_FINAL;
             double base = channel == DS_REC_CHANNEL_ANALYSIS ? 0.55 : 0.8;
             uint8_t accepted = 0, rejected = 0;
+            // Conversation 3 ends one position short of a context limit: its last step drafts
+            // nothing (no /drafts rows, drafted 0), which the metrics leave out. The random draws
+            // are made all the same, so every other row is as it was.
+            const int undrafted =
+                q->conv == 3 && q->steps + 1 >= 10 + (uint32_t)(q->conv % 4) * 3;
             for (int pos = 1; pos <= SAMPLE_K && !st; pos++) {
                 double alpha = base - 0.1 * (pos - 1) - (q->ctx > 300 ? 0.1 : 0.0);
                 double expected = alpha + 0.1 * (rnd() - 0.5);
@@ -961,8 +1005,9 @@ static enum ds_status simulate(ds_recorder_t *rec, uint16_t B, uint64_t *step_id
                 d.position = (uint8_t)pos;
                 d.accepted = (uint8_t)acc;
                 d.channel = (uint8_t)channel;
-                st = ds_recorder_append_drafts(rec, &d, 1);
+                if (!undrafted) st = ds_recorder_append_drafts(rec, &d, 1);
             }
+            if (undrafted) accepted = 0;
             struct ds_rec_step s;
             memset(&s, 0, sizeof s);
             s.step = sid;
@@ -974,7 +1019,7 @@ static enum ds_status simulate(ds_recorder_t *rec, uint16_t B, uint64_t *step_id
             s.context_len = q->ctx;
             s.batch_size = (uint16_t)live;
             s.turn = (uint16_t)q->turn;
-            s.drafted = SAMPLE_K;
+            s.drafted = undrafted ? 0 : SAMPLE_K;
             s.accepted = accepted;
             s.emitted = (uint8_t)(accepted + 1);
             for (int l = 0; l < 24; l++)
@@ -1158,6 +1203,7 @@ int main(int argc, char **argv) {
     DS_RUN(live_and_killed_files);
     DS_RUN(refuses_bad_files);
     DS_RUN(refuses_rows_breaking_the_schema);
+    DS_RUN(undrafted_steps_left_out);
     DS_RUN(step_times_and_speedup);
     DS_RUN(command_exit_codes);
     int rc = ds_test_end();

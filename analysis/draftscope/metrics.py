@@ -377,10 +377,12 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
                          for b in _baseline_entries(run)],
         },
         "rows": {
-            "steps": len(steps) + run.dropped["steps"] * (not run.keep_unfinished),
+            "steps": len(steps) + run.dropped["steps"] * (not run.keep_unfinished) +
+            run.dropped["undrafted_steps"],
             "drafts": len(drafts) + run.dropped["drafts"] * (not run.keep_unfinished),
             "requests": len(requests),
             "dropped_steps": run.dropped["steps"], "dropped_drafts": run.dropped["drafts"],
+            "undrafted_steps": run.dropped["undrafted_steps"],
         },
         "groups": groups,
         "all": _group_dict(k, None, "all", len(requests), all_g),

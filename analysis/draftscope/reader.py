@@ -8,7 +8,9 @@ Tables (DataFrames, one row per record, fields as in the schema):
   steps, drafts        rows of finished requests only (rows whose request has no /requests row
                        belong to a request still running or cut short by a crash: the schema says
                        readers drop them; `Run.dropped` counts them, `keep_unfinished=True` keeps
-                       them)
+                       them); steps also leaves out the steps that drafted nothing (one position
+                       short of the context limit: no verify step), counted in
+                       `Run.dropped["undrafted_steps"]`
   requests, kernels, ranges, sessions, strings
 Enum fields (channel, stop_reason, phase, status, trace_level) are pandas Categoricals of their
 names, in code order. Joined columns, for grouping:
@@ -214,6 +216,12 @@ class Run:
             steps = steps[finished_steps].reset_index(drop=True)
             experts = experts[finished_steps]
             drafts = drafts[finished_drafts].reset_index(drop=True)
+        # A step that drafted nothing (one position short of the context limit) is no verify
+        # step: left out of steps, and so of every step metric, and counted (as the C summary).
+        drafted = (steps["drafted"] > 0).to_numpy()
+        self.dropped["undrafted_steps"] = int((~drafted).sum())
+        steps = steps[drafted].reset_index(drop=True)
+        experts = experts[drafted]
         info = req.set_index("request")[["batch_size", "category_name", "turn"]]
         info = info.rename(columns={"batch_size": "sweep_batch"})
         steps = steps.join(info[["sweep_batch", "category_name"]], on="request")

@@ -65,7 +65,8 @@ def build_html(run, n_boot=200, seed=0):
     parts.append(f"<p class='note'>{len(run.steps)} verify-step rows, {len(run.drafts)} drafted "
                  f"tokens, {len(run.requests)} finished requests; left out (request not "
                  f"finished): {run.dropped['steps']} step rows, {run.dropped['drafts']} "
-                 f"drafts.</p>")
+                 f"drafts; {run.dropped['undrafted_steps']} steps that drafted nothing "
+                 f"(one position short of the context limit: no verify step).</p>")
     skips = metrics.dataset_skips(run)
     if skips and skips["skipped_empty"] + skips["skipped_malformed"]:
         n = skips["skipped_empty"] + skips["skipped_malformed"]

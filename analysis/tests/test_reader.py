@@ -87,7 +87,8 @@ def test_reads_the_record_sample(samples):
         assert run.meta["rule"] == "greedy" and run.k == 3 and run.meta["seed"] == 1234
         assert list(run.meta["batch_sizes"]) == [1, 8, 32]
         i = np.arange(100)
-        assert len(run.requests) == 100 and run.dropped == {"steps": 0, "drafts": 0}
+        assert len(run.requests) == 100
+        assert run.dropped == {"steps": 0, "drafts": 0, "undrafted_steps": 0}
         d = run.drafts
         assert (d["step"].to_numpy() == 1000 + i // 3).all()
         assert (d["q_draft"].to_numpy() == np.float32(1) / (i + 2).astype(np.float32)).all()
@@ -141,13 +142,14 @@ def test_refresh_sees_a_live_file_grow(programs, tmp_path):
         assert p.stdout.readline().strip() == "ready"
         run = draftscope.open(path)
         assert run.is_running
-        assert len(run.requests) == 0 and run.dropped == {"steps": 8, "drafts": 23}
+        assert len(run.requests) == 0
+        assert run.dropped == {"steps": 8, "drafts": 23, "undrafted_steps": 0}
         p.stdin.write("next\n")
         p.stdin.flush()
         assert p.stdout.readline().strip() == "ready"
         counts = run.refresh()
         assert counts["requests"] == 3
-        assert len(run.steps) == 7 and run.dropped == {"steps": 1, "drafts": 3}
+        assert len(run.steps) == 7 and run.dropped == {"steps": 1, "drafts": 3, "undrafted_steps": 0}
         p.stdin.write("next\n")
         p.stdin.flush()
         assert p.stdout.readline().strip() == "ready"

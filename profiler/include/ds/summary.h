@@ -134,6 +134,10 @@ struct ds_summary {
     // Rows in the file, and rows dropped because their request has no /requests row.
     uint64_t rows_steps, rows_drafts, rows_requests;
     uint64_t dropped_steps, dropped_drafts;
+    // Step rows of finished requests that drafted nothing (a sequence one position short of the
+    // context limit): not verify steps, so left out of every step metric (vLLM counts a draft
+    // only when tokens were proposed), and counted here.
+    uint64_t undrafted_steps;
     // options_json: the measured trace overhead (NaN when absent) and the decode baseline.
     double trace_overhead;
     // options_json.dataset: records the run read from its dataset and those it skipped (empty,
