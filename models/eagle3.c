@@ -168,6 +168,8 @@ static void find_fusions(ds_eagle3_t *d) {
 
 static enum ds_status check_config(ds_eagle3_t *d) {
     const struct ds_draft_config *c = &d->cfg;
+    enum ds_status hs = ds_wl_check_head_dim(d->be, c->head_dim, d->label);
+    if (hs) return hs;
     if (c->num_hidden_layers != 1)
         return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %lld draft layers (only 1 is supported)",
                             d->label, (long long)c->num_hidden_layers);

@@ -196,6 +196,8 @@ static enum ds_status check_plan(const ds_gptoss_t *m, const struct ds_gptoss_pl
 
 static enum ds_status check_config(const ds_gptoss_t *m) {
     const struct ds_target_config *c = &m->cfg;
+    enum ds_status hs = ds_wl_check_head_dim(m->be, c->head_dim, m->label);
+    if (hs) return hs;
     if (!c->mxfp4)
         return ds_error_set(DS_ERR_UNSUPPORTED,
                             "%s: only MXFP4 experts are supported (config has no mxfp4 "

@@ -467,3 +467,13 @@ enum ds_status ds_graph_run(struct ds_graph_cache *g, const long long key[DS_GRA
     g->launches++;
     return DS_OK;
 }
+
+enum ds_status ds_wl_check_head_dim(struct ds_backend *be, long long head_dim, const char *label) {
+    const bool cuda = ds_backend_cuda_stream(be) != NULL;
+    if (cuda && (head_dim > 128 || !ds_attention_cuda_head_dim_ok((int)head_dim)))
+        return ds_error_set(DS_ERR_UNSUPPORTED,
+                            "%s: head_dim %lld: the CUDA attention kernels are built for 16, 32, "
+                            "64 and 128",
+                            label, head_dim);
+    return DS_OK;
+}

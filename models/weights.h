@@ -177,6 +177,11 @@ struct ds_graph_cache {
 
 // Sets the cache up for `be` (graphs possible only on CUDA), disabled.
 void ds_graph_init(struct ds_graph_cache *g, struct ds_backend *be);
+
+// A head size the backend's attention cannot run, refused when the model is created: on CUDA
+// only 16, 32, 64 and 128 are built (it failed at the first forward, after the whole load).
+// DS_ERR_UNSUPPORTED naming the checkpoint (label).
+enum ds_status ds_wl_check_head_dim(struct ds_backend *be, long long head_dim, const char *label);
 // Destroys every captured graph.
 void ds_graph_clear(struct ds_graph_cache *g);
 // Runs ops(user) for `key` as described above.

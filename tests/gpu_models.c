@@ -447,6 +447,24 @@ static void synthetic_same_on_host_and_device(void) {
     ds_backend_release(cpu);
 }
 
+// A head size the CUDA attention is not built for is refused when the model is created, before
+// any memory is planned or weight uploaded (it failed at the first forward).
+static void cuda_refuses_unbuilt_head_dim(void) {
+    struct ds_target_config tc;
+    ds_safetensors_t *st = NULL;
+    EXPECT_OK(ds_target_config_load(FIXTURE, &tc));
+    EXPECT_OK(ds_safetensors_open_dir(FIXTURE, &st));
+    if (!st) return;
+    tc.head_dim = 48;
+    struct ds_gptoss_plan p = {.max_slots = 1, .max_pos = 32, .max_rows = 4};
+    ds_gptoss_t *m = NULL;
+    EXPECT_STATUS(ds_gptoss_create_from(&tc, st, "hd48", be, &p, NULL, &m), DS_ERR_UNSUPPORTED);
+    EXPECT_ERROR_HAS("hd48: head_dim 48: the CUDA attention kernels are built for");
+    EXPECT(m == NULL);
+    ds_gptoss_release(m);
+    ds_safetensors_close(st);
+}
+
 // A 4-layer slice of gpt-oss-120b (real shapes: 128 experts, vocab 201,088) with bf16
 // activations: a 200-token prefill and 8 decode steps stay finite and of order one (a mis-scaled
 // generator overflows bf16 or saturates the clamped SwiGLU within a few layers).
@@ -529,6 +547,7 @@ int main(void) {
     DS_RUN(golden_drafts_f32);
     DS_RUN(golden_drafts_bf16);
     DS_RUN(synthetic_same_on_host_and_device);
+    DS_RUN(cuda_refuses_unbuilt_head_dim);
     G_RUN_LARGE(synthetic_120b_slice_is_sane);
     ds_backend_release(be);
     return ds_test_end();

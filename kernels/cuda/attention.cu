@@ -1199,6 +1199,10 @@ static void att_launch(const struct ds_attention_args *a, float *ws, int nspl, i
     ds_launch(k, grid, dim3(ATT_THREADS), 0, st, *a, ws, nspl);
 }
 
+extern "C" int ds_attention_cuda_head_dim_ok(int D) {
+    return D == 16 || D == 32 || D == 64 || D == 128; // the instantiations of att_launch below
+}
+
 extern "C" enum ds_status ds_attention_cuda(const struct ds_attention_args *a, void *stream) {
     static const char op[] = "attention (cuda)";
     if (!a) return ds_error_set(DS_ERR_ARG, "%s: no arguments", op);
@@ -1214,7 +1218,7 @@ extern "C" enum ds_status ds_attention_cuda(const struct ds_attention_args *a, v
     CU_TRY(cu_check_dim(op, "max_pos", a->max_pos, 1));
     CU_TRY(cu_check_dim(op, "window", a->window, 0));
     const int D = a->head_dim;
-    if (D != 16 && D != 32 && D != 64 && D != 128)
+    if (!ds_attention_cuda_head_dim_ok(D))
         return ds_error_set(DS_ERR_UNSUPPORTED, "%s: head_dim %d (built for 16, 32, 64, 128)", op,
                             D);
     if (a->n_heads % a->n_kv_heads)

@@ -234,6 +234,8 @@ static const struct ds_backend cuda_table = {
     cuda_release,           // release
 };
 
+__global__ void fill_bytes_kernel(uint8_t *buf, size_t n, uint64_t seed, int lo, int hi);
+
 extern "C" enum ds_status ds_backend_cuda_create(int device, struct ds_backend **be_out) {
     *be_out = NULL;
     int n = 0;
@@ -250,6 +252,21 @@ extern "C" enum ds_status ds_backend_cuda_create(int device, struct ds_backend *
         cudaGetLastError();
         return ds_error_set(DS_ERR_NODEVICE, "cuda: cannot use GPU %d (%s)", device,
                             cudaGetErrorString(e));
+    }
+    // A GPU this build has no kernel image for (it is built for sm_90) is refused here; it
+    // failed fatally at the first kernel, after the whole weight upload.
+    cudaFuncAttributes fa;
+    e = cudaFuncGetAttributes(&fa, fill_bytes_kernel);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        int major = 0, minor = 0;
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+        cudaGetLastError();
+        return ds_error_set(DS_ERR_UNSUPPORTED,
+                            "cuda: GPU %d (compute capability %d.%d) cannot run this build's "
+                            "kernels (%s)",
+                            device, major, minor, cudaGetErrorString(e));
     }
     struct ds_backend *be = (struct ds_backend *)malloc(sizeof *be);
     struct cuda_ctx *c = (struct cuda_ctx *)calloc(1, sizeof *c);

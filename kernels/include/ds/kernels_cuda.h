@@ -50,6 +50,8 @@ enum ds_status ds_gather_rows_cuda(const struct ds_gather_rows_args *a, void *st
 enum ds_status ds_rope_cuda(const struct ds_rope_args *a, void *stream);
 // attention.cu
 enum ds_status ds_attention_cuda(const struct ds_attention_args *a, void *stream);
+// Whether the attention kernels are built for this head size (16, 32, 64 or 128): 1 or 0.
+int ds_attention_cuda_head_dim_ok(int head_dim);
 // router / moe (MXFP4 experts)
 enum ds_status ds_router_cuda(const struct ds_router_args *a, void *stream);
 enum ds_status ds_moe_cuda(const struct ds_moe_args *a, void *stream);
