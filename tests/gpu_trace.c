@@ -923,8 +923,10 @@ static void correlation_table_overflow_is_counted(void) {
            "correlations dropped, %llu CUPTI records dropped\n",
            FLOOD_LAUNCHES, (unsigned long long)st.kernels, (unsigned long long)st.unattributed,
            (unsigned long long)st.dropped_correlations, (unsigned long long)st.dropped_records);
+    // The counts need not be equal: API calls other than launches (the phase's own event
+    // record) have correlations too (the H200: 37,857 kernels unattributed, 37,858 dropped).
     EXPECT(st.dropped_correlations > 0);
-    EXPECT(st.unattributed >= st.dropped_correlations);
+    EXPECT(st.unattributed > 0 && st.unattributed <= st.dropped_correlations);
     // Every launch is a row, an unattributed kernel, or a record CUPTI dropped.
     EXPECT(st.kernels + st.unattributed + st.dropped_records >= FLOOD_LAUNCHES);
 done:
