@@ -102,13 +102,13 @@ struct gen_opts {
     enum ds_device_kind device;
 };
 
-// "1,2,3" → ids, each in [0, vocab).
 // ---- HDF5 output: extendible datasets appended one row at a time ----
 
 struct logits_file {
     hid_t file, logits, ids;
     hsize_t rows;
     int vocab;
+    bool created; // the file was created (truncated): a failure removes it
 };
 
 static enum ds_status lf_open(struct logits_file *lf, const char *path, int vocab,
@@ -119,6 +119,7 @@ static enum ds_status lf_open(struct logits_file *lf, const char *path, int voca
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); // our one-line messages instead of HDF5's stack
     lf->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (lf->file < 0) return ds_error_set(DS_ERR_IO, "%s: cannot create the HDF5 file", path);
+    lf->created = true;
     hsize_t dims[2] = {0, (hsize_t)vocab}, maxd[2] = {H5S_UNLIMITED, (hsize_t)vocab};
     hsize_t chunk[2] = {1, (hsize_t)vocab};
     hid_t sp = H5Screate_simple(2, dims, maxd), pl = H5Pcreate(H5P_DATASET_CREATE);
@@ -176,11 +177,14 @@ static enum ds_status lf_append(struct logits_file *lf, const float *row, int32_
     return DS_OK;
 }
 
-static void lf_close(struct logits_file *lf) {
-    if (lf->logits >= 0) H5Dclose(lf->logits);
-    if (lf->ids >= 0) H5Dclose(lf->ids);
-    if (lf->file >= 0) H5Fclose(lf->file);
+// Closes the file; DS_ERR_IO when HDF5 could not write what it still held (a full disk).
+static enum ds_status lf_close(struct logits_file *lf, const char *path) {
+    int bad = 0;
+    if (lf->logits >= 0) bad |= H5Dclose(lf->logits) < 0;
+    if (lf->ids >= 0) bad |= H5Dclose(lf->ids) < 0;
+    if (lf->file >= 0) bad |= H5Fclose(lf->file) < 0;
     lf->file = lf->logits = lf->ids = H5I_INVALID_HID;
+    return bad ? ds_error_set(DS_ERR_IO, "%s: cannot write the file out", path) : DS_OK;
 }
 
 // ---- loading progress (uploading backends only) ----
@@ -447,9 +451,9 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
         (s = g->be->alloc(g->be, sizeof(int32_t) * (size_t)B, (void **)&g->id_dev)) != DS_OK)
         return fail(ds_error_last());
     if (o->logits_out) {
+        g->lf_open = true; // from here a failure removes the file (main)
         if ((s = lf_open(&g->lf, o->logits_out, V, &g->prompt, model)) != DS_OK)
             return fail(ds_error_last());
-        g->lf_open = true;
     }
 
     // The memory plan, before anything runs.
@@ -766,7 +770,12 @@ int ds_cmd_generate(int argc, char **argv) {
     struct gen_state g = {.disagree_at = -1};
     int rc = run(&g, &o);
     fflush(stdout);
-    if (g.lf_open) lf_close(&g.lf);
+    if (g.lf_open) {
+        // A file cut short by a failure is removed rather than left looking whole.
+        if (lf_close(&g.lf, o.logits_out) != DS_OK && rc == 0) rc = fail(ds_error_last());
+        if (rc != 0 && g.lf.created && unlink(o.logits_out) == 0)
+            fprintf(stderr, "draftscope generate: %s removed (incomplete)\n", o.logits_out);
+    }
     if (g.be) {
         g.be->free(g.be, g.probs_dev);
         g.be->free(g.be, g.id_dev);

@@ -9,7 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ds/cli.h"
@@ -227,6 +230,33 @@ static void json_target_not_utf8(void) {
     unlink(link);
 }
 
+// A --logits-out file that cannot be written whole (here a 4 KB file-size limit: 6 rows of 512
+// floats need 12 KB) ends the command with exit 1 and is removed; it was left behind, cut short,
+// and a failed close went unnoticed.
+static void logits_out_cut_short_is_removed(void) {
+    unlink(out_h5);
+    // The binary in a fresh process: a forked copy of this one would inherit OpenMP's state
+    // from the earlier cases and hang in its first parallel region.
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN); // the write fails with EFBIG instead (kept across exec)
+        struct rlimit lim = {4096, 4096};
+        setrlimit(RLIMIT_FSIZE, &lim);
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) dup2(devnull, 1);
+        execl(DS_BINARY_DIR "/profiler/draftscope", "draftscope", "generate", "--target", TARGET,
+              "--prompt-ids", PROMPT, "--max-new-tokens", "6", "--device", "cpu", "--logits-out",
+              out_h5, (char *)NULL);
+        _exit(127);
+    }
+    int status = -1;
+    waitpid(pid, &status, 0);
+    EXPECT(WIFEXITED(status));
+    EXPECT_EQ_INT(WEXITSTATUS(status), 1);
+    struct stat sb;
+    EXPECT(stat(out_h5, &sb) != 0); // removed
+}
+
 static void context_limit(void) {
     // 8 prompt tokens, limit 11: tokens at positions 8, 9, 10, then the limit.
     const char *argv[] = {"generate", "--target",         TARGET, "--prompt-ids",
@@ -369,6 +399,7 @@ int main(void) {
     DS_RUN(sampling_is_counter_based);
     DS_RUN(tokenizer_prompts);
     DS_RUN(context_limit);
+    DS_RUN(logits_out_cut_short_is_removed);
     DS_RUN(json_target_not_utf8);
     DS_RUN(bad_input);
     remove(out_json);
