@@ -601,14 +601,18 @@ static void usage(FILE *f) {
 // work as real keys). For each batch size B and graph mode, each step kind runs twice (warm-up;
 // with graphs the second run captures) and then `iters` times; each timed run is one host call
 // plus a stream sync, timed on the host clock (so launch overhead counts, which is what graphs
-// remove). Reported: the median ms per step, tokens/s (rows processed: B for decode and draft
-// steps, 4B for a verify, 2B for the 2-row extends), the weight bytes the step must read, that
-// over the copy bandwidth measured at the start (a device-to-device cudaMemcpy of 1 GiB: 2 bytes
-// moved per byte copied) as the floor, the achieved weight GB/s and its share of that bandwidth.
+// remove). Reported: the median ms per step, rows/s (rows processed: B for decode and draft
+// steps, 4B for a verify, 2B for the 2-row extends; a verify emits B to 4B tokens, an extend B
+// draft tokens), the weight bytes the step must read, the KV cache bytes its attention must read,
+// their sum over the copy bandwidth measured at the start (a device-to-device cudaMemcpy of 1 GiB:
+// 2 bytes moved per byte copied) as the floor, the achieved GB/s of that sum and its share of
+// that bandwidth.
 // Weight bytes of a target step: embedding rows, every layer's attention, norms and router, the
 // distinct experts the step's rows touched (read back from the router's choices), the final norm
-// and the lm_head; of a draft call: the draft's whole weight arena (its lm_head over 32,000 ids
-// included) plus the target embedding rows it reads.
+// and the lm_head; of a draft extend: the draft's whole weight arena (its lm_head over 32,000 ids
+// included) plus the target embedding rows it reads; of a draft step the same less the fc, which
+// only an extend runs. KV bytes: K and V of the keys cached before the step's rows (all L on
+// full layers, at most window - 1 on sliding ones), per sequence (ds_bench_kv_read_bytes).
 
 struct step_row {
     const char *kind;
@@ -616,6 +620,17 @@ struct step_row {
     bool graphs;
     double ms, bytes;
 };
+
+double ds_bench_kv_read_bytes(int n_seq, int cached, int full_layers, int window_layers,
+                              int window, int kv_dim, int elem_bytes) {
+    const int in_window = window - 1 < cached ? window - 1 : cached; // the window holds the row
+    const double keys = (double)full_layers * cached + (double)window_layers * in_window;
+    return (double)n_seq * keys * 2.0 * kv_dim * elem_bytes; // K and V
+}
+
+double ds_bench_draft_weight_bytes(double arena, double fc_bytes, bool step, int rows, int hidden) {
+    return arena - (step ? fc_bytes : 0.0) + 2.0 * rows * hidden; // + bf16 target embedding rows
+}
 
 static double now_ms(void) {
     struct timespec t;
@@ -1126,17 +1141,24 @@ static int bench_steps(const char *shape, const int *batches, int n_batches, int
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     const double draft_bytes = (double)dm.weights;
+    // KV reads: the target's full and sliding layers, the draft's one full layer (bf16 caches).
+    const struct ds_draft_config *dc = ds_eagle3_config(c.d);
+    const double fc_bytes = 2.0 * dc->hidden_size * (double)aux.n * dc->target_hidden_size;
+    const int d_kd = (int)(dc->num_key_value_heads * dc->head_dim);
+    int n_win = 0;
+    for (int l = 0; l < c.L; l++)
+        n_win += tc.layer_types[l] == DS_ATTN_SLIDING;
     if (!json)
         printf("draftscope bench --steps: synthetic gpt-oss-%s (%d layers, %d experts), seed %llu,"
                " context %d\n"
                "memory: target weights %.2f GB, KV %.2f GB, activations %.2f GB; draft weights "
                "%.2f GB, KV %.2f GB, activations %.2f GB; free %.2f of %.2f GB\n"
                "copy bandwidth measured: %.0f GB/s\n"
-               "%-24s %5s %5s %6s %9s %10s %9s %9s %8s %6s\n",
+               "%-24s %5s %5s %6s %9s %10s %9s %6s %9s %8s %6s\n",
                shape, c.L, c.E, (unsigned long long)seed, kv, tm.weights / 1e9, tm.kv / 1e9,
                tm.activations / 1e9, dm.weights / 1e9, dm.kv / 1e9, dm.activations / 1e9,
                free_b / 1e9, total_b / 1e9, copy_gbs, "step", "B", "rows", "graphs", "ms/step",
-               "tokens/s", "weight GB", "floor ms", "GB/s", "%copy");
+               "rows/s", "weight GB", "KV GB", "floor ms", "GB/s", "%copy");
     int n_out = 0;
     for (int bi = 0; bi < n_batches; bi++) {
         const int B = batches[bi];
@@ -1168,24 +1190,35 @@ static int bench_steps(const char *shape, const int *batches, int n_batches, int
                     for (int lv = 2; lv >= 0; lv--)
                         if (trace_mask & (1u << lv)) ms = lres[lv].median_ms;
                 const int rows = B * (k == SK_VERIFY ? 4 : k == SK_EXTEND ? 2 : 1);
-                double bytes =
-                    k <= SK_VERIFY ? target_step_bytes(&c, rows) : draft_bytes + 2.0 * rows * c.H;
+                const bool dstep = k == SK_DSTEP;
+                double bytes = k <= SK_VERIFY ? target_step_bytes(&c, rows)
+                                              : ds_bench_draft_weight_bytes(draft_bytes, fc_bytes,
+                                                                            dstep, rows, c.H);
+                // Keys cached before the rows: --kv for target and draft steps, --kv - 2 for
+                // the extends (step_once's positions).
+                const double kvb =
+                    k <= SK_VERIFY ? ds_bench_kv_read_bytes(B, kv, c.L - n_win, n_win,
+                                                            (int)tc.sliding_window, c.KD, 2)
+                                   : ds_bench_kv_read_bytes(B, k == SK_EXTEND ? kv - 2 : kv, 1, 0,
+                                                            0, d_kd, 2);
                 struct step_row *r = &out[n_out++];
                 *r = (struct step_row){step_names[k], B, rows, g, ms, bytes};
-                const double floor_ms = bytes / (copy_gbs * 1e9) * 1e3;
-                const double gbs = ms > 0 ? bytes / (ms * 1e-3) / 1e9 : 0;
+                const double floor_ms = (bytes + kvb) / (copy_gbs * 1e9) * 1e3;
+                const double gbs = ms > 0 ? (bytes + kvb) / (ms * 1e-3) / 1e9 : 0;
                 if (json) {
                     json_t *jr =
-                        json_pack("{s:s, s:i, s:i, s:b, s:f, s:f, s:f, s:f, s:f, s:f}", "step",
-                                  r->kind, "batch", B, "rows", rows, "graphs", g, "ms", ms,
-                                  "tokens_s", ms > 0 ? rows / (ms * 1e-3) : 0.0, "weight_bytes",
-                                  bytes, "floor_ms", floor_ms, "gb_s", gbs, "copy_gb_s", copy_gbs);
+                        json_pack("{s:s, s:i, s:i, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+                                  "step", r->kind, "batch", B, "rows", rows, "graphs", g, "ms",
+                                  ms, "rows_s", ms > 0 ? rows / (ms * 1e-3) : 0.0, "weight_bytes",
+                                  bytes, "kv_bytes", kvb, "floor_ms", floor_ms, "gb_s", gbs,
+                                  "copy_gb_s", copy_gbs);
                     if (trace_mask) report_levels(&tb, lres, jr, r->kind, B, g);
                     json_array_append_new(js, jr);
                 } else {
-                    printf("%-24s %5d %5d %6s %9.3f %10.0f %9.3f %9.3f %8.0f %5.0f%%\n", r->kind, B,
-                           rows, g ? "on" : "off", ms, ms > 0 ? rows / (ms * 1e-3) : 0.0,
-                           bytes / 1e9, floor_ms, gbs, copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0);
+                    printf("%-24s %5d %5d %6s %9.3f %10.0f %9.3f %6.3f %9.3f %8.0f %5.0f%%\n",
+                           r->kind, B, rows, g ? "on" : "off", ms,
+                           ms > 0 ? rows / (ms * 1e-3) : 0.0, bytes / 1e9, kvb / 1e9, floor_ms,
+                           gbs, copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0);
                     if (trace_mask) report_levels(&tb, lres, NULL, r->kind, B, g);
                     fflush(stdout);
                 }

@@ -24,6 +24,17 @@ int ds_cmd_render(int argc, char **argv);
 int ds_cmd_bench(int argc, char **argv);
 int ds_cmd_summary(int argc, char **argv);
 
+// bench --steps: the KV cache bytes a step's attention must read over n_seq sequences whose
+// caches hold `cached` keys before the step's rows: every key on full_layers layers, at most
+// window - 1 of them on window_layers sliding layers (the window holds the current row), K and
+// V of kv_dim elements of elem_bytes each per key.
+double ds_bench_kv_read_bytes(int n_seq, int cached, int full_layers, int window_layers,
+                              int window, int kv_dim, int elem_bytes);
+// bench --steps: the weight bytes a draft call reads: its weight arena (arena bytes), less the
+// fc (fc_bytes) for a step, which is fed by the draft's own hidden state and runs no fc, plus
+// the bf16 target embedding rows of its rows.
+double ds_bench_draft_weight_bytes(double arena, double fc_bytes, bool step, int rows, int hidden);
+
 // s is a whole decimal integer in [lo, hi] (an optional '-', then digits only: no blank, no '+',
 // no trailing characters, no overflow): *out, true.
 bool ds_cli_parse_ll(const char *s, long long lo, long long hi, long long *out);
