@@ -227,7 +227,9 @@ enum ds_status ds_wl_get(struct ds_weight_loader *wl, const char *name, unsigned
         return ds_error_set(s, "%s: uploading %s: %s", wl->label, name, ds_error_last());
     wl->bytes += ds_align256(bytes);
     *ptr_out = dst;
-    if (!g && wl->progress_fn) wl->progress_fn(wl->progress_user, wl->bytes, wl->total);
+    // After each tensor (staged copies also report per chunk): the aligned total, so the last
+    // tensor brings the bar to the arena size even when its own size is not a multiple of 256.
+    if (wl->progress_fn) wl->progress_fn(wl->progress_user, wl->bytes, wl->total);
     return DS_OK;
 }
 
