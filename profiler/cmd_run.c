@@ -633,6 +633,10 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     // The trace writes its rows into the file from here on (its clock becomes the session's).
     if ((s = ds_trace_set_recorder(g->trace, g->rec)) || (s = ds_trace_discard(g->trace)))
         return fail(ds_error_last());
+    // The session's counts start here: records dropped while the baseline or the overhead was
+    // measured are not this session's (sessions.trace_dropped).
+    struct ds_trace_stats ts0;
+    ds_trace_stats(g->trace, &ts0);
     if (o->resume && !o->quiet)
         fprintf(info_f, "resuming %s: session %u, %zu requests already recorded\n", o->out,
                 ri.session, ri.n_done);
@@ -664,6 +668,7 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
         }
         struct ds_trace_stats ts_st;
         ds_trace_stats(g->trace, &ts_st);
+        ds_trace_stats_since(&ts_st, &ts0);
         dropped = ts_st.dropped_records;
         if (!o->quiet || ts_st.dropped_records || ts_st.dropped_ranges ||
             ts_st.dropped_correlations)

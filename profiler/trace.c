@@ -798,6 +798,23 @@ void ds_trace_release(ds_trace_t *t) {
     free_trace(t);
 }
 
+void ds_trace_stats_since(struct ds_trace_stats *now, const struct ds_trace_stats *before) {
+    now->ranges -= before->ranges;
+    now->kernels -= before->kernels;
+    now->dropped_records -= before->dropped_records;
+    now->dropped_ranges -= before->dropped_ranges;
+    now->unattributed -= before->unattributed;
+    now->buffers -= before->buffers;
+    now->flushes -= before->flushes;
+    now->drains -= before->drains;
+    now->flush_ns -= before->flush_ns;
+    now->parse_ns -= before->parse_ns;
+    now->wait_ns -= before->wait_ns;
+    now->calls_ns -= before->calls_ns;
+    now->correlations -= before->correlations;
+    now->dropped_correlations -= before->dropped_correlations;
+}
+
 int ds_trace_cupti_registered(void) { return g_callbacks_registered ? 1 : 0; }
 
 enum ds_rec_trace_level ds_trace_level(const ds_trace_t *t) {

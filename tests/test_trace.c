@@ -618,6 +618,24 @@ static void kernel_table_full_keeps_counting(void) {
     ds_trace_ktab_release(k);
 }
 
+// Every counter is subtracted: the run's end line and sessions.trace_dropped count the session
+// alone (they counted the baseline and overhead windows before it too). A field added to the
+// struct fails the size check until ds_trace_stats_since subtracts it.
+static void stats_since_subtracts_every_counter(void) {
+    enum { N = sizeof(struct ds_trace_stats) / sizeof(uint64_t) };
+    EXPECT_EQ_INT(sizeof(struct ds_trace_stats), 14 * sizeof(uint64_t));
+    uint64_t a[N], b[N];
+    for (size_t i = 0; i < N; i++)
+        a[i] = 1000 + 7 * i, b[i] = 3 * i + 1;
+    struct ds_trace_stats now, before;
+    memcpy(&now, a, sizeof now);
+    memcpy(&before, b, sizeof before);
+    ds_trace_stats_since(&now, &before);
+    memcpy(a, &now, sizeof now);
+    for (size_t i = 0; i < N; i++)
+        if (a[i] != 1000 + 7 * i - (3 * i + 1)) DS_FAILF("counter %zu not subtracted", i);
+}
+
 int main(void) {
     DS_RUN(levels_parse_and_name);
     DS_RUN(poll_and_sink_without_a_trace);
@@ -629,6 +647,7 @@ int main(void) {
     DS_RUN(kernel_table_by_grid);
     DS_RUN(without_gpu_tracing_says_it_is_off);
     DS_RUN(level_off_records_nothing);
+    DS_RUN(stats_since_subtracts_every_counter);
     DS_RUN(null_trace_is_a_no_op);
     DS_RUN(bad_arguments_are_refused);
     DS_RUN(external_ids_have_the_documented_layout);

@@ -252,6 +252,9 @@ enum ds_status ds_trace_ext_id_decode(uint64_t id, uint64_t *step_out, enum ds_r
 
 // Counters since create (zeros for NULL).
 void ds_trace_stats(const ds_trace_t *trace, struct ds_trace_stats *stats_out);
+// The counters of *now since the snapshot *before (now -= before, field by field): what one
+// window produced, e.g. a run's session without the warm-up and overhead windows before it.
+void ds_trace_stats_since(struct ds_trace_stats *now, const struct ds_trace_stats *before);
 // The share of one forced flush (0..1) that the work between two stats snapshots (elapsed_ns of
 // host time) costs a run under poll's policy: the correlation entries it made over the table's
 // flush load, or elapsed over flush_ms when that is set, whichever is larger. For charging a
