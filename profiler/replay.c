@@ -2,10 +2,12 @@
 //
 // Per batch size B: slots 0..B-1 hold the live sequences. One iteration admits newcomers into
 // free slots (rendering a dependent turn first), prefills them together (ds_spec_prefill), ends
-// those whose first token already stops them, ends sequences at the context limit, then runs one
-// speculative step over every live sequence (ds_spec_step), appends its /steps and /drafts rows,
-// and commits the emitted tokens one by one through the harmony channel tracker, cutting them
-// at a stop token or max-new-tokens.
+// those whose first token already stops them or leaves them at the context limit, and admits
+// again into the slots those freed, then runs one speculative step over every live sequence
+// (ds_spec_step), appends its /steps and /drafts rows, and commits the emitted tokens one by one
+// through the harmony channel tracker, cutting them at a stop token or max-new-tokens; a
+// sequence the step left at the context limit ends there, so that its slot is refilled before
+// the next step (B sequences stay in flight while requests remain).
 #include "ds/replay.h"
 
 #include <stdlib.h>
@@ -292,8 +294,13 @@ static bool any_waiting(const struct replay *r) {
     return false;
 }
 
-// Fills free slots and prefills the newcomers. Returns the number admitted.
-static enum ds_status admit(struct replay *r, int *admitted) {
+// A sequence whose bonus sits at the last position cannot step: it ends at the context limit.
+static bool at_limit(const struct replay *r, const struct live *l) {
+    return l->seq.committed > r->P - 2;
+}
+
+// Fills free slots and prefills the newcomers (one round). Returns the number admitted.
+static enum ds_status admit_once(struct replay *r, int *admitted) {
     *admitted = 0;
     int n_new = 0;
     enum ds_status s;
@@ -351,9 +358,25 @@ static enum ds_status admit(struct replay *r, int *admitted) {
         }
         bool ended;
         if ((s = commit_token(r, slot, l->seq.bonus, &ended))) return s;
+        if (!ended && at_limit(r, l) && (s = finish(r, slot, DS_REC_STOP_CONTEXT_LIMIT)))
+            return s;
     }
     *admitted = n_new;
     return DS_OK;
+}
+
+// Fills free slots and prefills the newcomers, until the slots are full or nothing can start:
+// a newcomer that ends at once (its first token stops it, or leaves it at the context limit)
+// frees its slot for the next request. Returns the number admitted.
+static enum ds_status admit(struct replay *r, int *admitted) {
+    *admitted = 0;
+    for (;;) {
+        int n;
+        enum ds_status s = admit_once(r, &n);
+        if (s) return s;
+        if (n == 0) return DS_OK;
+        *admitted += n;
+    }
 }
 
 static enum ds_status maybe_flush(struct replay *r, int force) {
@@ -366,13 +389,7 @@ static enum ds_status maybe_flush(struct replay *r, int force) {
 // One step over every live sequence; records and commits.
 static enum ds_status step(struct replay *r) {
     enum ds_status s;
-    // The context limit first: a sequence whose bonus sits at the last position cannot step.
-    for (uint32_t slot = 0; slot < r->B; slot++) {
-        struct live *l = &r->live[slot];
-        if (l->used && l->seq.committed > r->P - 2 &&
-            (s = finish(r, (int)slot, DS_REC_STOP_CONTEXT_LIMIT)))
-            return s;
-    }
+    // No live sequence is at the context limit here: admit and the last step ended those.
     int n = 0;
     for (uint32_t slot = 0; slot < r->B; slot++)
         if (r->live[slot].used) {
@@ -434,7 +451,13 @@ static enum ds_status step(struct replay *r) {
             r->st->steps++;
             r->st->accepted += (uint64_t)res->accepted;
         }
-        if (res->nonfinite && !ended && (s = finish(r, slot, DS_REC_STOP_ERROR))) return s;
+        if (ended) continue;
+        if (res->nonfinite && (s = finish(r, slot, DS_REC_STOP_ERROR))) return s;
+        // At the limit now: ended here (its row after this step's rows), its slot refilled
+        // before the next step.
+        if (!res->nonfinite && at_limit(r, l) &&
+            (s = finish(r, slot, DS_REC_STOP_CONTEXT_LIMIT)))
+            return s;
     }
     r->defer_requests = false;
     if ((s = ds_recorder_append_steps(r->rec, r->srows, ns)) ||

@@ -66,10 +66,11 @@ static void teardown(struct setup *u) {
     ds_tokenizer_release(u->tok);
 }
 
-// Everything a replay needs, planned for max_b slots.
-static int setup(struct setup *u, const char *data, enum ds_dataset_turns turns, int max_b,
-                 const struct ds_spec_config *cfg, const char *out, const uint32_t *bs, size_t nb,
-                 int max_new) {
+// Everything a replay needs, planned for max_b slots and max_pos positions (0: what run plans,
+// the longest prompt + max_new + K + 2).
+static int setup_ctx(struct setup *u, const char *data, enum ds_dataset_turns turns, int max_b,
+                     const struct ds_spec_config *cfg, const char *out, const uint32_t *bs,
+                     size_t nb, int max_new, int max_pos) {
     memset(u, 0, sizeof *u);
     EXPECT_OK(ds_tokenizer_load(RU_TOKENIZER, &u->tok));
     if (!u->tok) return 0;
@@ -86,7 +87,8 @@ static int setup(struct setup *u, const char *data, enum ds_dataset_turns turns,
     EXPECT_OK(ds_eagle3_aux_plan(RU_DRAFT, &tc, NULL, &aux));
     struct ds_gptoss_plan tp = {0};
     struct ds_eagle3_plan dp = {0};
-    ds_spec_plan(cfg, max_b, u->work.max_est_len + max_new + cfg->k + 2, &tp, &dp);
+    if (!max_pos) max_pos = u->work.max_est_len + max_new + cfg->k + 2;
+    ds_spec_plan(cfg, max_b, max_pos, &tp, &dp);
     ds_gptoss_plan_aux(&tp, &aux);
     EXPECT_OK(ds_gptoss_create(RU_TARGET, be, &tp, NULL, &u->target));
     if (!u->target) return 0;
@@ -102,6 +104,12 @@ static int setup(struct setup *u, const char *data, enum ds_dataset_turns turns,
                                .n_batch_sizes = nb};
     EXPECT_OK(ds_recorder_create(out, &meta, DS_RECORDER_OVERWRITE, &u->rec));
     return u->spec && u->rec;
+}
+
+static int setup(struct setup *u, const char *data, enum ds_dataset_turns turns, int max_b,
+                 const struct ds_spec_config *cfg, const char *out, const uint32_t *bs, size_t nb,
+                 int max_new) {
+    return setup_ctx(u, data, turns, max_b, cfg, out, bs, nb, max_new, 0);
 }
 
 static const char SHAREGPT[] =
@@ -381,6 +389,72 @@ static void test_empty_questions(void) {
     teardown(&u);
 }
 
+// A request that reaches the context limit frees its slot for the next one before the next step:
+// while requests wait, every step holds B sequences. Before, a sequence left at the limit by a
+// step (or by its prefill) was ended only at the start of the next step, after admission, so
+// that step ran with B - 1 sequences. Every request here stops at the limit within a few steps.
+static void test_context_limit_refill(void) {
+    const char *data = DS_BINARY_DIR "/test_replay_context.jsonl";
+    const char *out = DS_BINARY_DIR "/test_replay_context.h5";
+    static const char *const q[] = {"hello world", "low world hello", "hell or held",
+                                    "hello", "world or low hello held", "or held",
+                                    "held low", "hello hello world"};
+    const size_t nq = sizeof q / sizeof q[0];
+    char text[2048];
+    size_t at = 0;
+    for (size_t i = 0; i < nq; i++)
+        at += (size_t)snprintf(text + at, sizeof text - at, "{\"id\": \"c%zu\", \"conversations\": "
+                               "[{\"from\": \"human\", \"value\": \"%s\"}]}\n", i, q[i]);
+    EXPECT(ru_write(data, text));
+    const uint32_t bs[1] = {3};
+    struct ds_spec_config cfg = {.rule = DS_SPEC_GREEDY, .k = 3, .temperature = 1.0f,
+                                 .top_p = 1.0f, .seed = 0, .prefill_chunk = 32};
+    // Probe the prompt lengths, then plan one position past the longest prompt plus a few: the
+    // longest ends at its first token, the others within a few steps.
+    struct setup u;
+    if (!setup(&u, data, DS_TURNS_FIRST, 3, &cfg, out, bs, 1, 64)) {
+        teardown(&u);
+        return;
+    }
+    const int longest = u.work.max_est_len;
+    teardown(&u);
+    if (!setup_ctx(&u, data, DS_TURNS_FIRST, 3, &cfg, out, bs, 1, 64, longest + 1)) {
+        teardown(&u);
+        return;
+    }
+    struct ds_replay_config rc = {.batch_sizes = bs, .n_batch_sizes = 1, .max_new_tokens = 64};
+    struct ds_replay_stats st;
+    EXPECT_OK(ds_replay_run(u.spec, u.h, u.tok, u.ds, &u.work, &rc, u.rec, NULL, &st));
+    EXPECT_OK(ds_recorder_close(u.rec));
+    u.rec = NULL;
+    EXPECT_EQ_INT(st.requests, nq);
+    size_t ns = 0, nr = 0;
+    struct ds_rec_step *sr = ru_read_table(out, "steps", sizeof *sr, &ns);
+    struct ds_rec_request *rq = ru_read_table(out, "requests", sizeof *rq, &nr);
+    EXPECT(sr && rq);
+    EXPECT_EQ_INT(nr, nq);
+    if (sr && rq) {
+        // The last request admitted is the last in dataset order (one turn each); until its first
+        // step, every step holds B sequences.
+        uint32_t last_req = 0;
+        for (size_t i = 0; i < nr; i++) {
+            EXPECT_EQ_INT(rq[i].stop_reason, DS_REC_STOP_CONTEXT_LIMIT);
+            if (rq[i].dataset_index == nq - 1) last_req = rq[i].request;
+        }
+        uint64_t last_admit = UINT64_MAX;
+        for (size_t j = 0; j < ns; j++)
+            if (sr[j].request == last_req && sr[j].step < last_admit) last_admit = sr[j].step;
+        EXPECT(last_admit != UINT64_MAX);
+        size_t short_steps = 0;
+        for (size_t j = 0; j < ns; j++)
+            short_steps += sr[j].step < last_admit && sr[j].batch_size < bs[0];
+        EXPECT_EQ_INT(short_steps, 0);
+    }
+    free(sr);
+    free(rq);
+    teardown(&u);
+}
+
 int main(void) {
     if (ds_backend_ref_create(&be) != DS_OK) {
         fprintf(stderr, "cpu backend: %s\n", ds_error_last());
@@ -390,6 +464,7 @@ int main(void) {
     DS_RUN(test_sweep_rejection);
     DS_RUN(test_question_turns);
     DS_RUN(test_empty_questions);
+    DS_RUN(test_context_limit_refill);
     ds_backend_release(be);
     return ds_test_end();
 }
