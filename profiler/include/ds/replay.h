@@ -4,8 +4,10 @@
 // (a conversation turn), newcomers are prefilled in chunks (ds_spec_prefill), then every live
 // sequence takes one speculative step (ds_spec_step) per iteration. --batch-sizes sweeps several
 // B in one run and one file, each B replaying the same requests in the same order; with the
-// counter-based generator keyed by the request's dataset index and batch-invariant numerics, a
-// request's records are the same at every B (only step ids, request ids and batch sizes differ).
+// counter-based generator keyed by the request's index in the selection (every selected turn,
+// in order; not its dataset record: another -N, --shuffle or --turns draws differently) and
+// batch-invariant numerics, a request's records are the same at every B (only step ids, request
+// ids and batch sizes differ).
 //
 // Requests: every turn of the selected conversations (ds/dataset.h), rendered once with harmony.
 // A question dataset records no replies: a later turn is rendered when the earlier turn of the
