@@ -118,6 +118,8 @@ struct replay {
     const struct ds_replay_config *cfg;
     ds_recorder_t *rec;
     const struct ds_resume_info *resume;
+    uint64_t *done_keys; // resume: (B, dataset index, turn) of every done request, sorted
+    size_t n_done_keys;
     struct ds_replay_stats *st;
     int S, P, K, max_new;
     uint32_t B;
@@ -146,14 +148,36 @@ struct replay {
     size_t cursor;             // first request index that may still wait
 };
 
-static bool is_done(const struct replay *r, uint32_t B, const struct ds_replay_request *q) {
-    if (!r->resume) return false;
-    for (size_t i = 0; i < r->resume->n_done; i++) {
+// One 64-bit key per (batch size, dataset index, turn): 16 + 32 + 16 bits.
+static uint64_t done_key(uint32_t B, uint32_t dataset_index, uint32_t turn) {
+    return (uint64_t)(B & 0xffff) << 48 | (uint64_t)dataset_index << 16 | (turn & 0xffff);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+// The done requests' keys, sorted once: a lookup per request and batch size is then a binary
+// search (a scan of every done row was quadratic on the resume of a large run).
+static enum ds_status index_done(struct replay *r) {
+    const size_t n = r->resume ? r->resume->n_done : 0;
+    if (!n) return DS_OK;
+    if (!(r->done_keys = malloc(n * sizeof *r->done_keys)))
+        return ds_error_set(DS_ERR_NOMEM, "replay: out of memory");
+    for (size_t i = 0; i < n; i++) {
         const struct ds_rec_request *d = &r->resume->done[i];
-        if (d->batch_size == B && d->dataset_index == q->dataset_index && d->turn == q->turn)
-            return true;
+        r->done_keys[i] = done_key(d->batch_size, d->dataset_index, d->turn);
     }
-    return false;
+    qsort(r->done_keys, n, sizeof *r->done_keys, cmp_u64);
+    r->n_done_keys = n;
+    return DS_OK;
+}
+
+static bool is_done(const struct replay *r, uint32_t B, const struct ds_replay_request *q) {
+    if (!r->n_done_keys) return false;
+    const uint64_t k = done_key(B, q->dataset_index, q->turn);
+    return bsearch(&k, r->done_keys, r->n_done_keys, sizeof k, cmp_u64) != NULL;
 }
 
 // Which requests run at B and which of them are recorded.
@@ -543,6 +567,7 @@ enum ds_status ds_replay_run(ds_spec_t *spec, ds_harmony_t *h, const ds_tokenize
         ok = r.live[i].gen && r.live[i].fin;
     }
     if (!ok) s = ds_error_set(DS_ERR_NOMEM, "replay: out of memory");
+    if (s == DS_OK) s = index_done(&r);
     size_t total = 0;
     for (size_t b = 0; b < cfg->n_batch_sizes; b++)
         total += n;
@@ -574,5 +599,6 @@ enum ds_status ds_replay_run(ds_spec_t *spec, ds_harmony_t *h, const ds_tokenize
     free(r.srows);
     free(r.qrows);
     free(r.drows);
+    free(r.done_keys);
     return s;
 }
