@@ -661,7 +661,10 @@ static enum ds_status parse_draft(const struct src *top, void *out) {
         return st;
     if ((st = get_flag2(top, &ec, "fc_norm", false, &c->fc_norm, NULL))) return st;
     if ((st = get_flag2(top, &ec, "bias", false, &c->fc_bias, NULL))) return st;
-    if ((st = get_flag2(top, &ec, "norm_before_residual", false, &c->norm_before_residual, NULL)))
+    // vLLM reads a speculators config with norm_before_residual defaulting to true
+    // (eagle3.md §2.4); SpecForge and ModelOpt heads default to the raw residual.
+    if ((st = get_flag2(top, &ec, "norm_before_residual", c->layout == DS_DRAFT_SPECULATORS,
+                        &c->norm_before_residual, NULL)))
         return st;
     if ((st = get_flag2(top, &ec, "norm_output", false, &c->norm_output, NULL))) return st;
     if (c->norm_before_fc && c->fc_norm)

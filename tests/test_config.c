@@ -323,6 +323,20 @@ static void draft_speculators(void) {
     EXPECT_EQ_INT(p.boundaries[1], 18);
     EXPECT_EQ_INT(p.boundaries[2], 33);
 
+    // Without the key, a speculators config means norm_before_residual = true (vLLM's speculators
+    // loader: config_dict.get("norm_before_residual", True)); an explicit false is kept.
+    const char *layer = "\"transformer_layer_config\": {\"hidden_size\": 64, \"intermediate_size\":"
+                        " 128, \"num_attention_heads\": 4, \"vocab_size\": 512}";
+    char j2[512];
+    snprintf(j2, sizeof j2, "{\"speculators_model_type\": \"eagle3\", %s}", layer);
+    EXPECT_OK(parse_d(j2, &d));
+    EXPECT(d.norm_before_residual);
+    snprintf(j2, sizeof j2,
+             "{\"speculators_model_type\": \"eagle3\", \"norm_before_residual\": false, %s}",
+             layer);
+    EXPECT_OK(parse_d(j2, &d));
+    EXPECT(!d.norm_before_residual);
+
     // A speculators field missing from transformer_layer_config is named with its path.
     const char *bad = "{\"speculators_model_type\": \"eagle3\", \"transformer_layer_config\":"
                       " {\"hidden_size\": 64, \"num_attention_heads\": 4, \"vocab_size\": 512}}";
