@@ -191,7 +191,8 @@ static json_t *aux_json(const struct ds_draft_config *d, const struct ds_target_
         if (ds_aux_plan(d, t->num_hidden_layers, &conv, label, &p) == DS_OK)
             json_object_set_new(by, ds_aux_convention_name(conv), int_array(p.boundaries, p.n));
         else
-            json_object_set_new(by, ds_aux_convention_name(conv), ds_cli_json_text(ds_error_last()));
+            json_object_set_new(by, ds_aux_convention_name(conv),
+                                ds_cli_json_text(ds_error_last()));
     }
     ds_error_clear();
     json_object_set_new(o, "boundaries_by_convention", by);

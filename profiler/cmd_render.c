@@ -79,7 +79,8 @@ int ds_cmd_render(int argc, char **argv) {
                           : !parse_size(index_s, &index) ? "--index: expected a whole number"
                           : !parse_size(turn_s, &turn) || turn < 1
                               ? "--turn: expected a whole number, 1 or more"
-                          : !parse_size(max_s, &max_context) ? "--max-context: expected a whole number"
+                          : !parse_size(max_s, &max_context)
+                              ? "--max-context: expected a whole number"
                           : ds_reasoning_parse(reasoning, &sys.reasoning) ? ds_error_last()
                           : ds_harmony_system_check(&sys)                 ? ds_error_last()
                                                                           : NULL;

@@ -685,10 +685,11 @@ enum ds_status ds_dataset_render(const ds_dataset_t *ds, ds_harmony_t *h,
         return ds_error_set(s, "%s: %s: %s turn %zu: %s", ds->path, loc, name, turn->turn, why);
     }
     // As run plans it: a prompt must leave at least one position to generate.
-    if (max_context && ids_out->n >= max_context)
+    if (max_context && ids_out->n >= max_context) {
+        const char *how = ids_out->n > max_context ? "over" : "leaving no position to generate at";
         return ds_error_set(DS_ERR_RANGE, "%s: %s: %s turn %zu renders to %zu tokens, %s the "
                             "context limit of %zu", ds->path, loc, name, turn->turn, ids_out->n,
-                            ids_out->n > max_context ? "over" : "leaving no position to generate at",
-                            max_context);
+                            how, max_context);
+    }
     return DS_OK;
 }

@@ -149,7 +149,8 @@ def test_refresh_sees_a_live_file_grow(programs, tmp_path):
         assert p.stdout.readline().strip() == "ready"
         counts = run.refresh()
         assert counts["requests"] == 3
-        assert len(run.steps) == 7 and run.dropped == {"steps": 1, "drafts": 3, "undrafted_steps": 0}
+        assert len(run.steps) == 7
+        assert run.dropped == {"steps": 1, "drafts": 3, "undrafted_steps": 0}
         p.stdin.write("next\n")
         p.stdin.flush()
         assert p.stdout.readline().strip() == "ready"
