@@ -17,6 +17,7 @@ prints; a test compares the two on the same file.
 """
 import json
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -533,6 +534,17 @@ def _replicates(sums, n_boot, rng):
     return out
 
 
+def _interval(reps, a, n_keys, n_boot):
+    """The (a, 1 - a) quantiles of each column of the bootstrap replicates, ignoring NaN; NaN
+    for a group with no replicate (none of its requests has a denominator, e.g. a channel whose
+    drafts were never reached), without numpy's all-NaN warning, which the report printed."""
+    if not n_keys or not n_boot:
+        return np.full(n_keys, np.nan), np.full(n_keys, np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanquantile(reps, a, axis=0), np.nanquantile(reps, 1 - a, axis=0)
+
+
 def metric_ci(run, metric, by="batch", position=None, n_boot=1000, seed=0, level=0.95,
               context_bins=DEFAULT_CONTEXT_BINS):
     """A metric per group with a percentile bootstrap interval over requests (seeded).
@@ -546,9 +558,7 @@ def metric_ci(run, metric, by="batch", position=None, n_boot=1000, seed=0, level
         value = const + num.sum(axis=0) / den.sum(axis=0)
     reps = _replicates(sums, n_boot, np.random.default_rng(seed))
     a = (1 - level) / 2
-    with np.errstate(invalid="ignore"):
-        lo = np.nanquantile(reps, a, axis=0) if len(keys) and n_boot else np.full(len(keys), np.nan)
-        hi = np.nanquantile(reps, 1 - a, axis=0) if len(keys) and n_boot else np.full(len(keys), np.nan)
+    lo, hi = _interval(reps, a, len(keys), n_boot)
     return pd.DataFrame({
         by: labels, "value": value, "lo": lo, "hi": hi,
         "requests": (den > 0).sum(axis=0), "n": den.sum(axis=0),

@@ -5,6 +5,7 @@ import math
 import shutil
 import subprocess
 import sys
+import warnings
 
 import h5py
 import numpy as np
@@ -281,3 +282,14 @@ def test_step_times_skip_untimed_steps(programs, samples, tmp_path):
         assert times.at[b, "verify_ns"] == pytest.approx(g["mean_verify_ns"], rel=1e-12)
         if g["predicted_speedup"] is not None:
             assert speedup[b] == pytest.approx(g["predicted_speedup"], rel=1e-12)
+
+
+def test_interval_of_a_group_without_replicates_is_nan_and_quiet():
+    """A group none of whose requests has a denominator (the demo's "other" channel for reached
+    drafts) gets a NaN interval, and numpy's all-NaN warning no longer reaches the report."""
+    reps = np.array([[0.5, np.nan], [0.7, np.nan], [0.6, np.nan]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lo, hi = metrics._interval(reps, 0.025, 2, 3)
+    assert lo[0] == pytest.approx(0.505) and hi[0] == pytest.approx(0.695)
+    assert np.isnan(lo[1]) and np.isnan(hi[1])
