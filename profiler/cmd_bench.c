@@ -638,6 +638,10 @@ static double now_ms(void) {
     return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
 }
 
+// Median of n >= 1 sorted values (floats or doubles): the mean of the middle two when n is even.
+#define MEDIAN_SORTED(v, n)                                                                       \
+    ((n) % 2 ? (double)(v)[(n) / 2] : 0.5 * ((double)(v)[(n) / 2 - 1] + (double)(v)[(n) / 2]))
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -936,7 +940,7 @@ static enum ds_status time_step_levels(struct step_ctx *c, struct trace_bench *t
         if (!n[lv]) continue;
         double *v = times + lv * TRACE_ROUNDS * iters;
         qsort(v, (size_t)n[lv], sizeof *v, cmp_double);
-        res[lv].median_ms = v[n[lv] / 2];
+        res[lv].median_ms = MEDIAN_SORTED(v, n[lv]);
         res[lv].mean_ms = sum[lv] / n[lv];
     }
     return DS_OK;
@@ -1103,7 +1107,10 @@ static int bench_steps(const char *shape, const int *batches, int n_batches, int
         fprintf(stderr, "draftscope bench: %s\n", ds_error_last());
         goto cleanup;
     }
-    const double copy_gbs = copy_bandwidth((cudaStream_t)ds_backend_cuda_stream(be));
+    // Without a measured copy bandwidth the floors would be infinite: assume the H200's, and say so.
+    double copy_gbs = copy_bandwidth((cudaStream_t)ds_backend_cuda_stream(be));
+    const bool copy_measured = copy_gbs > 0.0;
+    if (!copy_measured) copy_gbs = BENCH_CEIL_GBS;
     struct ds_gptoss_plan tp = {.max_slots = max_b,
                                 .max_pos = kv + 8,
                                 .max_rows = 4 * max_b,
@@ -1153,11 +1160,13 @@ static int bench_steps(const char *shape, const int *batches, int n_batches, int
                " context %d\n"
                "memory: target weights %.2f GB, KV %.2f GB, activations %.2f GB; draft weights "
                "%.2f GB, KV %.2f GB, activations %.2f GB; free %.2f of %.2f GB\n"
-               "copy bandwidth measured: %.0f GB/s\n"
+               "copy bandwidth %s: %.0f GB/s\n"
                "%-24s %5s %5s %6s %9s %10s %9s %6s %9s %8s %6s\n",
                shape, c.L, c.E, (unsigned long long)seed, kv, tm.weights / 1e9, tm.kv / 1e9,
                tm.activations / 1e9, dm.weights / 1e9, dm.kv / 1e9, dm.activations / 1e9,
-               free_b / 1e9, total_b / 1e9, copy_gbs, "step", "B", "rows", "graphs", "ms/step",
+               free_b / 1e9, total_b / 1e9,
+               copy_measured ? "measured" : "assumed (not measured)", copy_gbs, "step", "B",
+               "rows", "graphs", "ms/step",
                "rows/s", "weight GB", "KV GB", "floor ms", "GB/s", "%copy");
     int n_out = 0;
     for (int bi = 0; bi < n_batches; bi++) {
@@ -1207,11 +1216,11 @@ static int bench_steps(const char *shape, const int *batches, int n_batches, int
                 const double gbs = ms > 0 ? (bytes + kvb) / (ms * 1e-3) / 1e9 : 0;
                 if (json) {
                     json_t *jr =
-                        json_pack("{s:s, s:i, s:i, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+                        json_pack("{s:s, s:i, s:i, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}",
                                   "step", r->kind, "batch", B, "rows", rows, "graphs", g, "ms",
                                   ms, "rows_s", ms > 0 ? rows / (ms * 1e-3) : 0.0, "weight_bytes",
                                   bytes, "kv_bytes", kvb, "floor_ms", floor_ms, "gb_s", gbs,
-                                  "copy_gb_s", copy_gbs);
+                                  "copy_gb_s", copy_gbs, "copy_measured", copy_measured);
                     if (trace_mask) report_levels(&tb, lres, jr, r->kind, B, g);
                     json_array_append_new(js, jr);
                 } else {
@@ -1475,17 +1484,19 @@ int ds_cmd_bench(int argc, char **argv) {
             double med = 0, mn = 0, gbs = 0, tfl = 0;
             if (iters) {
                 qsort(times, (size_t)iters, sizeof *times, cmp_float);
-                med = times[iters / 2] * 1e3, mn = times[0] * 1e3; // µs
+                med = MEDIAN_SORTED(times, iters) * 1e3, mn = times[0] * 1e3; // µs
                 gbs = c.bytes / (med * 1e-6) / 1e9;
                 tfl = c.flops > 0 ? c.flops / (med * 1e-6) / 1e12 : 0.0;
             }
             if (json) {
                 json_array_append_new(
-                    out, json_pack("{s:s, s:s, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}",
+                    out, json_pack("{s:s, s:s, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s,"
+                                   " s:b}",
                                    "op", c.name, "shape", c.shape, "rows", rows[ri], "model", shape,
                                    "median_us", med, "min_us", mn, "bytes", c.bytes, "gb_s", gbs,
                                    "copy_gb_s", ceil_gbs, "copy_share", gbs / ceil_gbs, "tflop_s",
-                                   tfl, "l2", dirty ? "dirty" : "clean"));
+                                   tfl, "l2", dirty ? "dirty" : "clean", "copy_measured",
+                                   measured));
             } else {
                 printf("%-22s %-52s %10.1f %10.1f %9.0f %5.0f%% ", c.name, c.shape, med, mn, gbs,
                        100.0 * gbs / ceil_gbs);
