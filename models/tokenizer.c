@@ -162,8 +162,12 @@ void ds_byte_vec_free(struct ds_byte_vec *v) {
 
 // Length of the valid UTF-8 character at s (n bytes available), 0 if invalid or incomplete;
 // *incomplete is set when the bytes are a valid but unfinished prefix.
-static size_t utf8_char(const unsigned char *s, size_t n, int *incomplete) {
+// *bad (optional) is set, for an invalid character, to the bytes to replace by one U+FFFD: the
+// lead byte and the continuation bytes it accepted before the wrong one ("maximal subpart", as
+// Python's errors="replace", which tiktoken's decode uses), at least 1.
+static size_t utf8_char_bad(const unsigned char *s, size_t n, int *incomplete, size_t *bad) {
     *incomplete = 0;
+    if (bad) *bad = 1;
     unsigned c = s[0];
     if (c < 0x80) return 1;
     size_t need;
@@ -187,9 +191,16 @@ static size_t utf8_char(const unsigned char *s, size_t n, int *incomplete) {
             return 0;
         }
         unsigned b = s[i];
-        if (b < (i == 1 ? lo : 0x80) || b > (i == 1 ? hi : 0xBF)) return 0;
+        if (b < (i == 1 ? lo : 0x80) || b > (i == 1 ? hi : 0xBF)) {
+            if (bad) *bad = i;
+            return 0;
+        }
     }
     return need;
+}
+
+static size_t utf8_char(const unsigned char *s, size_t n, int *incomplete) {
+    return utf8_char_bad(s, n, incomplete, NULL);
 }
 
 size_t ds_utf8_valid_prefix(const char *s, size_t len) {
@@ -240,15 +251,15 @@ enum ds_status ds_utf8_stream_feed(struct ds_utf8_stream *s, const char *bytes, 
         s->pending[s->n_pending++] = (unsigned char)*bytes++;
         len--;
         int inc;
-        size_t k = utf8_char(s->pending, (size_t)s->n_pending, &inc);
+        size_t bad, k = utf8_char_bad(s->pending, (size_t)s->n_pending, &inc, &bad);
         if (k) {
             st = ds_byte_vec_append(out, s->pending, k);
             s->n_pending = 0;
         } else if (!inc) {
-            // Invalid: replace the lead byte, re-feed the bytes after it.
+            // Invalid: replace the bad bytes, re-feed the ones after them.
             unsigned char rest[4];
-            int nr = s->n_pending - 1;
-            memcpy(rest, s->pending + 1, (size_t)nr);
+            int nr = s->n_pending - (int)bad;
+            memcpy(rest, s->pending + bad, (size_t)nr);
             s->n_pending = 0;
             st = ds_byte_vec_append(out, replacement_char, 3);
             if (!st) st = ds_utf8_stream_feed(s, (const char *)rest, (size_t)nr, out);
@@ -263,7 +274,7 @@ enum ds_status ds_utf8_stream_feed(struct ds_utf8_stream *s, const char *bytes, 
             continue;
         }
         int inc;
-        size_t k = utf8_char(p + i, len - i, &inc);
+        size_t bad, k = utf8_char_bad(p + i, len - i, &inc, &bad);
         if (k) {
             i += k;
             continue;
@@ -277,7 +288,7 @@ enum ds_status ds_utf8_stream_feed(struct ds_utf8_stream *s, const char *bytes, 
         }
         st = ds_byte_vec_append(out, replacement_char, 3);
         if (st) return st;
-        run = ++i;
+        run = i += bad;
     }
     return ds_byte_vec_append(out, p + run, len - run);
 }

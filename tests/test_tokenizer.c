@@ -276,6 +276,27 @@ static void utf8_stream_handles_partial_characters(void) {
     EXPECT_EQ_INT(out.n, 0);
     EXPECT_OK(ds_utf8_stream_finish(&s, &out));
     EXPECT_EQ_STR(out.data, "\xEF\xBF\xBD");
+    // A character cut short by a byte that cannot continue it is one U+FFFD, as in Python's
+    // b.decode("utf-8", "replace") (tiktoken's decode); expected strings from Python.
+    static const struct {
+        const char *in, *want;
+    } cut[] = {
+        {"\xE4\xB8" "A", "\xEF\xBF\xBD" "A"},
+        {"\xF0\x9F\x98" "A", "\xEF\xBF\xBD" "A"},
+        {"a\xF0\x9F" "b\x98\x80", "a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD"},
+        {"\xED\xA0\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
+        {"\xF0\x9F\xE4\xB8\xAD", "\xEF\xBF\xBD\xE4\xB8\xAD"},
+    };
+    for (size_t c = 0; c < sizeof cut / sizeof cut[0]; c++) {
+        for (size_t split = 0; split <= strlen(cut[c].in); split++) { // also across two feeds
+            out.n = 0;
+            EXPECT_OK(ds_utf8_stream_feed(&s, cut[c].in, split, &out));
+            EXPECT_OK(ds_utf8_stream_feed(&s, cut[c].in + split, strlen(cut[c].in) - split,
+                                          &out));
+            EXPECT_OK(ds_utf8_stream_finish(&s, &out));
+            EXPECT_EQ_STR(out.data, cut[c].want);
+        }
+    }
     ds_byte_vec_free(&out);
     EXPECT_EQ_INT(ds_utf8_valid_prefix("ok\xC0\x80", 4), 2); // overlong encoding
     EXPECT_EQ_INT(ds_utf8_valid_prefix("\xF4\x90\x80\x80", 4), 0); // above U+10FFFF
