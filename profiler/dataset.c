@@ -147,8 +147,20 @@ static int skip_string(const struct scan *sc, size_t *p) {
     return 0;
 }
 
-// *p at the start of a value; moves past it. 0 if the input ends inside it.
-static int skip_value(const struct scan *sc, size_t *p, size_t *line) {
+// The first '}' or ']' in a value that closes the other kind of bracket (at = SIZE_MAX: none).
+struct mismatch {
+    size_t at, line;
+    char opened;
+};
+
+// Nesting deeper than jansson's limit (2048) fails to parse anyway: deeper brackets are counted
+// but their kinds are not checked.
+#define SCAN_KINDS 2048
+
+// *p at the start of a value; moves past it. 0 if the input ends inside it. It counts brackets
+// (a value whose brackets do not match ends where the count says), noting the first mismatch.
+static int skip_value(const struct scan *sc, size_t *p, size_t *line, struct mismatch *mm) {
+    mm->at = SIZE_MAX;
     char c = sc->buf[*p];
     if (c == '"') return skip_string(sc, p);
     if (c != '{' && c != '[') { // a scalar: up to the next delimiter
@@ -158,6 +170,7 @@ static int skip_value(const struct scan *sc, size_t *p, size_t *line) {
         }
         return 1;
     }
+    char open[SCAN_KINDS]; // the kind of each open bracket
     size_t depth = 0;
     while (*p < sc->len) {
         c = sc->buf[*p];
@@ -165,9 +178,14 @@ static int skip_value(const struct scan *sc, size_t *p, size_t *line) {
             if (!skip_string(sc, p)) return 0;
             continue;
         }
-        if (c == '{' || c == '[') depth++;
-        else if (c == '}' || c == ']') {
-            if (--depth == 0) {
+        if (c == '{' || c == '[') {
+            if (depth < SCAN_KINDS) open[depth] = c;
+            depth++;
+        } else if (c == '}' || c == ']') {
+            const char want = c == '}' ? '{' : '[';
+            if (--depth < SCAN_KINDS && open[depth] != want && mm->at == SIZE_MAX)
+                *mm = (struct mismatch){*p, *line, open[depth]};
+            if (depth == 0) {
                 ++*p;
                 return 1;
             }
@@ -179,9 +197,20 @@ static int skip_value(const struct scan *sc, size_t *p, size_t *line) {
     return 0;
 }
 
+// After a record whose brackets do not match, the count found a wrong end for it: an array that
+// does not close or junk after the record is this mismatch, not a truncated file.
+static enum ds_status mismatch_error(const struct scan *sc, const struct mismatch *mm,
+                                     size_t start, size_t rec) {
+    return ds_error_set(DS_ERR_FORMAT, "%s: byte %zu (line %zu): '%c' closes a '%c' in record %zu "
+                        "(from byte %zu): where the record ends cannot be told", sc->path, mm->at,
+                        mm->line, sc->buf[mm->at], mm->opened, rec, start);
+}
+
 static enum ds_status scan_array(struct scan *sc, size_t p, size_t line) {
     p++; // '['
     size_t comma = 0, comma_line = 0; // the last ',' between records
+    struct mismatch mm = {SIZE_MAX, 0, 0};
+    size_t start = 0; // of the last record
     for (;;) {
         skip_ws(sc, &p, &line);
         if (p >= sc->len) break;
@@ -197,11 +226,14 @@ static enum ds_status scan_array(struct scan *sc, size_t p, size_t line) {
         if (sc->buf[p] == ',')
             return ds_error_set(DS_ERR_FORMAT, "%s: byte %zu (line %zu): ',' where record %zu "
                                 "should start (an empty entry)", sc->path, p, line, sc->n);
-        size_t start = p, start_line = line;
-        if (!skip_value(sc, &p, &line))
+        start = p;
+        size_t start_line = line;
+        if (!skip_value(sc, &p, &line, &mm)) {
+            if (mm.at != SIZE_MAX) return mismatch_error(sc, &mm, start, sc->n);
             return ds_error_set(DS_ERR_FORMAT, "%s: byte %zu (line %zu): record %zu never ends: "
                                 "the JSON array is not closed (truncated file?)", sc->path, start,
                                 start_line, sc->n);
+        }
         enum ds_status s = push_record(sc, start, p - start, start_line);
         if (s) return s;
         skip_ws(sc, &p, &line);
@@ -215,9 +247,11 @@ static enum ds_status scan_array(struct scan *sc, size_t p, size_t line) {
             p++;
             goto closed;
         }
+        if (mm.at != SIZE_MAX) return mismatch_error(sc, &mm, start, sc->n - 1);
         return ds_error_set(DS_ERR_FORMAT, "%s: byte %zu (line %zu): expected ',' or ']' after "
                             "record %zu", sc->path, p, line, sc->n - 1);
     }
+    if (mm.at != SIZE_MAX) return mismatch_error(sc, &mm, start, sc->n - 1);
     return ds_error_set(DS_ERR_FORMAT, "%s: byte %zu (line %zu): the JSON array is not closed "
                         "(truncated file?)", sc->path, sc->len, line);
 closed:

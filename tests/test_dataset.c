@@ -423,6 +423,23 @@ static void bad_files(void) {
           "byte 13 (line 2): ',' where record 1 should start (an empty entry)");
     FAILS("[,{\"id\": 1}]", DS_ERR_FORMAT, "byte 1 (line 1): ',' where record 0 should start");
     FAILS("[,]", DS_ERR_FORMAT, "byte 1 (line 1): ',' where record 0 should start");
+    // A record whose brackets do not match made the count run on: it swallowed the array's ']'
+    // ("not closed (truncated file?)" at the end of the file) or stopped early ("expected ','").
+    FAILS("[{\"id\": [1}, {\"id\": 2}]", DS_ERR_FORMAT,
+          "byte 10 (line 1): '}' closes a '[' in record 0 (from byte 1)");
+    FAILS("[{\"id\": 1},\n {]}]", DS_ERR_FORMAT,
+          "byte 14 (line 2): ']' closes a '{' in record 1 (from byte 13)");
+    FAILS("[{\"id\": 1},\n {\"c\": [}\n", DS_ERR_FORMAT,
+          "byte 20 (line 2): '}' closes a '[' in record 1 (from byte 13)");
+    // Where the count still ends the record at its own '}', it stays a skipped record.
+    ds_dataset_t *bal = open_ok(WRITE("[{\"c\": {]}, {\"id\": \"ok\", \"conversations\": "
+                                      "[{\"from\": \"human\", \"value\": \"hi\"}]}]"), NULL);
+    if (bal) {
+        EXPECT_EQ_INT(ds_dataset_stats(bal)->records, 2);
+        EXPECT_EQ_INT(ds_dataset_stats(bal)->skipped_malformed, 1);
+        EXPECT_EQ_INT(ds_dataset_num_conversations(bal), 1);
+    }
+    ds_dataset_release(bal);
     unlink(tmp_path);
     ds_dataset_t *ds = NULL;
     EXPECT_STATUS(ds_dataset_open(tmp_path, NULL, &ds), DS_ERR_IO);
