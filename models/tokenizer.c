@@ -1339,8 +1339,10 @@ enum ds_status ds_tokenizer_encode(const ds_tokenizer_t *tok, ds_tok_workspace_t
 // ---------------------------------------------------------------------------------------------
 // decoding
 
-enum ds_status ds_tokenizer_decode(const ds_tokenizer_t *tok, const int32_t *ids, size_t n,
-                                   struct ds_byte_vec *out) {
+// Appends the bytes of ids[0..n) to *out, as they are (us NULL) or as whole UTF-8 characters
+// with invalid sequences replaced (through *us).
+static enum ds_status decode_ids(const ds_tokenizer_t *tok, const int32_t *ids, size_t n,
+                                 struct ds_utf8_stream *us, struct ds_byte_vec *out) {
     size_t n0 = out->n;
     for (size_t i = 0; i < n; i++) {
         size_t len;
@@ -1351,8 +1353,21 @@ enum ds_status ds_tokenizer_decode(const ds_tokenizer_t *tok, const int32_t *ids
             return ds_error_set(DS_ERR_RANGE, "tokenizer: id %d at position %zu is not in the "
                                 "vocabulary (size %d)", ids[i], i, tok->n_ids);
         }
-        enum ds_status s = ds_byte_vec_append(out, b, len);
+        enum ds_status s = us ? ds_utf8_stream_feed(us, b, len, out)
+                              : ds_byte_vec_append(out, b, len);
         if (s) return s;
     }
-    return ds_byte_vec_append(out, "", 0);
+    enum ds_status s = us ? ds_utf8_stream_finish(us, out) : DS_OK;
+    return s ? s : ds_byte_vec_append(out, "", 0);
+}
+
+enum ds_status ds_tokenizer_decode(const ds_tokenizer_t *tok, const int32_t *ids, size_t n,
+                                   struct ds_byte_vec *out) {
+    return decode_ids(tok, ids, n, NULL, out);
+}
+
+enum ds_status ds_tokenizer_decode_text(const ds_tokenizer_t *tok, const int32_t *ids, size_t n,
+                                        struct ds_byte_vec *out) {
+    struct ds_utf8_stream us = {0};
+    return decode_ids(tok, ids, n, &us, out);
 }

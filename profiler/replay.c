@@ -246,8 +246,9 @@ static enum ds_status finish(struct replay *r, int slot, enum ds_rec_stop stop) 
     if (l->req + 1 < r->w->n && r->w->req[l->req + 1].needs_reply && r->tok) {
         struct ds_byte_vec *rv = &r->reply[l->req];
         rv->n = 0;
-        if ((s = ds_tokenizer_decode(r->tok, l->fin, (size_t)l->n_fin, rv))) return s;
-        if ((s = ds_byte_vec_append(rv, "", 0))) return s; // NUL-terminated even when empty
+        // As text: a reply cut inside a character (max-new-tokens) or holding invalid UTF-8
+        // would make the harmony render of the next turn refuse it.
+        if ((s = ds_tokenizer_decode_text(r->tok, l->fin, (size_t)l->n_fin, rv))) return s;
     }
     if (r->cfg->on_finish)
         r->cfg->on_finish(r->cfg->user, q, r->B, l->gen, (size_t)l->n_gen, stop);

@@ -252,6 +252,43 @@ static void tracker_other_cases(void) {
     run_tracker(ho, &l, DS_TRACKER_OUTSIDE);
 }
 
+// A reply cut inside a character (max-new-tokens) becomes a later turn's assistant message. Its
+// raw bytes are not UTF-8 and the render refuses them; as text (ds_tokenizer_decode_text, what
+// replay.c feeds back) the cut character is one U+FFFD and the turn renders. The expected text is
+// the raw bytes' valid prefix plus U+FFFD (the dangling tail is one maximal subpart).
+static void cut_reply_renders_as_text(void) {
+    const char full[] = "Answer: \xF0\x9D\x94\x98"; // U+1D518, four bytes
+    struct ds_token_vec ids = {0}, out = {0};
+    struct ds_byte_vec raw = {0}, text = {0}, want = {0};
+    EXPECT_OK(ds_tokenizer_encode(o200k, NULL, full, strlen(full), &ids));
+    EXPECT(ids.n >= 2);
+    if (ids.n < 2) return;
+    EXPECT_OK(ds_tokenizer_decode(o200k, ids.ids, ids.n - 1, &raw));
+    const size_t ok = ds_utf8_valid_prefix(raw.data, raw.n);
+    EXPECT(ok < raw.n); // the last id held the end of the character only
+    EXPECT_OK(ds_byte_vec_append(&want, raw.data, ok));
+    EXPECT_OK(ds_byte_vec_append(&want, "\xEF\xBF\xBD", 3));
+    EXPECT_OK(ds_tokenizer_decode_text(o200k, ids.ids, ids.n - 1, &text));
+    EXPECT_EQ_STR(text.data, want.data);
+    struct ds_chat_message m[3] = {msg(DS_ROLE_USER, "q1"), msg(DS_ROLE_ASSISTANT, raw.data),
+                                   msg(DS_ROLE_USER, "q2")};
+    m[1].len = raw.n;
+    EXPECT(ds_harmony_render_prompt(ho, NULL, m, 3, &out) != DS_OK);
+    out.n = 0;
+    m[1] = msg(DS_ROLE_ASSISTANT, text.data);
+    EXPECT_OK(ds_harmony_render_prompt(ho, NULL, m, 3, &out));
+    // An id outside the vocabulary is refused as by ds_tokenizer_decode, *out as it was.
+    const int32_t bad[2] = {ids.ids[0], 1 << 30};
+    const size_t n0 = text.n;
+    EXPECT(ds_tokenizer_decode_text(o200k, bad, 2, &text) == DS_ERR_RANGE);
+    EXPECT_EQ_INT(text.n, n0);
+    ds_token_vec_free(&ids);
+    ds_token_vec_free(&out);
+    ds_byte_vec_free(&raw);
+    ds_byte_vec_free(&text);
+    ds_byte_vec_free(&want);
+}
+
 int main(void) {
     if (ds_tokenizer_load_tiktoken(DATA "o200k_base.tiktoken", DS_TOK_SPECIALS_O200K_HARMONY,
                                    &o200k) ||
@@ -268,6 +305,7 @@ int main(void) {
     DS_RUN(tracker_labels_analysis_then_final);
     DS_RUN(tracker_tool_call);
     DS_RUN(tracker_other_cases);
+    DS_RUN(cut_reply_renders_as_text);
     ds_harmony_release(ho);
     ds_harmony_release(ht);
     ds_tokenizer_release(o200k);

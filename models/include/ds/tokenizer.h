@@ -113,6 +113,11 @@ enum ds_status ds_tokenizer_encode(const ds_tokenizer_t *tok, ds_tok_workspace_t
 // outside the vocabulary or unassigned; *out keeps its previous length then.
 enum ds_status ds_tokenizer_decode(const ds_tokenizer_t *tok, const int32_t *ids, size_t n,
                                    struct ds_byte_vec *out);
+// The same as text: every invalid UTF-8 sequence (a character that a token boundary or the end
+// cut short included) becomes U+FFFD, as tiktoken's decode(errors="replace"). What a client of
+// an engine receives as a reply, and what a later turn's prompt is rendered from.
+enum ds_status ds_tokenizer_decode_text(const ds_tokenizer_t *tok, const int32_t *ids, size_t n,
+                                        struct ds_byte_vec *out);
 
 // Turns a byte stream into whole UTF-8 characters: bytes of a character split across tokens are
 // held until the character completes. Invalid sequences become U+FFFD (as tiktoken's
