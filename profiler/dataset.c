@@ -226,6 +226,11 @@ static enum ds_status scan_array(struct scan *sc, size_t p, size_t line) {
         if (sc->buf[p] == ',')
             return ds_error_set(DS_ERR_FORMAT, "%s: byte %zu (line %zu): ',' where record %zu "
                                 "should start (an empty entry)", sc->path, p, line, sc->n);
+        // NULs (a zero-filled file) passed for a scalar record running on to the next comma,
+        // so the error named a byte and a record number further on.
+        if (sc->buf[p] == '\0')
+            return ds_error_set(DS_ERR_FORMAT, "%s: byte %zu (line %zu): a NUL byte where record "
+                                "%zu should start (a zero-filled file?)", sc->path, p, line, sc->n);
         start = p;
         size_t start_line = line;
         if (!skip_value(sc, &p, &line, &mm)) {

@@ -525,6 +525,11 @@ static void nul_bytes(void) {
     EXPECT_STATUS(ds_dataset_open(WRITE(zeros), &opt, &ds), DS_ERR_FORMAT);
     EXPECT_ERROR_HAS("line 2: record 1: a NUL byte at byte 0 of the record");
     EXPECT(ds == NULL);
+    // In a JSON array, NULs between records are a format error at the first NUL (they were read
+    // as a scalar record up to the next blank: "byte 20 (line 1): expected ... after record 1").
+    static const char arr[] = "[{\"id\": 1},\0\0{\"id\": 2, \"x\": 3}]";
+    expect_open_fails(arr, sizeof arr - 1, DS_ERR_FORMAT,
+                      "byte 11 (line 1): a NUL byte where record 1 should start");
     unlink(tmp_path);
 }
 
