@@ -76,6 +76,16 @@ int ds_cli_synthetic(const char *arg, bool with_draft, struct ds_synthetic_spec 
     return preset || !exists || s == DS_ERR_RANGE || s == DS_ERR_UNSUPPORTED ? 2 : 1;
 }
 
+enum ds_status ds_cli_synthetic_device(const char *arg, enum ds_device_kind want,
+                                       const struct ds_device_info *info) {
+    if (info->kind == DS_DEVICE_CUDA || want == DS_DEVICE_CPU) return DS_OK;
+    return ds_error_set(DS_ERR_NODEVICE,
+                        "--synthetic-weights %s needs the cuda device: its weights are generated "
+                        "on the GPU (no GPU here: %s; --device cpu forces the reference backend, "
+                        "practical for small configs only)",
+                        arg, info->why_cpu[0] ? info->why_cpu : "no usable CUDA device");
+}
+
 enum ds_status ds_cli_parse_ids(const char *opt, const char *s, long long limit,
                                 struct ds_token_vec *out) {
     const char *p = s;

@@ -58,8 +58,9 @@ static void usage(FILE *f) {
             "options:\n"
             "  -t, --target DIR          the gpt-oss checkpoint\n"
             "      --synthetic-weights S 20b|120b[:SEED[:LAYERS]] or a config.json: weights of\n"
-            "                            real shapes generated on the device (no prompt option:\n"
-            "                            a fixed 16-token prompt)\n"
+            "                            real shapes generated on the GPU (--device cpu: on\n"
+            "                            the host, for small configs); text needs --tokenizer;\n"
+            "                            no prompt option: a fixed 16-token prompt\n"
             "      --batch B             decode B copies of the prompt in one batch (default 1)\n"
             "      --no-graphs           launch every op eagerly (no CUDA graphs)\n"
             "  -p, --prompt TEXT         a user message\n"
@@ -285,6 +286,8 @@ static enum ds_status open_backend(const struct gen_opts *o, struct ds_backend *
                                    struct ds_device_info *info) {
     enum ds_status s = ds_device_resolve(o->device, info);
     if (s != DS_OK) return s;
+    // As in run: auto falling back to the cpu would fill a 20b or 120b model on the host.
+    if (o->synthetic && (s = ds_cli_synthetic_device(o->synthetic, o->device, info))) return s;
     if (info->kind == DS_DEVICE_CUDA) return ds_backend_cuda_create(info->cuda_device, be_out);
     return ds_backend_ref_create(be_out);
 }
@@ -766,6 +769,11 @@ int ds_cmd_generate(int argc, char **argv) {
     if (o.raw && !o.prompt) return usage_error("--raw applies to --prompt only", NULL);
     if (o.overwrite && !o.logits_out)
         return usage_error("--overwrite applies to --logits-out", NULL);
+    // Text needs a tokenizer, and a synthetic model has no checkpoint to take one from (the
+    // message of a target without tokenizer.json named a NULL target here).
+    if (o.synthetic && (o.prompt || o.dataset) && !o.tokenizer)
+        return usage_error("--prompt and --dataset need --tokenizer FILE with --synthetic-weights: "
+                           "there is no checkpoint to take it from", NULL);
 
     struct gen_state g = {.disagree_at = -1};
     int rc = run(&g, &o);

@@ -334,14 +334,8 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     // stops here, before the tokenizer and the dataset are read.
     struct ds_device_info info;
     if ((s = ds_device_resolve(o->device, &info))) return fail(ds_error_last());
-    if (o->synthetic && info.kind != DS_DEVICE_CUDA && o->device != DS_DEVICE_CPU) {
-        ds_error_set(DS_ERR_NODEVICE,
-                     "--synthetic-weights %s needs the cuda device: its weights are generated on "
-                     "the GPU (no GPU here: %s; --device cpu forces the reference backend, "
-                     "practical for small configs only)",
-                     o->synthetic, info.why_cpu[0] ? info.why_cpu : "no usable CUDA device");
+    if (o->synthetic && (s = ds_cli_synthetic_device(o->synthetic, o->device, &info)))
         return fail(ds_error_last());
-    }
     // Checked here, not at model create: auto may have resolved to the cpu, and the message
     // should name the flag rather than the op that lacks bf16.
     if (o->act == DS_ACT_BF16 && info.kind != DS_DEVICE_CUDA) {

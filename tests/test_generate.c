@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "ds/cli.h"
+#include "ds/device.h"
 #include "ds/rng.h"
 #include "harness.h"
 #include "model_naive.h"
@@ -391,6 +392,27 @@ static void bad_input(void) {
     remove(data);
 }
 
+// --synthetic-weights as in run: text prompts need --tokenizer (a usage error; it was exit 1
+// with a message naming "(null)"), and the weights want the GPU: auto falling back to the cpu is
+// refused (it filled the model on the host), --device cpu asks for the reference backend.
+static void synthetic_tokenizer_and_device(void) {
+    const char *spec = TARGET ":0:3";
+    const char *a1[] = {"generate", "--synthetic-weights", spec, "--prompt", "hi",
+                        "--device", "cpu", "--max-new-tokens", "1"};
+    EXPECT_EQ_INT(gen(9, a1), 2);
+    const char *a2[] = {"generate",          "--synthetic-weights", spec,
+                        "--dataset",         TARGET "/config.json", "--index",
+                        "0",                 "--device",            "cpu"};
+    EXPECT_EQ_INT(gen(9, a2), 2);
+    const char *a3[] = {"generate", "--synthetic-weights", spec, "--max-new-tokens", "1",
+                        "--device", "cpu"};
+    EXPECT_EQ_INT(gen(7, a3), 0);
+    if (ds_cuda_device_count() > 0) return; // auto is the GPU there
+    EXPECT_EQ_INT(gen(5, a3), 1);
+    EXPECT_ERROR_HAS("needs the cuda device");
+    EXPECT_ERROR_HAS("--device cpu forces the reference backend");
+}
+
 int main(void) {
     snprintf(out_json, sizeof out_json, "%s/test_generate.%d.json", DS_BINARY_DIR, (int)getpid());
     snprintf(out_h5, sizeof out_h5, "%s/test_generate.%d.h5", DS_BINARY_DIR, (int)getpid());
@@ -402,6 +424,7 @@ int main(void) {
     DS_RUN(logits_out_cut_short_is_removed);
     DS_RUN(json_target_not_utf8);
     DS_RUN(bad_input);
+    DS_RUN(synthetic_tokenizer_and_device);
     remove(out_json);
     remove(out_h5);
     return ds_test_end();

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "ds/device.h"
 #include "ds/status.h"
 #include "ds/synthetic.h"
 #include "ds/tokenizer.h"
@@ -64,6 +65,11 @@ int ds_cli_parse_list(const char *s, long long lo, long long hi, long long *out,
 // layer slice the target or draft cannot have; 1 for a config file that exists but does not parse.
 int ds_cli_synthetic(const char *arg, bool with_draft, struct ds_synthetic_spec *spec,
                      struct ds_target_config *tc);
+// --synthetic-weights ARG on the device `want` resolved to (info): the weights are generated on
+// the GPU, so auto falling back to the cpu is DS_ERR_NODEVICE (one line that says why and names
+// --device cpu, which asks for the reference backend explicitly); DS_OK otherwise.
+enum ds_status ds_cli_synthetic_device(const char *arg, enum ds_device_kind want,
+                                       const struct ds_device_info *info);
 // s is a list of token ids in [0, limit), separated by one comma or by spaces ("1,2", "1, 2",
 // "1 2"): appended to *out. An empty entry ("1,,2", ",1", "1,"), an empty list, a sign or any
 // other character is DS_ERR_ARG, an id out of range DS_ERR_RANGE; the message starts with opt.
