@@ -209,8 +209,8 @@ static enum ds_rec_stop stop_of(enum ds_stop s) {
 
 static void progress(struct replay *r, int force) {
     if (r->cfg->progress)
-        ds_progress_update(r->cfg->progress, r->B, r->done_total, r->st->tokens, r->st->steps,
-                           r->st->accepted, force);
+        ds_progress_update(r->cfg->progress, r->B, r->done_total, r->st->tokens,
+                           r->st->drafted_steps, r->st->accepted, force);
 }
 
 // Ends the request in slot `slot`.
@@ -474,6 +474,7 @@ static enum ds_status step(struct replay *r) {
                 d->batch_size = (uint16_t)n;
             }
             r->st->steps++;
+            r->st->drafted_steps += res->drafted > 0; // as the summary's undrafted_steps
             r->st->accepted += (uint64_t)res->accepted;
         }
         if (ended) continue;

@@ -422,7 +422,10 @@ static void test_context_limit_refill(void) {
         teardown(&u);
         return;
     }
-    struct ds_replay_config rc = {.batch_sizes = bs, .n_batch_sizes = 1, .max_new_tokens = 64};
+    struct ds_progress prog;
+    ds_progress_init(&prog, stderr, DS_PROGRESS_QUIET, nq);
+    struct ds_replay_config rc = {.batch_sizes = bs, .n_batch_sizes = 1, .max_new_tokens = 64,
+                                  .progress = &prog};
     struct ds_replay_stats st;
     EXPECT_OK(ds_replay_run(u.spec, u.h, u.tok, u.ds, &u.work, &rc, u.rec, NULL, &st));
     EXPECT_OK(ds_recorder_close(u.rec));
@@ -433,6 +436,18 @@ static void test_context_limit_refill(void) {
     struct ds_rec_request *rq = ru_read_table(out, "requests", sizeof *rq, &nr);
     EXPECT(sr && rq);
     EXPECT_EQ_INT(nr, nq);
+    if (sr) {
+        // The progress line's acceptance length counts the steps that drafted, as the summary
+        // does (docs/metrics.md): the rows at the limit that drafted nothing are left out.
+        uint64_t drafted = 0, accepted = 0;
+        for (size_t j = 0; j < ns; j++)
+            drafted += sr[j].drafted > 0, accepted += sr[j].accepted;
+        EXPECT(drafted < ns); // the case holds undrafted rows
+        EXPECT_EQ_INT(st.steps, ns);
+        EXPECT_EQ_INT(st.drafted_steps, drafted);
+        EXPECT_EQ_INT(prog.steps, drafted);
+        EXPECT_EQ_INT(prog.accepted, accepted);
+    }
     if (sr && rq) {
         // The last request admitted is the last in dataset order (one turn each); until its first
         // step, every step holds B sequences.

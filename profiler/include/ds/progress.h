@@ -29,7 +29,7 @@ struct ds_progress {
     uint64_t total;             // requests of the whole run (all batch sizes)
     uint64_t done;              // requests finished (or skipped) so far
     uint64_t tokens;            // tokens generated so far
-    uint64_t steps, accepted;   // verify steps and accepted drafts so far
+    uint64_t steps, accepted;   // verify steps that drafted, and accepted drafts so far
     unsigned batch;             // the batch size being replayed
     int drawn;                  // a TTY line is on screen
 };

@@ -100,13 +100,14 @@ struct ds_replay_config {
 
 // What a replay did (all batch sizes).
 struct ds_replay_stats {
-    uint64_t requests;  // requests finished and recorded
-    uint64_t skipped;   // requests skipped: prompt beyond the context limit
-    uint64_t resumed;   // requests skipped because the file already holds them
-    uint64_t tokens;    // generated tokens
-    uint64_t steps;     // (step, sequence) rows
-    uint64_t accepted;  // accepted drafts
-    uint64_t next_step; // one past the last step id used
+    uint64_t requests;      // requests finished and recorded
+    uint64_t skipped;       // requests skipped: prompt beyond the context limit
+    uint64_t resumed;       // requests skipped because the file already holds them
+    uint64_t tokens;        // generated tokens
+    uint64_t steps;         // (step, sequence) rows
+    uint64_t drafted_steps; // of them, rows that drafted (the steps of the acceptance length)
+    uint64_t accepted;      // accepted drafts
+    uint64_t next_step;     // one past the last step id used
 };
 
 // Replays `work` at every batch size. rec receives the records (never NULL); resume may be NULL
