@@ -871,6 +871,9 @@ static enum ds_status check_resume_options(ds_recorder_t *rec, const struct ds_r
 static enum ds_status check_meta(ds_recorder_t *rec, const struct ds_run_meta *m) {
     hid_t f = rec->file;
     char got[1024];
+    // A damaged root header fails the lookup itself: say so, not "not a run file".
+    if (H5Aexists(f, "schema") < 0)
+        return h5_fail_path(rec->path, "cannot read the run attributes");
     if (ds_h5_attr_str(f, "schema", got, sizeof got) < 0 || strcmp(got, DS_RECORD_SCHEMA_NAME))
         return ds_error_set(DS_ERR_FORMAT, "%s: not a draftscope run file (no schema attribute)",
                             rec->path);

@@ -207,6 +207,9 @@ struct ctx {
     uint32_t *req_nsteps;
     uint64_t *req_ndrafts, *req_drafted;
     int check_rows; // the resume check: a finished request missing rows is an error
+    // Opened past HDF5's "truncated file" check (open_file): the error to give instead when the
+    // file turns out not to be a writer's that stopped on a failed write.
+    char truncated_msg[1024];
 };
 
 // The innermost HDF5 error (walked upward, it comes first) is the most specific one.
@@ -402,6 +405,8 @@ cleanup:
 static enum ds_status read_attributes(struct ctx *c) {
     struct ds_summary *s = c->s;
     char schema[64];
+    // A damaged root header fails the lookup itself: say so, not "not a run file".
+    if (H5Aexists(c->file, "schema") < 0) return h5_fail(c, "cannot read the run attributes");
     if (ds_h5_attr_str(c->file, "schema", schema, sizeof schema) < 0 ||
         strcmp(schema, DS_RECORD_SCHEMA_NAME))
         return ds_error_set(DS_ERR_FORMAT,
@@ -876,6 +881,12 @@ static void attach_baseline(struct ds_summary *s) {
 // turns a corrupted file into a wait of many minutes. A few attempts cover a concurrent flush.
 #define SWMR_READ_ATTEMPTS 5
 
+static herr_t walk_truncated(unsigned n, const H5E_error2_t *err, void *data) {
+    (void)n;
+    if (err->min_num == H5E_TRUNCATED) *(int *)data = 1;
+    return 0;
+}
+
 static hid_t open_file(struct ctx *c) {
     // SWMR_READ reads a file being written and one whose writer died; a file written without
     // the latest format (not ours, or converted) only opens without it.
@@ -885,6 +896,23 @@ static hid_t open_file(struct ctx *c) {
         fapl = H5I_INVALID_HID;
     }
     hid_t f = H5Fopen(c->path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl >= 0 ? fapl : H5P_DEFAULT);
+    int truncated = 0;
+    if (f < 0) H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk_truncated, &truncated);
+    if (f < 0 && truncated) {
+        // A write stopped by a file-size limit leaves a superblock whose end of file lies past
+        // the bytes on disk, and the writer cannot extend the file under that limit. Read it as
+        // the extension would give it (HDF5 reads bytes past the end as zeros), without
+        // changing it; compute() accepts this only for a session that failed (truncated_msg).
+        // The message first: any other HDF5 call clears the error stack it comes from.
+        h5_fail(c, "cannot open the run file");
+        snprintf(c->truncated_msg, sizeof c->truncated_msg, "%s", ds_error_last());
+    }
+    if (c->truncated_msg[0] && H5Pexist(fapl, "skip_eof_check") > 0) {
+        hbool_t on = 1;
+        if (H5Pset(fapl, "skip_eof_check", &on) >= 0)
+            f = H5Fopen(c->path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
+        if (f < 0) c->truncated_msg[0] = '\0';
+    }
     if (f < 0) f = H5Fopen(c->path, H5F_ACC_RDONLY, H5P_DEFAULT);
     // H5Pclose clears the error stack: keep the failed open's for h5_fail (a truncated file's
     // reason, for one, was reported as a bare "HDF5 error").
@@ -897,9 +925,12 @@ static hid_t open_file(struct ctx *c) {
 // The summary of an open run file: shared by ds_summary_compute and the recorder's resume check.
 static enum ds_status compute(struct ctx *c, struct ds_summary *s) {
     enum ds_status st = read_attributes(c);
-    if (st || (st = group_init(c, &s->all, 0)) || (st = read_sessions(c)) ||
-        (st = read_requests(c)) || (st = assign_requests(c)))
-        return st;
+    if (!st && !(st = group_init(c, &s->all, 0))) st = read_sessions(c);
+    // Only a failed write explains a file shorter than it records; a copy cut short does not
+    // (the missing bytes, read as zeros, would pass for rows, or fail as damage).
+    if (c->truncated_msg[0] && (st || s->last_session_status != DS_REC_SESSION_FAILED))
+        return ds_error_set(DS_ERR_IO, "%s", c->truncated_msg);
+    if (st || (st = read_requests(c)) || (st = assign_requests(c))) return st;
     size_t row = sizeof(struct step_row) > sizeof(struct draft_row) ? sizeof(struct step_row)
                                                                     : sizeof(struct draft_row);
     void *buf = malloc(row * DS_SUMMARY_BLOCK_ROWS);

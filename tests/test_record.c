@@ -6,6 +6,7 @@
 // writer bug cannot cancel out. Floats are compared bit-for-bit: the file keeps the native layout
 // and HDF5 performs no conversion, so any difference is a bug (tolerance 0).
 #include "harness.h"
+#include "run_attr.h"
 
 #include "ds/check.h"
 #include "ds/record.h"
@@ -1036,6 +1037,24 @@ static void resume_refuses_array_attributes(void) {
     }
 }
 
+// A damaged root object header fails the attribute lookup: --resume said "not a draftscope run
+// file" of it; the refusal gives HDF5's reason, and the file stays as it was.
+static void resume_names_damaged_attributes(void) {
+    const struct ds_run_meta meta = test_meta();
+    const char *path = tmp_path("damaged_root.h5");
+    hid_t f = closed_run_rdwr(path);
+    if (f < 0) return;
+    H5Fclose(f);
+    EXPECT(ru_damage_root_header(path) == 0);
+    struct ds_resume_info info;
+    ds_recorder_t *rec = NULL;
+    EXPECT_STATUS(ds_recorder_open_resume(path, &meta, &info, &rec), DS_ERR_IO);
+    EXPECT(rec == NULL);
+    if (rec) ds_recorder_close(rec);
+    EXPECT_ERROR_HAS("damaged_root.h5: cannot read the run attributes: ");
+    EXPECT(!strstr(ds_error_last(), "not a draftscope run file"));
+}
+
 // A run that stops on an error other than a write (a kernel failure, say) ends its session
 // "failed": set_end takes that status (the run used to leave such a session "closed"); "running"
 // is refused.
@@ -1443,6 +1462,7 @@ int main(int argc, char **argv) {
     DS_RUN(concurrent_reader_sees_growth);
     DS_RUN(resume_appends_and_checks_metadata);
     DS_RUN(resume_refuses_array_attributes);
+    DS_RUN(resume_names_damaged_attributes);
     DS_RUN(resume_refuses_lost_rows);
     DS_RUN(session_ends_failed);
     DS_RUN(resume_after_sigkill);

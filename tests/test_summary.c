@@ -18,6 +18,7 @@
 // runs ds_cmd_summary on the arguments from "summary" on (the `draftscope summary` entry point)
 // for tests that need the command before it is wired into the draftscope executable.
 #include "harness.h"
+#include "run_attr.h"
 
 #include "ds/record.h"
 #include "ds/summary.h"
@@ -569,6 +570,16 @@ static void refuses_bad_files(void) {
     EXPECT(truncate(cut, 4096) == 0);
     EXPECT_STATUS(ds_summary_compute(cut, DS_SUMMARY_BY_BATCH, &s), DS_ERR_IO);
     EXPECT_ERROR_HAS("cut.h5: cannot open the run file: truncated file: eof = 4096");
+    EXPECT(s == NULL);
+
+    // A damaged root object header: the file opens, the attribute lookup fails. That was
+    // reported as "not a draftscope run file"; HDF5's reason is what went wrong.
+    const char *hdr = tmp_path("damaged_root.h5");
+    EXPECT_OK(write_hand_run(hdr));
+    EXPECT(ru_damage_root_header(hdr) == 0);
+    EXPECT_STATUS(ds_summary_compute(hdr, DS_SUMMARY_BY_BATCH, &s), DS_ERR_IO);
+    EXPECT_ERROR_HAS("damaged_root.h5: cannot read the run attributes: ");
+    EXPECT(!strstr(ds_error_last(), "not a draftscope run file"));
     EXPECT(s == NULL);
 
     // Another schema version: a closed run file whose schema_version is rewritten to 3 (newer than this build).

@@ -19,6 +19,7 @@ names, in code order. Joined columns, for grouping:
   kernels:        kernel_name
 `Run.experts` is steps.distinct_experts as an (n_steps, 64) array aligned with `Run.steps`.
 """
+import builtins
 import os
 
 import h5py
@@ -75,6 +76,7 @@ class Run:
     def __init__(self, path, keep_unfinished=False):
         self.path = os.fspath(path)
         self.keep_unfinished = keep_unfinished
+        self._truncated = None  # the error to give if a truncated file's session did not fail
         if not os.path.exists(self.path):
             raise FileNotFoundError(f"{self.path}: no such file")
         if not h5py.is_hdf5(self.path):
@@ -89,11 +91,18 @@ class Run:
                         f"{self.path}: not a draftscope run file: no table /{name}")
                 _check_table(self.path, name, self._f[name], self.schema_version)
                 self._raw[name] = self._f[name][()]
+            # Only a failed write explains a file shorter than it records; a copy cut short
+            # does not (the missing bytes, read as zeros, would pass for rows).
+            status = self._raw["sessions"]["status"]
+            if self._truncated and (not len(status) or
+                                    status[-1] != schema.ENUMS["status"].index("failed")):
+                raise DraftscopeFormatError(self._truncated)
             self._build()
         except (KeyError, OSError, RuntimeError) as e:
             # HDF5's own failures (a damaged file): one line naming the file.
             self._f.close()
-            raise DraftscopeFormatError(f"{self.path}: cannot read: {e}") from None
+            raise DraftscopeFormatError(self._truncated or f"{self.path}: cannot read: {e}") \
+                from None
         except Exception:
             self._f.close()
             raise
@@ -107,14 +116,42 @@ class Run:
             return h5py.File(self.path, "r")
         except OSError as e:
             msg = str(e)
+            if "truncated file" in msg:
+                return self._open_truncated(f"{self.path}: cannot open: {msg}")
             if "h5clear" not in msg and "open for write" not in msg and "already open" not in msg:
                 raise DraftscopeFormatError(f"{self.path}: cannot open: {msg}") from None
         return h5py.File(self.path, "r", libver="latest", swmr=True)
+
+    def _open_truncated(self, error):
+        # A write stopped by a file-size limit leaves a superblock whose end of file lies past the
+        # bytes on disk (docs/hdf5-schema.md), and the writer cannot extend the file under that
+        # limit. Read it from memory as the extension would give it (zeros past the end), without
+        # changing it; __init__ accepts it only when its last session failed (_truncated).
+        with builtins.open(self.path, "rb") as fh:
+            sb = fh.read(48)
+            # The end-of-file address of a version 2/3 superblock with 8-byte addresses.
+            if len(sb) < 48 or sb[8] not in (2, 3) or sb[9] != 8:
+                raise DraftscopeFormatError(error)
+            eof = int.from_bytes(sb[28:36], "little")
+            if eof > os.fstat(fh.fileno()).st_size + (64 << 20):  # more than a few chunks
+                raise DraftscopeFormatError(error)
+            image = bytearray(eof)
+            fh.seek(0)
+            fh.readinto(image)
+        try:
+            f = h5py.File(h5py.h5f.open_file_image(image))
+        except OSError:
+            raise DraftscopeFormatError(error) from None
+        self._truncated = error
+        return f
 
     # ---- metadata ----
 
     def _read_meta(self):
         a = self._f.attrs
+        # A damaged root header makes the lookup raise (reported as "cannot read"); attrs.get
+        # would take that for an absent attribute and call the file no run file.
+        h5py.h5a.exists(self._f.id, b"schema")
         if _decode(a.get("schema")) != schema.SCHEMA_NAME:
             raise DraftscopeFormatError(
                 f"{self.path}: not a draftscope run file (no schema attribute "

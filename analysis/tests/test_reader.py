@@ -201,3 +201,73 @@ def test_refusals(samples, tmp_path):
             f.attrs[name] = value
         with pytest.raises(draftscope.DraftscopeFormatError, match=f"bad_attr.h5: ({says})"):
             draftscope.open(bad)
+
+
+def test_damaged_attributes_are_named(samples, tmp_path):
+    """Damaged attribute storage (the root's attributes live in a fractal heap) fails the
+    attribute lookup itself; that was taken for an absent schema attribute and reported as
+    "not a draftscope run file"."""
+    bad = tmp_path / "damaged_attrs.h5"
+    shutil.copy(samples["closed"], bad)
+    with open(bad, "r+b") as f:
+        at = f.read().find(b"FRHP")  # the fractal heap header's signature
+        assert at > 0
+        f.seek(at)
+        f.write(b"XXXX")
+    with pytest.raises(draftscope.DraftscopeFormatError) as e:
+        draftscope.open(bad)
+    assert "damaged_attrs.h5: cannot read: " in str(e.value)
+    assert "not a draftscope run file" not in str(e.value)
+
+
+def _stored_eof(path):
+    with open(path, "rb") as f:
+        return int.from_bytes(f.read(36)[28:36], "little")
+
+
+def test_file_size_limit_file_reads_as_failed(programs, samples, tmp_path):
+    """`draftscope run` stopped by a file-size limit cannot extend its file to the end the
+    superblock records, so h5py refused it as a "truncated file". It reads as it is (session
+    failed, nothing changed), with the numbers of the C summary; a copy cut short is refused."""
+    if not programs.get("draftscope"):
+        pytest.skip("the draftscope executable is not built")
+    import resource
+    from test_metrics import _c_summary, _same
+    golden = os.path.join(ROOT, "tests", "fixtures", "golden")
+    data = tmp_path / "conv.jsonl"
+    data.write_text("".join(
+        '{"id": "%s", "conversations": [{"from": "human", "value": "%s"}]}\n' % (i, v)
+        for i, v in [("a", "hello world"), ("b", "hell or held"), ("c", "world")]))
+    out = tmp_path / "fsize.h5"
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (400 * 1024, 400 * 1024))
+    p = subprocess.run([programs["draftscope"], "run",
+                        "--target", os.path.join(golden, "tiny-gptoss-a"),
+                        "--draft", os.path.join(golden, "tiny-eagle3-a-lmsys"),
+                        "--tokenizer", os.path.join(ROOT, "tests", "data", "tiny_tokenizer.json"),
+                        "--dataset", str(data), "--batch-sizes", "1,2", "--max-new-tokens", "60",
+                        "--device", "cpu", "--quiet", "--out", str(out)],
+                       preexec_fn=limit, capture_output=True, text=True)
+    assert p.returncode == 1 and "File too large" in p.stderr, p.stderr
+    size = os.path.getsize(out)
+    assert size < _stored_eof(out)
+    with open(out, "rb") as f:
+        before = f.read()
+    with draftscope.open(out) as run:
+        assert run.sessions["status"].iloc[-1] == "failed"
+        for by in ("batch", "step-batch"):
+            py = draftscope.summary_dict(run, by)
+            c = _c_summary(programs, out, by)
+            c.pop("file")
+            py.pop("file")
+            _same(c, py, by)
+    with open(out, "rb") as f:
+        assert f.read() == before
+
+    # A closed run's copy cut short is no failed write: still refused, as HDF5 says.
+    cut = tmp_path / "cut.h5"
+    shutil.copy(samples["closed"], cut)
+    os.truncate(cut, os.path.getsize(cut) - 1000)
+    with pytest.raises(draftscope.DraftscopeFormatError, match="cut.h5: cannot open: .*truncated"):
+        draftscope.open(cut)
