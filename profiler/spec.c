@@ -791,8 +791,12 @@ static enum ds_status step_impl(ds_spec_t *sp, int n, struct ds_spec_seq *const 
         memset(r, 0, sizeof *r);
         r->drafted = k;
         r->context_len = (uint32_t)C;
+        // One NaN logit makes every p of the row NaN, which neither the argmax (it skips NaN)
+        // nor the entropy (a sum over p > 0) shows: p's top-1 must be a positive number too.
         for (int j = 0; j <= k; j++)
-            if (!isfinite(arg_val[r0 + j]) || !isfinite(ent_p[r0 + j])) r->nonfinite = 1;
+            if (!isfinite(arg_val[r0 + j]) || !isfinite(ent_p[r0 + j]) ||
+                !(top_val[2 * (r0 + j)] > 0.0f))
+                r->nonfinite = 1;
 
         // Distinct experts per layer over this sequence's rows.
         for (int l = 0; l < sp->L; l++) {

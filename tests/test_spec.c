@@ -13,6 +13,7 @@
 #include "ds/eagle3.h"
 #include "ds/gptoss.h"
 #include "ds/rng.h"
+#include "ds/safetensors.h"
 #include "ds/spec.h"
 #include "harness.h"
 
@@ -420,6 +421,80 @@ static void test_batch_invariance(void) {
     check_invariance(DS_SPEC_REJECTION);
 }
 
+// Copies src to dst with `n` bytes at `off` set to the bf16 NaN 0x7fc0 (n = 0: a plain copy).
+static int copy_with_nan(const char *src, const char *dst, uint64_t off, uint64_t n) {
+    FILE *f = fopen(src, "rb");
+    if (!f) return 0;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)len);
+    int ok = b && fread(b, 1, (size_t)len, f) == (size_t)len && off + n <= (uint64_t)len;
+    fclose(f);
+    for (uint64_t i = 0; ok && i + 1 < n; i += 2)
+        b[off + i] = 0xc0, b[off + i + 1] = 0x7f; // little-endian 0x7fc0
+    f = ok ? fopen(dst, "wb") : NULL;
+    ok = f && fwrite(b, 1, (size_t)len, f) == (size_t)len;
+    if (f) ok = fclose(f) == 0 && ok;
+    free(b);
+    return ok;
+}
+
+// A target whose lm_head row 7 is NaN: every verify row holds one NaN logit, so every p of the
+// row is NaN (the softmax sum is). The step must report the sequence nonfinite (docs/cli.md,
+// "Stops") for every rule, not accept drafts against NaN probabilities.
+static void test_nan_logit(void) {
+    char dir[512], cfg_dst[600], st_dst[600];
+    if (snprintf(dir, sizeof dir, "%s/ds_t_XXXXXX", DS_BINARY_DIR) >= (int)sizeof dir ||
+        !mkdtemp(dir)) {
+        DS_FAILF("cannot make a directory under %s", DS_BINARY_DIR);
+        return;
+    }
+    snprintf(cfg_dst, sizeof cfg_dst, "%s/config.json", dir);
+    snprintf(st_dst, sizeof st_dst, "%s/model.safetensors", dir);
+    ds_safetensors_t *st = NULL;
+    EXPECT_OK(ds_safetensors_open_file(GOLD "tiny-gptoss-a/model.safetensors", &st));
+    const struct ds_tensor_info *lm = st ? ds_safetensors_find(st, "lm_head.weight") : NULL;
+    EXPECT(lm && lm->dtype == DS_DTYPE_BF16 && lm->ndim == 2);
+    if (lm && lm->dtype == DS_DTYPE_BF16 && lm->ndim == 2) {
+        const uint64_t row = (uint64_t)lm->shape[1] * 2;
+        EXPECT(copy_with_nan(GOLD "tiny-gptoss-a/config.json", cfg_dst, 0, 0));
+        EXPECT(copy_with_nan(GOLD "tiny-gptoss-a/model.safetensors", st_dst,
+                             lm->file_offset + 7 * row, row));
+    }
+    ds_safetensors_close(st);
+    const char *saved = T_DIR;
+    T_DIR = dir;
+    for (int rule = 0; rule < DS_SPEC_RULE_COUNT; rule++) {
+        struct ds_spec_config cfg = {.rule = (enum ds_spec_rule)rule, .k = 3, .temperature = 1.0f,
+                                     .top_p = 1.0f, .seed = 3, .prefill_chunk = 16};
+        struct pair p;
+        if (!open_pair(&cfg, 1, 64, &p)) {
+            close_pair(&p);
+            break;
+        }
+        int32_t prompt[10];
+        for (int i = 0; i < 10; i++)
+            prompt[i] = prompt_token(1, i);
+        const int32_t *pp = prompt;
+        int len = 10;
+        struct ds_spec_seq s = {.slot = 0, .key = 5}, *sp = &s;
+        struct ds_spec_result res;
+        EXPECT_OK(ds_spec_prefill(p.spec, 1, &sp, &pp, &len));
+        EXPECT_OK(ds_spec_step(p.spec, 1, &sp, &res));
+        if (!res.nonfinite)
+            DS_FAILF("rule %s: a NaN logit in every verify row, but the step is not nonfinite "
+                     "(accepted %d)", ds_spec_rule_name((enum ds_spec_rule)rule), res.accepted);
+        EXPECT_EQ_INT(res.n_emitted, 0);
+        EXPECT_EQ_INT(s.committed, 10); // left as it was
+        close_pair(&p);
+    }
+    T_DIR = saved;
+    unlink(cfg_dst);
+    unlink(st_dst);
+    rmdir(dir);
+}
+
 static void test_bad_input(void) {
     struct ds_spec_config cfg = {.rule = DS_SPEC_GREEDY, .k = 0, .temperature = 1.0f,
                                  .top_p = 1.0f, .prefill_chunk = 8};
@@ -474,6 +549,7 @@ int main(void) {
     DS_RUN(test_lossless_greedy);
     DS_RUN(test_batch_invariance);
     DS_RUN(test_bad_input);
+    DS_RUN(test_nan_logit);
     ds_backend_release(be);
     return ds_test_end();
 }
