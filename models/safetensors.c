@@ -344,7 +344,9 @@ enum ds_status ds_safetensors_check_bytes(const void *bytes, size_t len, const c
 static enum ds_status map_file(const char *path, struct mapped *m, struct header *h) {
     memset(h, 0, sizeof *h);
     enum ds_status st = DS_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    // Non-blocking: opening a FIFO would otherwise wait for a writer forever; it is refused below
+    // as not a regular file. mmap ignores the flag.
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return ds_error_set(DS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {

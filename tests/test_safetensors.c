@@ -604,6 +604,39 @@ static void broken_index_not_a_regular_file(void) {
     expect_dir_error(dir, ip, "not a regular file");
 }
 
+// A FIFO in place of a checkpoint file is refused at once: the open blocked until a writer came
+// (alarm turns a hang into a failure), as a single file, a directory's model.safetensors and a
+// shard named by an index.
+static void broken_fifo_not_a_regular_file(void) {
+    char path[1100], dir[1100], p[1200];
+    ds_safetensors_t *st = NULL;
+    EXPECT(mkfifo(fresh(path, sizeof path, "fifo.safetensors"), 0600) == 0);
+    alarm(20);
+    EXPECT_STATUS(ds_safetensors_open_file(path, &st), DS_ERR_IO);
+    alarm(0);
+    EXPECT_ERROR_HAS(path);
+    EXPECT_ERROR_HAS("not a regular file");
+    EXPECT(st == NULL);
+    unlink(path);
+
+    mkdir(fresh(dir, sizeof dir, "fifo-single"), 0700);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    EXPECT(mkfifo(p, 0600) == 0);
+    alarm(20);
+    expect_dir_error(dir, p, "not a regular file");
+    alarm(0);
+
+    char ip[1200];
+    sharded_dir(dir, sizeof dir, ip, sizeof ip);
+    write_index(dir, NULL, S2, "");
+    snprintf(p, sizeof p, "%s/" S2, dir);
+    unlink(p);
+    EXPECT(mkfifo(p, 0600) == 0);
+    alarm(20);
+    expect_dir_error(dir, p, "not a regular file");
+    alarm(0);
+}
+
 static void broken_dir_without_safetensors(void) {
     char dir[1100], p[1200];
     mkdir(fresh(dir, sizeof dir, "nothing"), 0700);
@@ -809,6 +842,7 @@ int main(void) {
     DS_RUN(broken_index_total_size_mismatch);
     DS_RUN(broken_index_itself);
     DS_RUN(broken_index_not_a_regular_file);
+    DS_RUN(broken_fifo_not_a_regular_file);
     DS_RUN(broken_dir_without_safetensors);
     DS_RUN(broken_dir_two_candidates);
     DS_RUN(large_sparse_file_is_not_read);
