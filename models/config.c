@@ -236,6 +236,14 @@ static enum ds_status get_object(const struct src *s, const char *key, json_t **
 // ---------------------------------------------------------------------------------------------
 // RoPE
 
+// The RoPE tables refuse a base of at most 1 (ln(theta) divides); refused here, naming the field,
+// rather than when the tables are built after the whole weight load.
+static enum ds_status check_theta(const struct src *s, double theta) {
+    if (theta > 1.0) return DS_OK;
+    return ds_error_set(DS_ERR_FORMAT, "%s: field '%srope_theta' is %g, expected more than 1",
+                        s->label, s->path, theta);
+}
+
 // Reads the rope settings: `rope_parameters` (theta inside) or `rope_scaling` plus top-level
 // `rope_theta`. With neither, *out keeps the caller's defaults except theta.
 static enum ds_status parse_rope(const struct src *top, int64_t max_pos, double def_theta,
@@ -251,9 +259,11 @@ static enum ds_status parse_rope(const struct src *top, int64_t max_pos, double 
         double theta;
         if ((st = get_real(top, "rope_theta", OPTIONAL, def_theta, 1e-9, 1e30, &theta))) return st;
         if ((st = get_real(&s, "rope_theta", OPTIONAL, theta, 1e-9, 1e30, &out->theta))) return st;
+        if ((st = check_theta(field(&s, "rope_theta") ? &s : top, out->theta))) return st;
     } else {
         if ((st = get_real(top, "rope_theta", OPTIONAL, def_theta, 1e-9, 1e30, &out->theta)))
             return st;
+        if ((st = check_theta(top, out->theta))) return st;
         if (!scaling) return DS_OK;
         s.path = "rope_scaling.";
         s.obj = scaling;
@@ -293,6 +303,14 @@ static enum ds_status parse_rope(const struct src *top, int64_t max_pos, double 
             return st;
         // transformers: truncate defaults to true when the key is absent.
         if ((st = get_bool(&s, "truncate", true, &r.truncate))) return st;
+        // What the YaRN tables need (they refuse anything else, after the weight load).
+        if (r.factor < 1.0)
+            return ds_error_set(DS_ERR_FORMAT, "%s: field '%sfactor' is %g, expected at least 1 "
+                                "for yarn", s.label, s.path, r.factor);
+        if (r.beta_fast <= r.beta_slow)
+            return ds_error_set(DS_ERR_FORMAT, "%s: field '%sbeta_fast' is %g, expected more "
+                                "than beta_slow %g for yarn", s.label, s.path, r.beta_fast,
+                                r.beta_slow);
     } else {
         if ((st = get_real(&s, "low_freq_factor", OPTIONAL, 1.0, 1e-6, 1e6, &r.low_freq_factor)))
             return st;

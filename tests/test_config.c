@@ -214,6 +214,20 @@ static void target_bad_values(void) {
          "'attention_bias' is false, expected true"},
         {"\"head_dim\": 32", "\"head_dim\": 32, \"tie_word_embeddings\": true",
          "'tie_word_embeddings' is true, expected false"},
+        // RoPE settings the tables refuse: once only found after the whole weight load, with a
+        // message that named neither config.json nor the field.
+        {"\"head_dim\": 32", "\"head_dim\": 32, \"rope_theta\": 1",
+         "'rope_theta' is 1, expected more than 1"},
+        {"\"head_dim\": 32",
+         "\"head_dim\": 32, \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 0.5}",
+         "'rope_parameters.rope_theta' is 0.5"},
+        {"\"head_dim\": 32",
+         "\"head_dim\": 32, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 0.5}",
+         "'rope_scaling.factor' is 0.5, expected at least 1"},
+        {"\"head_dim\": 32",
+         "\"head_dim\": 32, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4,"
+         " \"beta_fast\": 1, \"beta_slow\": 32}",
+         "'rope_scaling.beta_fast' is 1, expected more than beta_slow 32"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *at = strstr(cfg_min, cases[i].from);
@@ -476,6 +490,10 @@ static void draft_bad_ids_and_fields(void) {
         {"{" DIMS ", \"eagle_config\": [1]}", "'eagle_config' must be an object"},
         {"{\"speculators_model_type\": \"eagle\", \"transformer_layer_config\": {}}",
          "must be \"eagle3\""},
+        {"{" DIMS ", \"rope_theta\": 0.5}", "'rope_theta' is 0.5, expected more than 1"},
+        {"{" DIMS ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 2,"
+         " \"beta_fast\": 1, \"beta_slow\": 2}}",
+         "'rope_scaling.beta_fast' is 1, expected more than beta_slow 2"},
     };
     struct ds_draft_config d;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
