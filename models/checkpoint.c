@@ -272,8 +272,11 @@ static void check_table(const struct ds_tensor_spec *specs, size_t n, const ds_s
         bool known = strlen(t->name) < sizeof key.name &&
                      bsearch(&key, specs, n, sizeof *specs, spec_cmp);
         if (known) continue;
+        // The name is the file's: a newline or escape in it must not break the one-line message.
+        char name[DS_SHOWN_CAP];
         snprintf(line, sizeof line, "%s: unexpected tensor %s (%s %s)", tensor_file(st, t),
-                 t->name, ds_dtype_name(t->dtype), fmt_shape(a, sizeof a, t->ndim, t->shape));
+                 ds_safetensors_shown(t->name, name), ds_dtype_name(t->dtype),
+                 fmt_shape(a, sizeof a, t->ndim, t->shape));
         add_limited(p, &shown[2], &held[2], line);
     }
     static const char *const kinds[3] = {"missing tensors", "shape/dtype mismatches",

@@ -63,8 +63,8 @@ struct ds_safetensors {
 
 // Names come from the file: control bytes are replaced and long names cut so that a message
 // stays one readable line.
-#define SHOWN_CAP 96
-static const char *shown(const char *s, char *buf) {
+#define SHOWN_CAP DS_SHOWN_CAP
+const char *ds_safetensors_shown(const char *s, char *buf) {
     size_t i = 0;
     for (; s[i] && i < SHOWN_CAP - 4; i++)
         buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
@@ -75,7 +75,7 @@ static const char *shown(const char *s, char *buf) {
     buf[i] = '\0';
     return buf;
 }
-#define SHOW(s) shown((s), (char[SHOWN_CAP]){0})
+#define SHOW(s) ds_safetensors_shown((s), (char[SHOWN_CAP]){0})
 
 // The value's JSON type with its article, for "is an integer, not an object" messages.
 static const char *json_kind(const json_t *v) {
@@ -652,7 +652,7 @@ static enum ds_status open_only_file(const char *dir, ds_safetensors_t **out) {
     for (struct dirent *de; (de = readdir(d));) {
         size_t l = strlen(de->d_name);
         if (l <= ls || strcmp(de->d_name + l - ls, SUFFIX)) continue;
-        if (count < 2) shown(de->d_name, first[count]);
+        if (count < 2) ds_safetensors_shown(de->d_name, first[count]);
         if (count++ == 0) found = join(dir, de->d_name);
     }
     closedir(d);

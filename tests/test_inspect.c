@@ -401,6 +401,16 @@ static void target_unexpected_tensor(void) {
     EXPECT_EQ_INT(p.count, 33);
     if (p.count == 33) EXPECT(strstr(p.lines[32], "... and 8 more unexpected tensors"));
     ds_problems_free(&p);
+
+    // A name with a newline and an escape (legal in the JSON header) stays on one line, with
+    // '?' for each control byte; it once split the message and reached the terminal raw.
+    struct wt odd = {"stray\nname\x1b[31m", DS_DTYPE_U8, 1, {1}, NULL};
+    dir = rewrite("control", FIX "/target", NULL, NULL, &odd, 1, NULL);
+    EXPECT_STATUS(check_target_dir(dir, &p), DS_ERR_MISMATCH);
+    EXPECT_EQ_INT(p.count, 1);
+    EXPECT_ERROR_HAS("control/model.safetensors: unexpected tensor stray?name?[31m (U8 [1])");
+    EXPECT(strpbrk(ds_error_last(), "\n\x1b") == NULL);
+    ds_problems_free(&p);
 }
 
 static void drop_experts_field(json_t *cfg) {

@@ -87,6 +87,12 @@ uint64_t ds_safetensors_tensor_bytes(const ds_safetensors_t *st);
 // A "__metadata__" string value of the (first) file, or NULL.
 const char *ds_safetensors_metadata(const ds_safetensors_t *st, const char *key);
 
+// A name read from a file, fit for a one-line message: control bytes become '?' and a name of
+// DS_SHOWN_CAP - 4 bytes or more is cut and ends in "...". Writes buf (DS_SHOWN_CAP bytes) and
+// returns it.
+#define DS_SHOWN_CAP 96
+const char *ds_safetensors_shown(const char *name, char *buf);
+
 // Validates a header in memory: `json`/`len` is the JSON text, `data_len` the size of the data
 // region that follows it, `label` the file name used in messages. This is what open_file runs
 // after mapping; it exists separately for tests and the fuzz target. Returns the number of
