@@ -765,24 +765,35 @@ cleanup:
     return st;
 }
 
+// Loads the file at `path` through `fn` (target or draft).
+static enum ds_status load_file(const char *path, void *cfg, size_t size, parse_fn fn) {
+    memset(cfg, 0, size);
+    char *text = NULL;
+    size_t len = 0;
+    enum ds_status st = read_text_file(path, &text, &len);
+    if (!st) st = parse_json(text, len, path, cfg, size, fn);
+    free(text);
+    return st;
+}
+
 // Loads DIR/config.json through `fn` (target or draft).
 static enum ds_status load_config(const char *dir, void *cfg, size_t size, parse_fn fn) {
     memset(cfg, 0, size);
     size_t n = strlen(dir) + sizeof "/config.json";
     char *path = malloc(n);
-    char *text = NULL;
-    size_t len = 0;
     if (!path) return ds_error_set(DS_ERR_NOMEM, "%s: out of memory", dir);
     snprintf(path, n, "%s/config.json", dir);
-    enum ds_status st = read_text_file(path, &text, &len);
-    if (!st) st = parse_json(text, len, path, cfg, size, fn);
-    free(text);
+    enum ds_status st = load_file(path, cfg, size, fn);
     free(path);
     return st;
 }
 
 enum ds_status ds_target_config_load(const char *dir, struct ds_target_config *cfg_out) {
     return load_config(dir, cfg_out, sizeof *cfg_out, parse_target);
+}
+
+enum ds_status ds_target_config_load_file(const char *path, struct ds_target_config *cfg_out) {
+    return load_file(path, cfg_out, sizeof *cfg_out, parse_target);
 }
 
 enum ds_status ds_draft_config_load(const char *dir, struct ds_draft_config *cfg_out) {

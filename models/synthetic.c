@@ -6,8 +6,6 @@
 // of a tensor depends only on (run seed, model kind, tensor name), never on the order of binding.
 #include "ds/synthetic.h"
 
-#include "files.h"
-
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -108,16 +106,9 @@ static enum ds_status config_from_path(const char *path, struct ds_target_config
                             "config.json or directory",
                             path);
     if (S_ISDIR(sb.st_mode)) return ds_target_config_load(path, cfg);
-    FILE *f = NULL;
-    enum ds_status st = ds_fopen_regular(path, &f); // a FIFO or device is refused, not read
-    if (st) return st;
-    char *text = malloc((size_t)sb.st_size + 1);
-    size_t n = text ? fread(text, 1, (size_t)sb.st_size, f) : 0;
-    fclose(f);
-    if (!text) return ds_error_set(DS_ERR_NOMEM, "%s: out of memory", path);
-    enum ds_status s = ds_target_config_parse(text, n, path, cfg);
-    free(text);
-    return s;
+    // Size-capped and regular files only: a FIFO or device is refused, not read, and a large
+    // file named by mistake is not read whole into memory.
+    return ds_target_config_load_file(path, cfg);
 }
 
 bool ds_synthetic_is_preset(const struct ds_synthetic_spec *spec) {

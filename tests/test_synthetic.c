@@ -3,6 +3,7 @@
 // synthetic pair built from the fixture config: deterministic per seed, different across seeds,
 // finite, and the greedy chain runs on it. (The same generator at real shapes runs in
 // tests/gpu_models.c and tests/gpu_invariance.c.)
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -258,6 +259,26 @@ static void config_fifo_refused(void) {
     unlink(path);
 }
 
+// A config file far larger than any config.json is refused from its size: it was allocated and
+// read whole (a 20 GB sparse file ran for more than a minute).
+static void config_too_large_refused(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/ds_synth_big_%d.json", DS_BINARY_DIR, (int)getpid());
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    EXPECT(fd >= 0);
+    EXPECT(ftruncate(fd, (off_t)1 << 30) == 0); // 1 GiB, sparse
+    close(fd);
+    struct ds_synthetic_spec spec;
+    EXPECT_OK(ds_synthetic_parse(path, &spec));
+    struct ds_target_config cfg;
+    alarm(20); // a read of the whole file becomes a failure
+    EXPECT_STATUS(ds_synthetic_target_config(&spec, &cfg), DS_ERR_FORMAT);
+    alarm(0);
+    EXPECT_ERROR_HAS(path);
+    EXPECT_ERROR_HAS("larger than any config.json");
+    unlink(path);
+}
+
 // The generated weights are the backend's work (queued on its stream on CUDA): the load ends
 // with a wait for the backend after the last fill, so load time and progress are the fills' own.
 static char load_events[256]; // 'F' a fill reported by the progress callback, 'S' a sync
@@ -304,6 +325,7 @@ int main(void) {
     DS_RUN(pair_chain);
     DS_RUN(cpu_plan_options);
     DS_RUN(config_fifo_refused);
+    DS_RUN(config_too_large_refused);
     DS_RUN(load_waits_for_fills);
     ds_backend_release(be);
     return ds_test_end();

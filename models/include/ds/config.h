@@ -126,6 +126,10 @@ enum ds_status ds_target_config_parse(const char *json, size_t len, const char *
 // Reads DIR/config.json and parses it.
 enum ds_status ds_target_config_load(const char *dir, struct ds_target_config *cfg_out);
 
+// Reads the config file at `path` and parses it. As ds_target_config_load, a file of more than
+// 4 MiB or one that is not a regular file is refused before anything is read.
+enum ds_status ds_target_config_load_file(const char *path, struct ds_target_config *cfg_out);
+
 // ---------------------------------------------------------------------------------------------
 // Aux-id conventions
 
