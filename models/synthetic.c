@@ -147,6 +147,14 @@ static bool draft_ids(int L, int ids[3]) {
 
 enum ds_status ds_synthetic_draft_config(const struct ds_target_config *t,
                                          struct ds_draft_config *cfg) {
+    // The draft's intermediate size is 6·H, which the draft config caps at 2^30 (config.c): a
+    // larger H overflowed int and was reported as the draft's own 'intermediate_size'.
+    const int64_t h_max = ((int64_t)1 << 30) / 6;
+    if (t->hidden_size > h_max) // a problem of the config file (exit 1), not of the usage
+        return ds_error_set(DS_ERR_FORMAT,
+                            "synthetic draft: the target's hidden_size %lld is too large for a "
+                            "draft of intermediate size 6 x hidden_size (at most %lld)",
+                            (long long)t->hidden_size, (long long)h_max);
     const int L = (int)t->num_hidden_layers, H = (int)t->hidden_size, V = (int)t->vocab_size;
     int ids[3];
     if (!draft_ids(L, ids))

@@ -114,6 +114,16 @@ static void presets(void) {
     c.num_hidden_layers = 2;
     EXPECT_STATUS(ds_synthetic_aux_plan(&c, &aux), DS_ERR_UNSUPPORTED);
     EXPECT_ERROR_HAS("at least 3");
+
+    // A config hidden size whose 6x draft intermediate size the draft config cannot take is
+    // blamed on the target's hidden_size (it overflowed int, or named the draft's own field).
+    c.num_hidden_layers = 4;
+    c.hidden_size = (int64_t)1 << 28; // 6 x 2^28 > 2^30
+    EXPECT_STATUS(ds_synthetic_draft_config(&c, &d), DS_ERR_FORMAT);
+    EXPECT_ERROR_HAS("the target's hidden_size 268435456 is too large");
+    c.hidden_size = ((int64_t)1 << 30) / 6; // the largest that fits
+    EXPECT_OK(ds_synthetic_draft_config(&c, &d));
+    EXPECT_EQ_INT(d.intermediate_size, 6 * (((int64_t)1 << 30) / 6));
 }
 
 // Logits of a fixed 12-token prompt on a synthetic target of the fixture config.
