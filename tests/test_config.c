@@ -487,6 +487,9 @@ static void draft_bad_ids_and_fields(void) {
         {"{" DIMS ", \"draft_vocab_size\": 600}", "'draft_vocab_size' is 600, expected 1..512"},
         {"{" DIMS ", \"norm_before_fc\": true, \"fc_norm\": true}", "exclude each other"},
         {"{" DIMS ", \"torch_dtype\": \"int8\"}", "'torch_dtype' is \"int8\""},
+        // The ops read no float16 weights: such a draft passed inspect, then failed at load.
+        {"{" DIMS ", \"torch_dtype\": \"float16\"}",
+         "'torch_dtype' is \"float16\"; supported: bfloat16, float32"},
         {"{" DIMS ", \"eagle_config\": [1]}", "'eagle_config' must be an object"},
         {"{\"speculators_model_type\": \"eagle\", \"transformer_layer_config\": {}}",
          "must be \"eagle3\""},

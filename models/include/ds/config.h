@@ -204,7 +204,7 @@ struct ds_draft_config {
     struct ds_rope_config rope;      // default: theta 10000, no scaling
     bool tie_word_embeddings;        // default false
     int64_t pad_token_id;            // -1 when absent
-    enum ds_dtype weight_dtype;      // from torch_dtype; default BF16
+    enum ds_dtype weight_dtype;      // from torch_dtype: BF16 (default) or F32
 
     // Vocabulary.
     int64_t vocab_size;       // V, required: the TARGET vocabulary (t2d length, embed rows)
