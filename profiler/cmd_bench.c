@@ -1107,7 +1107,7 @@ static int bench_steps(const char *shape, const int *batches, int n_batches, int
         fprintf(stderr, "draftscope bench: %s\n", ds_error_last());
         goto cleanup;
     }
-    // Without a measured copy bandwidth the floors would be infinite: assume the H200's, and say so.
+    // Without a measured copy bandwidth the floors would be infinite: assume the H200's, say so.
     double copy_gbs = copy_bandwidth((cudaStream_t)ds_backend_cuda_stream(be));
     const bool copy_measured = copy_gbs > 0.0;
     if (!copy_measured) copy_gbs = BENCH_CEIL_GBS;
