@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ds/status.h"
@@ -109,6 +110,27 @@ static inline int ds_t_dir_in_place_of(const char *base, const char *name, char 
                                        size_t cap) {
     if (snprintf(dir, cap, "%s/ds_t_XXXXXX", base) >= (int)cap || !mkdtemp(dir)) return 0;
     return snprintf(sub, cap, "%s/%s", dir, name) < (int)cap && mkdir(sub, 0700) == 0;
+}
+
+// Runs fn in a forked child that ends with _exit, its failures counted in the current case. For
+// paths on which a library leaks by itself, out of the sanitizer build's leak check: HDF5 1.10
+// leaks the object header that fails its checksum (an open, H5Aexists and a close of such a file
+// leak 424 bytes with no call of ours in between).
+static inline void ds_t_in_child(void (*fn)(void)) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        ds_t_case_failures = 0;
+        fn();
+        fflush(stdout);
+        fflush(stderr);
+        _exit(ds_t_case_failures ? 1 : 0);
+    }
+    int status = -1;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+        WEXITSTATUS(status) != 0)
+        DS_FAILF("the case's child failed (wait status %d)", status);
 }
 
 static inline int ds_test_end(void) {
