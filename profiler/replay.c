@@ -474,7 +474,9 @@ static enum ds_status step(struct replay *r) {
                 d->batch_size = (uint16_t)n;
             }
             r->st->steps++;
-            r->st->drafted_steps += res->drafted > 0; // as the summary's undrafted_steps
+            // The steps of the acceptance length, as the summary counts them: a step that drafted
+            // nothing or whose verify logits were not finite verified no draft.
+            r->st->drafted_steps += res->drafted > 0 && !res->nonfinite;
             r->st->accepted += (uint64_t)res->accepted;
         }
         if (ended) continue;

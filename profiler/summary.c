@@ -159,6 +159,7 @@ struct step_row {
     uint8_t drafted, accepted, emitted, nonfinite;
 };
 struct draft_row {
+    uint64_t step;
     uint32_t request;
     float expected_accept;
     uint16_t batch_size;
@@ -207,6 +208,13 @@ struct ctx {
     uint32_t *req_nsteps;
     uint64_t *req_ndrafts, *req_drafted;
     int check_rows; // the resume check: a finished request missing rows is an error
+    // (request, step) of the kept steps whose verify logits were not finite, sorted once the
+    // steps are read: their /drafts rows are left out too (scan_drafts).
+    struct nf_step {
+        uint64_t step;
+        uint32_t request;
+    } *nf;
+    size_t n_nf, cap_nf;
     // Opened past HDF5's "truncated file" check (open_file): the error to give instead when the
     // file turns out not to be a writer's that stopped on a failed write.
     char truncated_msg[1024];
@@ -658,7 +666,6 @@ static void add_step(struct ds_summary_group *g, const struct step_row *r) {
     g->drafted += r->drafted;
     g->accepted += r->accepted;
     g->emitted += r->emitted;
-    g->nonfinite += r->nonfinite != 0;
     g->hist[r->accepted]++;
     // Position i was reached when it was drafted and every earlier draft was accepted.
     uint32_t top = r->accepted + 1u < r->drafted ? r->accepted + 1u : r->drafted;
@@ -677,6 +684,29 @@ static void add_draft(struct ds_summary_group *g, const struct draft_row *r) {
     g->ch_drafts[r->channel]++;
     g->ch_accepted[r->channel] += r->accepted;
     g->ch_expected[r->channel] += e;
+}
+
+static enum ds_status nf_add(struct ctx *c, uint32_t request, uint64_t step) {
+    if (c->n_nf == c->cap_nf) {
+        size_t cap = c->cap_nf ? 2 * c->cap_nf : 16;
+        struct nf_step *p = realloc(c->nf, cap * sizeof *p);
+        if (!p) return ds_error_set(DS_ERR_NOMEM, "%s: no memory", c->path);
+        c->nf = p;
+        c->cap_nf = cap;
+    }
+    c->nf[c->n_nf++] = (struct nf_step){.step = step, .request = request};
+    return DS_OK;
+}
+
+static int cmp_nf(const void *a, const void *b) {
+    const struct nf_step *x = a, *y = b;
+    if (x->request != y->request) return x->request < y->request ? -1 : 1;
+    return x->step < y->step ? -1 : x->step > y->step;
+}
+
+static int nf_has(const struct ctx *c, uint32_t request, uint64_t step) {
+    const struct nf_step key = {.step = step, .request = request};
+    return bsearch(&key, c->nf, c->n_nf, sizeof key, cmp_nf) != NULL;
 }
 
 static enum ds_status scan_steps(struct ctx *c, void *buf) {
@@ -721,7 +751,17 @@ static enum ds_status scan_steps(struct ctx *c, void *buf) {
                 s->undrafted_steps++;
                 continue;
             }
-            add_step(&s->all, r);
+            // Non-finite verify logits: the step verified nothing (its drafts were not judged,
+            // and its request ended with error), so it is counted apart, as a drafted-nothing
+            // step is, and not as a step that accepted 0 (docs/metrics.md).
+            const int nf = r->nonfinite != 0;
+            if (nf) {
+                if ((st = nf_add(c, r->request, r->step))) break;
+                s->nonfinite_steps++;
+                s->all.nonfinite++;
+            } else {
+                add_step(&s->all, r);
+            }
             if (ds_summary_by_is_drafts_only(s->by)) continue;
             int32_t gi;
             if (ds_summary_by_is_request_level(s->by)) {
@@ -730,15 +770,20 @@ static enum ds_status scan_steps(struct ctx *c, void *buf) {
                 if ((st = group_of_row_key(c, r->batch_size, &gi))) break;
                 mark_seen(c, gi, ri);
             }
-            add_step(&s->groups[gi], r);
+            if (nf)
+                s->groups[gi].nonfinite++;
+            else
+                add_step(&s->groups[gi], r);
         }
     }
     table_close(&t);
+    if (c->n_nf > 1) qsort(c->nf, c->n_nf, sizeof *c->nf, cmp_nf);
     return st;
 }
 
 static enum ds_status scan_drafts(struct ctx *c, void *buf) {
     const struct col cols[] = {
+        {"step", offsetof(struct draft_row, step), H5T_NATIVE_UINT64, 0},
         {"request", offsetof(struct draft_row, request), H5T_NATIVE_UINT32, 0},
         {"expected_accept", offsetof(struct draft_row, expected_accept), H5T_NATIVE_FLOAT, 0},
         {"batch_size", offsetof(struct draft_row, batch_size), H5T_NATIVE_UINT16, 0},
@@ -748,7 +793,7 @@ static enum ds_status scan_drafts(struct ctx *c, void *buf) {
     };
     struct ds_summary *s = c->s;
     struct table t;
-    enum ds_status st = table_open(c, "drafts", cols, 6, sizeof(struct draft_row), &t);
+    enum ds_status st = table_open(c, "drafts", cols, 7, sizeof(struct draft_row), &t);
     if (st) return st;
     s->rows_drafts = t.rows;
     struct draft_row *rows = buf;
@@ -773,6 +818,10 @@ static enum ds_status scan_drafts(struct ctx *c, void *buf) {
                 continue;
             }
             c->req_ndrafts[ri]++;
+            if (c->n_nf && nf_has(c, r->request, r->step)) { // a step that verified nothing
+                s->nonfinite_drafts++;
+                continue;
+            }
             add_draft(&s->all, r);
             int32_t gi;
             if (ds_summary_by_is_request_level(s->by)) {
@@ -975,6 +1024,7 @@ static void ctx_free(struct ctx *c, int close_file) {
     free(c->req_nsteps);
     free(c->req_ndrafts);
     free(c->req_drafted);
+    free(c->nf);
     free(c);
 }
 
@@ -1104,7 +1154,8 @@ static void print_group(const struct ds_summary *s, const struct ds_summary_grou
                 "/%" PRIu64 ")\n",
                 num(a, sizeof a, ds_summary_draft_acceptance_rate(g), 4), g->accepted, g->drafted);
         if (g->nonfinite)
-            fprintf(f, "  steps with non-finite verify logits: %" PRIu64 "\n", g->nonfinite);
+            fprintf(f, "  steps with non-finite verify logits (not in the figures): %" PRIu64 "\n",
+                    g->nonfinite);
         fprintf(
             f, "  pos  joint P(acc>=i)  conditional  drafts  drafts rate  expected sum min(p,q)\n");
         for (uint32_t i = 1; i <= s->k; i++)
@@ -1155,6 +1206,12 @@ enum ds_status ds_summary_print_text(const struct ds_summary *s, FILE *f) {
         fprintf(f, "  %" PRIu64 " steps drafted nothing (one position short of the context "
                    "limit) and are left out of the step metrics\n",
                 s->undrafted_steps);
+    if (s->nonfinite_steps)
+        fprintf(f, "  %" PRIu64 " step%s had non-finite verify logits (the request%s ended with "
+                   "error): %s and %s %" PRIu64 " drafts are left out of every metric\n",
+                s->nonfinite_steps, s->nonfinite_steps == 1 ? "" : "s",
+                s->nonfinite_steps == 1 ? "" : "s", s->nonfinite_steps == 1 ? "it" : "they",
+                s->nonfinite_steps == 1 ? "its" : "their", s->nonfinite_drafts);
     if (!isnan(s->trace_overhead))
         fprintf(f, "  trace overhead: %.2f%% (tokens/s lost to tracing, measured in the run against "
                    "tracing paused)\n",
@@ -1300,6 +1357,8 @@ enum ds_status ds_summary_print_json(const struct ds_summary *s, FILE *f) {
     json_object_set_new(rows, "dropped_steps", u64(s->dropped_steps));
     json_object_set_new(rows, "undrafted_steps", u64(s->undrafted_steps));
     json_object_set_new(rows, "dropped_drafts", u64(s->dropped_drafts));
+    json_object_set_new(rows, "nonfinite_steps", u64(s->nonfinite_steps));
+    json_object_set_new(rows, "nonfinite_drafts", u64(s->nonfinite_drafts));
     json_object_set_new(o, "rows", rows);
     json_t *groups = json_array();
     for (size_t i = 0; i < s->n_groups; i++) {

@@ -733,6 +733,104 @@ static void undrafted_steps_left_out(void) {
     ds_summary_free(s);
 }
 
+// A step whose verify logits were not finite verified nothing: it and its drafts are left out of
+// every metric and counted apart (docs/metrics.md). Sweep B 2, K 3. Request 0: step 0 (step-batch
+// 2) drafts 3, accepts 2 (drafts 1 1 0); step 1 (step-batch 1) is non-finite: drafts 3, accepts 0,
+// emits 0, its 3 drafts accepted 0 with expected 0.75. Request 1: step 2 (step-batch 2) drafts 3,
+// accepts 1 (drafts 1 0 0). Kept: 2 steps, accepted 3, so tau = 1 + 3/2 = 2.5 (counted as an
+// ordinary step it was 1 + 3/3 = 2), joint(1) = 2/2, draft rate 3/6 (was 3/9), drafts rate 3/6,
+// expected 0.5 over the 6 kept drafts (each 0.5). By step-batch, group 1 holds only the
+// non-finite row: no steps, 1 request, nonfinite 1.
+static void nonfinite_steps_left_out(void) {
+    struct ds_run_meta meta = hand_meta();
+    const char *path = tmp_path("nonfinite.h5");
+    ds_recorder_t *rec = NULL;
+    EXPECT_OK(ds_recorder_create(path, &meta, 0, &rec));
+    if (!rec) return;
+    struct ds_rec_step st[3];
+    memset(st, 0, sizeof st);
+    st[0].step = 0, st[0].request = 0, st[0].batch_size = 2, st[0].drafted = 3;
+    st[0].accepted = 2, st[0].emitted = 3;
+    st[1].step = 1, st[1].request = 0, st[1].batch_size = 1, st[1].drafted = 3;
+    st[1].nonfinite = 1;
+    st[2].step = 2, st[2].request = 1, st[2].batch_size = 2, st[2].drafted = 3;
+    st[2].accepted = 1, st[2].emitted = 2;
+    EXPECT_OK(ds_recorder_append_steps(rec, st, 3));
+    for (int i = 0; i < 3; i++)
+        for (int pos = 1; pos <= 3; pos++) {
+            struct ds_rec_draft d;
+            memset(&d, 0, sizeof d);
+            d.step = st[i].step, d.request = st[i].request, d.batch_size = st[i].batch_size;
+            d.position = (uint8_t)pos;
+            d.accepted = pos <= st[i].accepted;
+            d.expected_accept = st[i].nonfinite ? 0.75f : 0.5f;
+            EXPECT_OK(ds_recorder_append_drafts(rec, &d, 1));
+        }
+    const struct ds_rec_request req[2] = {
+        {.request = 0, .batch_size = 2, .steps = 2, .generated_len = 4,
+         .stop_reason = DS_REC_STOP_ERROR},
+        {.request = 1, .batch_size = 2, .steps = 1, .generated_len = 3}};
+    EXPECT_OK(ds_recorder_append_requests(rec, req, 2));
+    EXPECT_OK(ds_recorder_close(rec));
+
+    struct ds_summary *s = NULL;
+    EXPECT_OK(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s));
+    if (!s) return;
+    EXPECT_EQ_INT(s->rows_steps, 3);
+    EXPECT_EQ_INT(s->rows_drafts, 9);
+    EXPECT_EQ_INT(s->nonfinite_steps, 1);
+    EXPECT_EQ_INT(s->nonfinite_drafts, 3);
+    EXPECT_EQ_INT(s->all.steps, 2);
+    EXPECT_EQ_INT(s->all.nonfinite, 1);
+    EXPECT_EQ_INT(s->all.drafts, 6);
+    EXPECT_NEAR(ds_summary_mean_acceptance_length(&s->all), 2.5, 0);
+    EXPECT_NEAR(ds_summary_joint(&s->all, 3, 1), 1.0, 0);
+    EXPECT_NEAR(ds_summary_draft_acceptance_rate(&s->all), 0.5, 0);
+    EXPECT_NEAR(ds_summary_drafts_rate(&s->all), 0.5, 0);
+    EXPECT_NEAR(ds_summary_expected(&s->all), 0.5, 0);
+    EXPECT_NEAR(ds_summary_sglang_accept_length(&s->all), 7.0 / 3.0, 0); // /requests unchanged
+    EXPECT_EQ_INT(s->n_groups, 1);
+    if (s->n_groups == 1) {
+        EXPECT_EQ_INT(s->groups[0].steps, 2);
+        EXPECT_EQ_INT(s->groups[0].nonfinite, 1);
+    }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    EXPECT(f != NULL);
+    if (f) {
+        EXPECT_OK(ds_summary_print_text(s, f));
+        fclose(f);
+        EXPECT(strstr(text, "1 step had non-finite verify logits") != NULL);
+        EXPECT(strstr(text, "it and its 3 drafts are left out of every metric") != NULL);
+        free(text);
+    }
+    ds_summary_free(s);
+
+    EXPECT_OK(ds_summary_compute(path, DS_SUMMARY_BY_STEP_BATCH, &s));
+    if (!s) return;
+    EXPECT_EQ_INT(s->n_groups, 2);
+    if (s->n_groups == 2) {
+        EXPECT_EQ_INT(s->groups[0].key, 1);
+        EXPECT_EQ_INT(s->groups[0].steps, 0);
+        EXPECT_EQ_INT(s->groups[0].nonfinite, 1);
+        EXPECT_EQ_INT(s->groups[0].requests, 1);
+        EXPECT(isnan(ds_summary_mean_acceptance_length(&s->groups[0])));
+        EXPECT_EQ_INT(s->groups[1].steps, 2);
+        EXPECT_EQ_INT(s->groups[1].nonfinite, 0);
+        EXPECT_EQ_INT(s->groups[1].requests, 2);
+    }
+    ds_summary_free(s);
+
+    // By position: the non-finite step's drafts are in no position's counts.
+    EXPECT_OK(ds_summary_compute(path, DS_SUMMARY_BY_POSITION, &s));
+    if (!s) return;
+    EXPECT_EQ_INT(s->n_groups, 3);
+    for (size_t i = 0; i < s->n_groups; i++)
+        EXPECT_EQ_INT(s->groups[i].drafts, 2);
+    ds_summary_free(s);
+}
+
 // The command's exit codes: 0 for a good file (text and JSON), 1 for a bad file, 2 for usage.
 // ---- step times and predicted speedup ----
 //
@@ -998,12 +1096,17 @@ static enum ds_status simulate(ds_recorder_t *rec, uint16_t B, uint64_t *step_id
             // are made all the same, so every other row is as it was.
             const int undrafted =
                 q->conv == 3 && q->steps + 1 >= 10 + (uint32_t)(q->conv % 4) * 3;
+            // Conversation 6's last step has non-finite verify logits: its drafts are written
+            // (none accepted), the step accepts and emits nothing and the request ends with
+            // error; the metrics leave the step and its drafts out. Same draws again.
+            const int nonfinite =
+                q->conv == 6 && q->steps + 1 >= 10 + (uint32_t)(q->conv % 4) * 3;
             for (int pos = 1; pos <= SAMPLE_K && !st; pos++) {
                 double alpha = base - 0.1 * (pos - 1) - (q->ctx > 300 ? 0.1 : 0.0);
                 double expected = alpha + 0.1 * (rnd() - 0.5);
                 int acc = !rejected && rnd() < alpha;
                 if (!acc) rejected = 1;
-                accepted += (uint8_t)acc;
+                accepted += (uint8_t)(acc && !nonfinite);
                 struct ds_rec_draft d;
                 memset(&d, 0, sizeof d);
                 d.step = sid;
@@ -1020,7 +1123,7 @@ static enum ds_status simulate(ds_recorder_t *rec, uint16_t B, uint64_t *step_id
                 d.context_len = q->ctx + (uint32_t)pos - 1;
                 d.batch_size = (uint16_t)live;
                 d.position = (uint8_t)pos;
-                d.accepted = (uint8_t)acc;
+                d.accepted = (uint8_t)(acc && !nonfinite);
                 d.channel = (uint8_t)channel;
                 if (!undrafted) st = ds_recorder_append_drafts(rec, &d, 1);
             }
@@ -1038,7 +1141,8 @@ static enum ds_status simulate(ds_recorder_t *rec, uint16_t B, uint64_t *step_id
             s.turn = (uint16_t)q->turn;
             s.drafted = undrafted ? 0 : SAMPLE_K;
             s.accepted = accepted;
-            s.emitted = (uint8_t)(accepted + 1);
+            s.emitted = (uint8_t)(nonfinite ? 0 : accepted + 1);
+            s.nonfinite = (uint8_t)nonfinite;
             for (int l = 0; l < 24; l++)
                 s.distinct_experts[l] = (uint16_t)(4 + rnd() * 12);
             if (!st) st = ds_recorder_append_steps(rec, &s, 1);
@@ -1061,7 +1165,9 @@ static enum ds_status simulate(ds_recorder_t *rec, uint16_t B, uint64_t *step_id
                 r.steps = q->steps;
                 r.batch_size = B;
                 r.turn = (uint16_t)q->turn;
-                r.stop_reason = q->conv % 5 == 0 ? DS_REC_STOP_MAX_NEW_TOKENS : DS_REC_STOP_RETURN;
+                r.stop_reason = q->conv % 5 == 0 ? DS_REC_STOP_MAX_NEW_TOKENS
+                                : nonfinite      ? DS_REC_STOP_ERROR
+                                                 : DS_REC_STOP_RETURN;
                 if (!unfinished && !st) st = ds_recorder_append_requests(rec, &r, 1);
                 if (q->turn + 1 < turns_of[q->conv]) {
                     q->turn++;
@@ -1221,6 +1327,7 @@ int main(int argc, char **argv) {
     DS_RUN(refuses_bad_files);
     DS_RUN(refuses_rows_breaking_the_schema);
     DS_RUN(undrafted_steps_left_out);
+    DS_RUN(nonfinite_steps_left_out);
     DS_RUN(step_times_and_speedup);
     DS_RUN(command_exit_codes);
     int rc = ds_test_end();

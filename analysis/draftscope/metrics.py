@@ -111,7 +111,7 @@ def _row_key(run, table, by, bins):
         return df["batch_size"].to_numpy().astype(np.int64)
     if by == "context":
         return _context_bucket(df["context_len"].to_numpy(), bins)
-    if table == "steps":
+    if table != "drafts":
         return None  # position and channel are draft-only keys
     if by == "position":
         return df["position"].to_numpy().astype(np.int64)
@@ -142,14 +142,15 @@ def _nan_ratio(num, den):
     return float(num) / float(den) if den > 0 else float("nan")
 
 
-def _group_sums(k, steps, drafts, requests):
-    """Counts of one group from its rows (DataFrames; requests None for row-level keys)."""
+def _group_sums(k, steps, drafts, requests, nonfinite=0):
+    """Counts of one group from its rows (DataFrames; requests None for row-level keys;
+    nonfinite: the group's steps with non-finite verify logits, kept apart from steps)."""
     acc = steps["accepted"].to_numpy().astype(np.int64)
     drf = steps["drafted"].to_numpy().astype(np.int64)
     g = {
         "steps": len(steps), "drafted": int(drf.sum()), "accepted": int(acc.sum()),
         "emitted": int(steps["emitted"].to_numpy().astype(np.int64).sum()),
-        "nonfinite": int((steps["nonfinite"].to_numpy() != 0).sum()),
+        "nonfinite": int(nonfinite),
         "hist": np.bincount(acc, minlength=k + 1)[: k + 1].astype(np.int64),
         "reached": np.zeros(k + 1, dtype=np.int64),
     }
@@ -324,31 +325,37 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
     steps, drafts, requests = run.steps, run.drafts, run.requests
     skey = _row_key(run, "steps", by, context_bins)
     dkey = _row_key(run, "drafts", by, context_bins)
+    # Steps with non-finite verify logits: in their group's `nonfinite` count (and, for a
+    # row-level key, its membership) but in no sum (docs/metrics.md).
+    nf = run.nonfinite_steps
+    nkey = _row_key(run, "nonfinite_steps", by, context_bins)
     if by in REQUEST_KEYS:
         rkey = _request_key(requests, by)
         keys = set(rkey.tolist())
     else:
         keys = set(dkey.tolist())
         if skey is not None:
-            keys |= set(skey.tolist())
+            keys |= set(skey.tolist()) | set(nkey.tolist())
     cats = _category_labels(run) if by == "category" else None
     opts = run_options(run)
     base = baseline(run)
     groups = []
     for key in _sorted_keys(keys, by, cats):
         s = steps[skey == key] if skey is not None else steps.iloc[:0]
+        n = nf[nkey == key] if nkey is not None else nf.iloc[:0]
         d = drafts[dkey == key]
         if by in REQUEST_KEYS:
             r = requests[rkey == key]
             n_req = len(r)
         else:
             r = None
-            n_req = len(set(s["request"].tolist()) | set(d["request"].tolist()))
-        g = _group_sums(k, s, d, r)
+            n_req = len(set(s["request"].tolist()) | set(d["request"].tolist()) |
+                        set(n["request"].tolist()))
+        g = _group_sums(k, s, d, r, len(n))
         if by in ("batch", "step-batch"):
             g["base_step_ns"] = base.get(int(key), float("nan"))
         groups.append(_group_dict(k, int(key), _label(by, key, context_bins, cats), n_req, g))
-    all_g = _group_sums(k, steps, drafts, requests)
+    all_g = _group_sums(k, steps, drafts, requests, len(nf))
     if by in ("batch", "step-batch") and len(groups) == 1:
         all_g["base_step_ns"] = groups[0]["base_step_ns"]
         all_g["base_step_ns"] = float("nan") if all_g["base_step_ns"] is None \
@@ -379,11 +386,14 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
         },
         "rows": {
             "steps": len(steps) + run.dropped["steps"] * (not run.keep_unfinished) +
-            run.dropped["undrafted_steps"],
-            "drafts": len(drafts) + run.dropped["drafts"] * (not run.keep_unfinished),
+            run.dropped["undrafted_steps"] + run.dropped["nonfinite_steps"],
+            "drafts": len(drafts) + run.dropped["drafts"] * (not run.keep_unfinished) +
+            run.dropped["nonfinite_drafts"],
             "requests": len(requests),
             "dropped_steps": run.dropped["steps"], "dropped_drafts": run.dropped["drafts"],
             "undrafted_steps": run.dropped["undrafted_steps"],
+            "nonfinite_steps": run.dropped["nonfinite_steps"],
+            "nonfinite_drafts": run.dropped["nonfinite_drafts"],
         },
         "groups": groups,
         "all": _group_dict(k, None, "all", len(requests), all_g),

@@ -10,7 +10,10 @@ Tables (DataFrames, one row per record, fields as in the schema):
                        readers drop them; `Run.dropped` counts them, `keep_unfinished=True` keeps
                        them); steps also leaves out the steps that drafted nothing (one position
                        short of the context limit: no verify step), counted in
-                       `Run.dropped["undrafted_steps"]`
+                       `Run.dropped["undrafted_steps"]`, and the steps whose verify logits were
+                       not finite (steps.nonfinite: they verified nothing) with their drafts,
+                       counted in `Run.dropped["nonfinite_steps"]` and `["nonfinite_drafts"]`
+  nonfinite_steps      those non-finite steps' rows (columns as steps)
   requests, kernels, ranges, sessions, strings
 Enum fields (channel, stop_reason, phase, status, trace_level) are pandas Categoricals of their
 names, in code order. Joined columns, for grouping:
@@ -259,11 +262,25 @@ class Run:
         self.dropped["undrafted_steps"] = int((~drafted).sum())
         steps = steps[drafted].reset_index(drop=True)
         experts = experts[drafted]
+        # A step whose verify logits were not finite verified nothing (its request ended with
+        # error): it and its drafts are left out of every metric, as the C summary does. Its
+        # rows stay readable in `nonfinite_steps`; the counts go to `dropped`.
+        nf = (steps["nonfinite"] != 0).to_numpy()
+        nf_keys = pd.MultiIndex.from_arrays([steps["request"][nf], steps["step"][nf]])
+        nf_drafts = pd.MultiIndex.from_arrays([drafts["request"], drafts["step"]]).isin(nf_keys)
+        self.dropped["nonfinite_steps"] = int(nf.sum())
+        self.dropped["nonfinite_drafts"] = int(nf_drafts.sum())
+        nonfinite = steps[nf].reset_index(drop=True)
+        steps = steps[~nf].reset_index(drop=True)
+        experts = experts[~nf]
+        drafts = drafts[~nf_drafts].reset_index(drop=True)
         info = req.set_index("request")[["batch_size", "category_name", "turn"]]
         info = info.rename(columns={"batch_size": "sweep_batch"})
         steps = steps.join(info[["sweep_batch", "category_name"]], on="request")
+        nonfinite = nonfinite.join(info[["sweep_batch", "category_name"]], on="request")
         drafts = drafts.join(info, on="request")
         self.steps, self.drafts, self.experts = steps, drafts, experts
+        self.nonfinite_steps = nonfinite
 
         kernels = self._frame("kernels")
         kernels["kernel_name"] = text_of(kernels["name"])

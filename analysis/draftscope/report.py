@@ -66,7 +66,9 @@ def build_html(run, n_boot=200, seed=0):
                  f"tokens, {len(run.requests)} finished requests; left out (request not "
                  f"finished): {run.dropped['steps']} step rows, {run.dropped['drafts']} "
                  f"drafts; {run.dropped['undrafted_steps']} steps that drafted nothing "
-                 f"(one position short of the context limit: no verify step).</p>")
+                 f"(one position short of the context limit: no verify step); "
+                 f"{run.dropped['nonfinite_steps']} steps with non-finite verify logits and "
+                 f"their {run.dropped['nonfinite_drafts']} drafts (they verified nothing).</p>")
     skips = metrics.dataset_skips(run)
     if skips and skips["skipped_empty"] + skips["skipped_malformed"]:
         n = skips["skipped_empty"] + skips["skipped_malformed"]

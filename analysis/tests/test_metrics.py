@@ -103,6 +103,34 @@ def test_metric_identities(samples):
             assert math.isclose(g["draft_acceptance_rate"], g["drafts"]["rate"], rel_tol=1e-12)
 
 
+def test_nonfinite_steps_left_out(samples):
+    """test_summary.c's sample ends conversation 6 (one request per sweep: B 1, 4, 8) with a step
+    whose verify logits were not finite. The reader keeps those 3 steps and their 3 x K drafts
+    apart, and tau over the raw rows (finished, drafted, finite), computed here with numpy from
+    the file itself, is the summary's."""
+    with h5py.File(samples["sample"], "r") as f:
+        st, dr, rq = f["steps"][()], f["drafts"][()], f["requests"][()]
+    fin = np.isin(st["request"], rq["request"])
+    nf = fin & (st["nonfinite"] != 0)
+    assert nf.sum() == 3
+    keep = fin & (st["drafted"] > 0) & (st["nonfinite"] == 0)
+    tau = 1 + st["accepted"][keep].astype(np.int64).sum() / keep.sum()
+    nf_pairs = set(zip(st["request"][nf].tolist(), st["step"][nf].tolist()))
+    nf_drafts = np.array([(r, s) in nf_pairs for r, s in zip(dr["request"].tolist(),
+                                                            dr["step"].tolist())])
+    assert nf_drafts.sum() == 3 * 3
+    with draftscope.open(samples["sample"]) as run:
+        assert run.dropped["nonfinite_steps"] == 3 and run.dropped["nonfinite_drafts"] == 9
+        assert len(run.nonfinite_steps) == 3 and (run.steps["nonfinite"] == 0).all()
+        kept = set(zip(run.drafts["request"].tolist(), run.drafts["step"].tolist()))
+        assert not kept & nf_pairs
+        d = metrics.summary_dict(run, "batch")
+        assert d["all"]["mean_acceptance_length"] == pytest.approx(tau, rel=1e-12)
+        assert d["all"]["nonfinite"] == 3 and d["rows"]["nonfinite_steps"] == 3
+        assert [g["nonfinite"] for g in d["groups"]] == [1, 1, 1]
+        assert d["all"]["steps"] == keep.sum()
+
+
 def test_context_buckets(samples):
     with draftscope.open(samples["sample"]) as run:
         ci = draftscope.metric_ci(run, "mean_acceptance_length", "context", n_boot=0)

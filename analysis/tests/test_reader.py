@@ -88,12 +88,19 @@ def test_reads_the_record_sample(samples):
         assert list(run.meta["batch_sizes"]) == [1, 8, 32]
         i = np.arange(100)
         assert len(run.requests) == 100
-        assert run.dropped == {"steps": 0, "drafts": 0, "undrafted_steps": 0}
+        # make_step marks every fifth step non-finite: those 20 verified nothing, so they are
+        # kept apart (their drafts would be too: make_draft's step ids match none of them).
+        assert run.dropped == {"steps": 0, "drafts": 0, "undrafted_steps": 0,
+                               "nonfinite_steps": 20, "nonfinite_drafts": 0}
+        kept = i[i % 5 != 0]
+        assert (run.steps["step"].to_numpy() == 5000 + kept).all()
+        assert (run.nonfinite_steps["step"].to_numpy() == 5000 + i[i % 5 == 0]).all()
+        assert (run.steps["nonfinite"] == 0).all()
         d = run.drafts
         assert (d["step"].to_numpy() == 1000 + i // 3).all()
         assert (d["q_draft"].to_numpy() == np.float32(1) / (i + 2).astype(np.float32)).all()
         assert list(d["channel"][:5]) == schema.ENUMS["channel"]
-        assert (run.experts[:, 5] == (i + 5) % 129).all()
+        assert (run.experts[:, 5] == (kept + 5) % 129).all()
         assert (run.experts[:, 36:] == 0).all()
         assert len(run.kernels) == 100 and len(run.ranges) == 100
         assert run.requests["category_name"].iloc[0] == ""
@@ -143,14 +150,16 @@ def test_refresh_sees_a_live_file_grow(programs, tmp_path):
         run = draftscope.open(path)
         assert run.is_running
         assert len(run.requests) == 0
-        assert run.dropped == {"steps": 8, "drafts": 23, "undrafted_steps": 0}
+        assert run.dropped == {"steps": 8, "drafts": 23, "undrafted_steps": 0,
+                               "nonfinite_steps": 0, "nonfinite_drafts": 0}
         p.stdin.write("next\n")
         p.stdin.flush()
         assert p.stdout.readline().strip() == "ready"
         counts = run.refresh()
         assert counts["requests"] == 3
         assert len(run.steps) == 7
-        assert run.dropped == {"steps": 1, "drafts": 3, "undrafted_steps": 0}
+        assert run.dropped == {"steps": 1, "drafts": 3, "undrafted_steps": 0,
+                               "nonfinite_steps": 0, "nonfinite_drafts": 0}
         p.stdin.write("next\n")
         p.stdin.flush()
         assert p.stdout.readline().strip() == "ready"

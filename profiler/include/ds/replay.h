@@ -105,7 +105,7 @@ struct ds_replay_stats {
     uint64_t resumed;       // requests skipped because the file already holds them
     uint64_t tokens;        // generated tokens
     uint64_t steps;         // (step, sequence) rows
-    uint64_t drafted_steps; // of them, rows that drafted (the steps of the acceptance length)
+    uint64_t drafted_steps; // of them, rows that drafted and verified (the acceptance length's)
     uint64_t accepted;      // accepted drafts
     uint64_t next_step;     // one past the last step id used
 };

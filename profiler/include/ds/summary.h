@@ -78,7 +78,7 @@ struct ds_summary_group {
     uint64_t drafted;   // sum of steps.drafted
     uint64_t accepted;  // sum of steps.accepted
     uint64_t emitted;   // sum of steps.emitted
-    uint64_t nonfinite; // rows with nonfinite = 1
+    uint64_t nonfinite; // rows with nonfinite = 1: not in steps nor in any sum here
     uint64_t *hist;     // [k + 1]: rows that accepted exactly j drafts
     uint64_t *reached;  // [k + 1]: rows where position i was drafted and every earlier one accepted
                         //   (drafted >= i and accepted >= i - 1)
@@ -138,6 +138,11 @@ struct ds_summary {
     // context limit): not verify steps, so left out of every step metric (vLLM counts a draft
     // only when tokens were proposed), and counted here.
     uint64_t undrafted_steps;
+    // Step rows of finished requests whose verify logits were not finite (steps.nonfinite; the
+    // request ended with error), and the /drafts rows of those steps: the step verified nothing,
+    // so both are left out of every metric and counted here (each group's `nonfinite` counts its
+    // share of the steps).
+    uint64_t nonfinite_steps, nonfinite_drafts;
     // options_json: the measured trace overhead (NaN when absent) and the decode baseline.
     double trace_overhead;
     // options_json.dataset: records the run read from its dataset and those it skipped (empty,
