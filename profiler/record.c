@@ -579,7 +579,13 @@ enum ds_status ds_recorder_intern(ds_recorder_t *rec, const char *text, uint32_t
     memset(row, 0, sizeof *row);
     row->id = id;
     row->length = (uint32_t)len;
-    memcpy(row->text, text, len < DS_RECORD_STRING_BYTES - 1 ? len : DS_RECORD_STRING_BYTES - 1);
+    // A text too long for the row keeps its whole characters only: the cut never splits a UTF-8
+    // sequence (its continuation bytes are 10xxxxxx), so every stored text stays valid UTF-8.
+    size_t keep = len < DS_RECORD_STRING_BYTES - 1 ? len : DS_RECORD_STRING_BYTES - 1;
+    if (keep < len)
+        while (keep > 0 && ((unsigned char)text[keep] & 0xC0) == 0x80)
+            keep--;
+    memcpy(row->text, text, keep);
     *id_out = id;
     return DS_OK;
 }

@@ -870,13 +870,20 @@ static enum ds_status label_groups(struct ctx *c) {
     struct table t = {.dset = H5I_INVALID_HID, .mtype = H5I_INVALID_HID};
     enum ds_status st = DS_OK;
     snprintf(s->all.label, sizeof s->all.label, "all");
+    // The strings table: text (fixed-size, NUL padded, UTF-8) and the full length, which tells a
+    // text the writer cut (docs/hdf5-schema.md): such a label ends with an ellipsis.
+    struct str_row {
+        char text[DS_RECORD_STRING_BYTES];
+        uint32_t length;
+    } row;
     if (s->by == DS_SUMMARY_BY_CATEGORY && s->n_groups) {
-        // The strings table: the `text` column only (fixed-size, NUL padded, UTF-8).
-        const struct col cols[] = {{"text", 0, 0, DS_RECORD_STRING_BYTES}};
-        st = table_open(c, "strings", cols, 1, DS_RECORD_STRING_BYTES, &t);
+        const struct col cols[] = {{"text", offsetof(struct str_row, text), 0,
+                                    DS_RECORD_STRING_BYTES},
+                                   {"length", offsetof(struct str_row, length), H5T_NATIVE_UINT32,
+                                    0}};
+        st = table_open(c, "strings", cols, 2, sizeof row, &t);
         if (st) return st;
     }
-    char buf[DS_SUMMARY_LABEL_BYTES];
     for (size_t i = 0; i < s->n_groups && !st; i++) {
         struct ds_summary_group *g = &s->groups[i];
         if (s->by == DS_SUMMARY_BY_CHANNEL) {
@@ -889,12 +896,14 @@ static enum ds_status label_groups(struct ctx *c) {
                                   c->path, (unsigned long long)g->key, (unsigned long long)t.rows);
                 break;
             }
-            memset(buf, 0, sizeof buf);
-            if ((st = table_read(c, &t, g->key, 1, buf))) break;
-            if (buf[0])
-                memcpy(g->label, buf, sizeof g->label); // both NUL-terminated, same size
-            else
+            memset(&row, 0, sizeof row);
+            if ((st = table_read(c, &t, g->key, 1, &row))) break;
+            const size_t n = strnlen(row.text, sizeof row.text);
+            if (!n && !row.length)
                 snprintf(g->label, sizeof g->label, "(none)");
+            else
+                snprintf(g->label, sizeof g->label, "%.*s%s", (int)n, row.text,
+                         row.length > n ? "\xe2\x80\xa6" : ""); // U+2026
         } else {
             snprintf(g->label, sizeof g->label, "%llu", (unsigned long long)g->key);
         }

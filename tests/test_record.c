@@ -625,16 +625,38 @@ static void strings_are_interned_once(void) {
             }
         }
     }
+    // Long texts of 2- and 3-byte characters: the 1015-byte cut would split a character (byte
+    // 1015 of 1500 x U+00E9 is the second byte of one; of "ab" + 1000 x U+20AC the third), so
+    // the row keeps 1014 and 1013 bytes, whole characters only.
+    char eacute[3001], euro[3003];
+    for (int i = 0; i < 1500; i++)
+        memcpy(eacute + 2 * i, "\xc3\xa9", 2);
+    eacute[3000] = '\0';
+    memcpy(euro, "ab", 2);
+    for (int i = 0; i < 1000; i++)
+        memcpy(euro + 2 + 3 * i, "\xe2\x82\xac", 3);
+    euro[3002] = '\0';
+    uint32_t id_e = 0, id_euro = 0;
+    EXPECT_OK(ds_recorder_intern(rec, eacute, &id_e));
+    EXPECT_OK(ds_recorder_intern(rec, euro, &id_euro));
+    EXPECT_EQ_INT(id_e, 3006);
+    EXPECT_EQ_INT(id_euro, 3007);
     uint64_t rows = 0;
     EXPECT_OK(ds_recorder_rows(rec, DS_REC_STRINGS, &rows));
-    EXPECT_EQ_INT(rows, 6 + 3000);
+    EXPECT_EQ_INT(rows, 6 + 3000 + 2);
     EXPECT_OK(ds_recorder_close(rec));
 
     hid_t f = open_ro(path, 0);
     hsize_t n;
     struct ds_rec_string *s = read_table(f, "strings", sizeof *s, &n);
-    EXPECT_EQ_INT(n, 3006);
-    if (s && n == 3006) {
+    EXPECT_EQ_INT(n, 3008);
+    if (s && n == 3008) {
+        EXPECT_EQ_INT(s[3006].length, 3000);
+        EXPECT_EQ_INT(strnlen(s[3006].text, DS_RECORD_STRING_BYTES), 1014);
+        EXPECT(memcmp(s[3006].text, eacute, 1014) == 0);
+        EXPECT_EQ_INT(s[3007].length, 3002);
+        EXPECT_EQ_INT(strnlen(s[3007].text, DS_RECORD_STRING_BYTES), 1013);
+        EXPECT(memcmp(s[3007].text, euro, 1013) == 0);
         EXPECT_EQ_STR(s[0].text, "");
         EXPECT_EQ_STR(s[1].text, meta.command_line);
         EXPECT_EQ_STR(s[2].text, "coding");

@@ -97,8 +97,8 @@ def _category_labels(run):
         raise DraftscopeFormatError(
             f"{run.path}: /requests names category string {int(bad[0])} beyond /strings "
             f"({n} rows)")
-    texts = run.strings["text"]
-    return {int(i): (texts.iloc[int(i)] or "(none)") for i in set(ids.tolist())}
+    texts = run.string_texts  # a cut text marked with an ellipsis
+    return {int(i): (texts[int(i)] or "(none)") for i in set(ids.tolist())}
 
 
 def _row_key(run, table, by, bins):

@@ -21,6 +21,8 @@ names, in code order. Joined columns, for grouping:
   requests:       category_name, conversation_name
   kernels:        kernel_name
 `Run.experts` is steps.distinct_experts as an (n_steps, 64) array aligned with `Run.steps`.
+`Run.string_texts` holds every /strings text decoded, indexed by id; a text the writer cut (longer
+than a row holds) ends with an ellipsis there and in the joined names.
 """
 import builtins
 import os
@@ -196,8 +198,11 @@ class Run:
     # ---- tables ----
 
     def _strings(self):
+        """Every /strings text, decoded; one the writer cut (its `length` is larger than the
+        bytes stored) ends with an ellipsis, as the C summary's labels do."""
         s = self._raw["strings"]
-        texts = [t.decode("utf-8", "replace") for t in s["text"]]
+        texts = [t.decode("utf-8", "replace") + ("\u2026" if int(n) > len(t) else "")
+                 for t, n in zip(s["text"], s["length"])]
         return np.array(texts, dtype=object)
 
     def _frame(self, name, skip=()):
@@ -222,7 +227,7 @@ class Run:
         return pd.DataFrame(cols)
 
     def _build(self):
-        strings = self._strings()
+        strings = self.string_texts = self._strings()
 
         def text_of(ids):
             ids = np.asarray(ids, dtype=np.int64)

@@ -131,6 +131,28 @@ def test_nonfinite_steps_left_out(samples):
         assert d["all"]["steps"] == keep.sum()
 
 
+def test_cut_category_labelled_alike(programs, samples, tmp_path):
+    """A category text the writer cut (its /strings length beyond the bytes stored) is labelled
+    with an ellipsis by both summaries, sorted by that label, and the other labels unchanged."""
+    cut = tmp_path / "cut_category.h5"
+    shutil.copy(samples["sample"], cut)
+    with draftscope.open(cut) as run:
+        cat = int(run.requests["category"].iloc[0])
+        name = run.string_texts[cat]
+    with h5py.File(cut, "r+") as f:
+        s = f["strings"][()]
+        s["length"][cat] += 5000
+        f["strings"][...] = s
+    c = _c_summary(programs, cut, "category")
+    with draftscope.open(cut) as run:
+        py = metrics.summary_dict(run, "category")
+    c.pop("file")
+    py.pop("file")
+    _same(c, py)
+    labels = [g["label"] for g in c["groups"]]
+    assert name + "\u2026" in labels and name not in labels
+
+
 def test_context_buckets(samples):
     with draftscope.open(samples["sample"]) as run:
         ci = draftscope.metric_ci(run, "mean_acceptance_length", "context", n_boot=0)

@@ -43,7 +43,8 @@ extern "C" {
 #endif
 
 #define DS_SUMMARY_BLOCK_ROWS 65536                         // rows read per HDF5 call
-#define DS_SUMMARY_LABEL_BYTES (DS_RECORD_STRING_BYTES + 1) // group label capacity: any string
+// Group label capacity: any stored string, and the ellipsis (3 bytes) that marks a cut one.
+#define DS_SUMMARY_LABEL_BYTES (DS_RECORD_STRING_BYTES + 4)
 
 enum ds_summary_by {
     DS_SUMMARY_BY_BATCH = 0,
