@@ -97,7 +97,9 @@ enum ds_status ds_eagle3_aux_plan(const char *dir, const struct ds_target_config
     struct ds_draft_config cfg;
     enum ds_status s = ds_draft_config_load(dir, &cfg);
     if (s != DS_OK) return s;
-    return ds_aux_plan(&cfg, target->num_hidden_layers, convention, dir, plan_out);
+    char label[4096]; // the ids are config.json's: name it, as the pair check does
+    snprintf(label, sizeof label, "%s/config.json", dir);
+    return ds_aux_plan(&cfg, target->num_hidden_layers, convention, label, plan_out);
 }
 
 void ds_gptoss_plan_aux(struct ds_gptoss_plan *tp, const struct ds_aux_plan *aux) {
@@ -166,26 +168,62 @@ static void find_fusions(ds_eagle3_t *d) {
     d->gate_up_fused = ds_wt_follows(&d->gate_w, I * H, &d->up_w);
 }
 
+enum ds_status ds_eagle3_check_config(const struct ds_draft_config *c, const char *label,
+                                      struct ds_problems *p) {
+    const size_t before = p->count;
+    if (c->num_hidden_layers != 1)
+        ds_problems_add(p, "%s: num_hidden_layers: expected 1 (one EAGLE-3 layer), found %lld",
+                        label, (long long)c->num_hidden_layers);
+    if (strcmp(c->hidden_act, "silu"))
+        ds_problems_add(p, "%s: hidden_act: expected silu, found %s", label, c->hidden_act);
+    if (c->head_dim > DS_MAX_HEAD_DIM || c->head_dim % 2)
+        ds_problems_add(p, "%s: head_dim: expected an even value up to %d, found %lld", label,
+                        DS_MAX_HEAD_DIM, (long long)c->head_dim);
+    if (c->rope.type != DS_ROPE_DEFAULT && c->rope.type != DS_ROPE_YARN)
+        ds_problems_add(p, "%s: rope type: expected default or yarn, found %s", label,
+                        ds_rope_type_name(c->rope.type));
+    // The parser refuses the pair already; a config built in code may not have been parsed.
+    if (c->fc_norm && c->norm_before_fc)
+        ds_problems_add(p, "%s: norm_before_fc and fc_norm: expected at most one, found both",
+                        label);
+    return p->count > before ? ds_problems_error(DS_ERR_UNSUPPORTED, p, before) : DS_OK;
+}
+
+// Reads and checks the draft in DIR (ds_eagle3_check_dir); *st_out is opened here and left to
+// the caller, also on failure.
+static enum ds_status open_checked(const char *dir, const struct ds_target_config *tc,
+                                   struct ds_draft_config *cfg, ds_safetensors_t **st_out,
+                                   struct ds_problems *problems) {
+    char label[4096];
+    snprintf(label, sizeof label, "%s/config.json", dir);
+    struct ds_pair_report report;
+    enum ds_status s = ds_draft_config_load(dir, cfg);
+    if (s == DS_OK) s = ds_eagle3_check_config(cfg, label, problems);
+    if (s == DS_OK) s = ds_safetensors_open_dir(dir, st_out);
+    if (s != DS_OK) return s;
+    s = ds_checkpoint_check_draft(cfg, *st_out, dir, problems);
+    if (s == DS_OK) s = ds_checkpoint_check_pair(tc, cfg, *st_out, dir, &report, problems);
+    return s == DS_OK ? s : ds_problems_error(s, problems, 0);
+}
+
+enum ds_status ds_eagle3_check_dir(const char *dir, const struct ds_target_config *target,
+                                   struct ds_draft_config *cfg_out) {
+    struct ds_problems problems = {0};
+    ds_safetensors_t *st = NULL;
+    enum ds_status s = open_checked(dir, target, cfg_out, &st, &problems);
+    ds_safetensors_close(st);
+    ds_problems_free(&problems);
+    return s;
+}
+
+// What only a loaded pair can check: the backend's head dims, the sizes the draft takes from the
+// target (gen drafts have no pair check), the plan's own embedding.
 static enum ds_status check_config(ds_eagle3_t *d) {
     const struct ds_draft_config *c = &d->cfg;
     enum ds_status hs = ds_wl_check_head_dim(d->be, c->head_dim, d->label);
     if (hs) return hs;
-    if (c->num_hidden_layers != 1)
-        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %lld draft layers (only 1 is supported)",
-                            d->label, (long long)c->num_hidden_layers);
-    if (strcmp(c->hidden_act, "silu"))
-        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: hidden_act %s (only silu is supported)",
-                            d->label, c->hidden_act);
-    if (c->head_dim > DS_MAX_HEAD_DIM || c->head_dim % 2)
-        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: head_dim %lld (even, <= %d supported)",
-                            d->label, (long long)c->head_dim, DS_MAX_HEAD_DIM);
-    if (c->rope.type != DS_ROPE_DEFAULT && c->rope.type != DS_ROPE_YARN)
-        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: rope type %s is not supported yet", d->label,
-                            ds_rope_type_name(c->rope.type));
-    if (c->fc_norm && c->norm_before_fc)
-        return ds_error_set(DS_ERR_FORMAT, "%s: fc_norm and norm_before_fc are exclusive",
-                            d->label);
-    if (c->target_hidden_size != d->Ht)
+    // Only fc reads target_hidden_size: a no-aux head's is not checked (nor by the pair check).
+    if (c->use_aux_hidden_state && c->target_hidden_size != d->Ht)
         return ds_error_set(DS_ERR_MISMATCH, "%s: target_hidden_size %lld, target has %d", d->label,
                             (long long)c->target_hidden_size, d->Ht);
     if (!c->use_aux_hidden_state && d->Ht != d->H)
@@ -301,7 +339,6 @@ static enum ds_status create_impl(const char *dir, const struct ds_draft_config 
     if (!d) return ds_error_set(DS_ERR_NOMEM, "%s: out of memory", dir);
     struct ds_problems problems = {0};
     struct ds_weight_loader wl = {0};
-    struct ds_pair_report report;
     snprintf(d->label, sizeof d->label, "%s", dir);
     d->be = be;
     d->target = target;
@@ -315,17 +352,11 @@ static enum ds_status create_impl(const char *dir, const struct ds_draft_config 
 
     if (gen) {
         d->cfg = *gen_cfg;
+        s = ds_eagle3_check_config(&d->cfg, dir, &problems);
     } else {
-        if ((s = ds_draft_config_load(dir, &d->cfg)) != DS_OK) goto fail;
-        if ((s = ds_safetensors_open_dir(dir, &d->st)) != DS_OK) goto fail;
-        s = ds_checkpoint_check_draft(&d->cfg, d->st, dir, &problems);
-        if (s == DS_OK) s = ds_checkpoint_check_pair(tc, &d->cfg, d->st, dir, &report, &problems);
+        s = open_checked(dir, tc, &d->cfg, &d->st, &problems);
     }
-    if (s != DS_OK) {
-        if (problems.count > 1)
-            ds_error_set(s, "%s (and %zu more problems)", problems.lines[0], problems.count - 1);
-        goto fail;
-    }
+    if (s != DS_OK) goto fail;
     const struct ds_draft_config *c = &d->cfg;
     d->H = (int)c->hidden_size;
     d->Ht = (int)tc->hidden_size;

@@ -194,32 +194,56 @@ static enum ds_status check_plan(const ds_gptoss_t *m, const struct ds_gptoss_pl
     return DS_OK;
 }
 
-static enum ds_status check_config(const ds_gptoss_t *m) {
-    const struct ds_target_config *c = &m->cfg;
-    enum ds_status hs = ds_wl_check_head_dim(m->be, c->head_dim, m->label);
-    if (hs) return hs;
+enum ds_status ds_gptoss_check_config(const struct ds_target_config *c, const char *label,
+                                      struct ds_problems *p) {
+    const size_t before = p->count;
     if (!c->mxfp4)
-        return ds_error_set(DS_ERR_UNSUPPORTED,
-                            "%s: only MXFP4 experts are supported (config has no mxfp4 "
-                            "quantization_config)",
-                            m->label);
+        ds_problems_add(p,
+                        "%s: quantization_config: expected quant_method \"mxfp4\" (only MXFP4 "
+                        "experts are supported), found none",
+                        label);
     if (c->head_dim > DS_MAX_HEAD_DIM || c->head_dim % 2)
-        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: head_dim %lld (even, <= %d supported)",
-                            m->label, (long long)c->head_dim, DS_MAX_HEAD_DIM);
+        ds_problems_add(p, "%s: head_dim: expected an even value up to %d, found %lld", label,
+                        DS_MAX_HEAD_DIM, (long long)c->head_dim);
+    // With MXFP4 the parser refuses these already; a config built in code may not have been parsed.
     if (c->hidden_size % 32 || c->intermediate_size % 32)
-        return ds_error_set(DS_ERR_UNSUPPORTED,
-                            "%s: hidden_size and intermediate_size must be multiples of 32 "
-                            "(MXFP4 blocks)",
-                            m->label);
+        ds_problems_add(p,
+                        "%s: hidden_size and intermediate_size: expected multiples of 32 (MXFP4 "
+                        "blocks), found %lld and %lld",
+                        label, (long long)c->hidden_size, (long long)c->intermediate_size);
     if (c->num_experts_per_tok > DS_MAX_TOPK || c->num_experts_per_tok > c->num_local_experts)
-        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: %lld experts per token of %lld", m->label,
-                            (long long)c->num_experts_per_tok, (long long)c->num_local_experts);
-    if (c->vocab_size > INT32_MAX / 2 || c->hidden_size > INT32_MAX / 8)
-        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: dimensions too large", m->label);
+        ds_problems_add(p,
+                        "%s: num_experts_per_tok: expected at most %d and at most "
+                        "num_local_experts %lld, found %lld",
+                        label, DS_MAX_TOPK, (long long)c->num_local_experts,
+                        (long long)c->num_experts_per_tok);
+    // The ops take int dims: beyond these, their products with small factors could overflow.
+    if (c->vocab_size > INT32_MAX / 2)
+        ds_problems_add(p, "%s: vocab_size: expected at most %d, found %lld", label,
+                        INT32_MAX / 2, (long long)c->vocab_size);
+    if (c->hidden_size > INT32_MAX / 8)
+        ds_problems_add(p, "%s: hidden_size: expected at most %d, found %lld", label,
+                        INT32_MAX / 8, (long long)c->hidden_size);
     if (c->rope.type != DS_ROPE_YARN && c->rope.type != DS_ROPE_DEFAULT)
-        return ds_error_set(DS_ERR_UNSUPPORTED, "%s: rope type %s is not supported", m->label,
-                            ds_rope_type_name(c->rope.type));
-    return DS_OK;
+        ds_problems_add(p, "%s: rope type: expected default or yarn, found %s", label,
+                        ds_rope_type_name(c->rope.type));
+    return p->count > before ? ds_problems_error(DS_ERR_UNSUPPORTED, p, before) : DS_OK;
+}
+
+enum ds_status ds_gptoss_check_dir(const char *dir, struct ds_target_config *cfg_out) {
+    enum ds_status s = ds_target_config_load(dir, cfg_out);
+    if (s != DS_OK) return s;
+    char label[4096];
+    snprintf(label, sizeof label, "%s/config.json", dir);
+    struct ds_problems problems = {0};
+    ds_safetensors_t *st = NULL;
+    s = ds_gptoss_check_config(cfg_out, label, &problems);
+    if (s == DS_OK) s = ds_safetensors_open_dir(dir, &st);
+    if (s == DS_OK && (s = ds_checkpoint_check_target(cfg_out, st, dir, &problems)) != DS_OK)
+        ds_problems_error(s, &problems, 0);
+    ds_safetensors_close(st);
+    ds_problems_free(&problems);
+    return s;
 }
 
 // Carves one arena: each call reserves `bytes` (256-aligned) and returns its offset pointer
@@ -267,9 +291,11 @@ static size_t carve_activations(ds_gptoss_t *m, char *base) {
 }
 
 // Creates a model over a checkpoint (st) or a weight generator (gen, synthetic weights).
+// `label` names the checkpoint, `cfg_label` the config (DIR/config.json when read from DIR).
 static enum ds_status create_impl(const struct ds_target_config *cfg, const ds_safetensors_t *st,
                                   const struct ds_weight_gen *gen, const char *label,
-                                  struct ds_backend *be, const struct ds_gptoss_plan *plan,
+                                  const char *cfg_label, struct ds_backend *be,
+                                  const struct ds_gptoss_plan *plan,
                                   const struct ds_load_progress *progress, ds_gptoss_t **out) {
     *out = NULL;
     enum ds_status s = ds_backend_check(be);
@@ -302,13 +328,13 @@ static enum ds_status create_impl(const struct ds_target_config *cfg, const ds_s
 
     struct ds_problems problems = {0};
     struct ds_weight_loader wl = {0};
-    if ((s = check_config(m)) != DS_OK) goto fail;
-    if ((s = check_plan(m, &m->plan)) != DS_OK) goto fail;
-    if (st) s = ds_checkpoint_check_target(&m->cfg, st, label, &problems);
-    if (s != DS_OK) {
-        // Keep the first problem as the message; say how many there were.
-        if (problems.count > 1)
-            ds_error_set(s, "%s (and %zu more problems)", problems.lines[0], problems.count - 1);
+    // The config (what inspect refuses too), the backend's head dims, the plan, then the table.
+    if ((s = ds_gptoss_check_config(&m->cfg, cfg_label, &problems)) != DS_OK ||
+        (s = ds_wl_check_head_dim(be, cfg->head_dim, m->label)) != DS_OK ||
+        (s = check_plan(m, &m->plan)) != DS_OK)
+        goto fail;
+    if (st && (s = ds_checkpoint_check_target(&m->cfg, st, label, &problems)) != DS_OK) {
+        ds_problems_error(s, &problems, 0); // the first problem, and how many there were
         goto fail;
     }
     m->layers = calloc((size_t)m->L, sizeof *m->layers);
@@ -401,7 +427,8 @@ enum ds_status ds_gptoss_create_from(const struct ds_target_config *cfg, const d
     if (model_out) *model_out = NULL;
     if (!cfg || !st || !model_out)
         return ds_error_set(DS_ERR_ARG, "gptoss: create with a NULL config, checkpoint or out");
-    return create_impl(cfg, st, NULL, label ? label : "target", be, plan, progress, model_out);
+    if (!label) label = "target";
+    return create_impl(cfg, st, NULL, label, label, be, plan, progress, model_out);
 }
 
 enum ds_status ds_gptoss_create(const char *dir, struct ds_backend *be,
@@ -414,7 +441,9 @@ enum ds_status ds_gptoss_create(const char *dir, struct ds_backend *be,
     if (s != DS_OK) return s;
     ds_safetensors_t *st = NULL;
     if ((s = ds_safetensors_open_dir(dir, &st)) != DS_OK) return s;
-    s = create_impl(&cfg, st, NULL, dir, be, plan, progress, model_out);
+    char cfg_label[4096];
+    snprintf(cfg_label, sizeof cfg_label, "%s/config.json", dir);
+    s = create_impl(&cfg, st, NULL, dir, cfg_label, be, plan, progress, model_out);
     if (s != DS_OK) {
         ds_safetensors_close(st);
         return s;
@@ -431,8 +460,8 @@ enum ds_status ds_gptoss_create_gen(const struct ds_target_config *cfg,
     if (model_out) *model_out = NULL;
     if (!cfg || !gen || !model_out)
         return ds_error_set(DS_ERR_ARG, "gptoss: create with a NULL config, generator or out");
-    return create_impl(cfg, NULL, gen, label ? label : "synthetic target", be, plan, progress,
-                       model_out);
+    if (!label) label = "synthetic target";
+    return create_impl(cfg, NULL, gen, label, label, be, plan, progress, model_out);
 }
 
 void ds_gptoss_release(ds_gptoss_t *m) {

@@ -10,6 +10,8 @@
 #include "ds/checkpoint.h"
 #include "ds/cli.h"
 #include "ds/config.h"
+#include "ds/eagle3.h"
+#include "ds/gptoss.h"
 #include "ds/safetensors.h"
 
 #include <getopt.h>
@@ -232,10 +234,14 @@ struct inspect {
 
 static json_t *inspect_target(struct inspect *in) {
     json_t *o = json_object();
+    char label[4096];
+    snprintf(label, sizeof label, "%s/config.json", in->target_dir);
     json_object_set_new(o, "dir", ds_cli_json_text(in->target_dir));
     if (ds_target_config_load(in->target_dir, &in->target) == DS_OK) {
         in->target_cfg_ok = true;
         json_object_update_new(o, target_config_json(&in->target));
+        // The loader's own refusals, so that "usable" means it loads.
+        ds_gptoss_check_config(&in->target, label, &in->problems);
     } else {
         ds_problems_add(&in->problems, "%s", ds_error_last());
     }
@@ -254,10 +260,12 @@ static json_t *inspect_draft(struct inspect *in) {
     char label[4096];
     snprintf(label, sizeof label, "%s/config.json", in->draft_dir);
     json_object_set_new(o, "dir", ds_cli_json_text(in->draft_dir));
-    if (ds_draft_config_load(in->draft_dir, &in->draft) == DS_OK)
+    if (ds_draft_config_load(in->draft_dir, &in->draft) == DS_OK) {
         in->draft_cfg_ok = true;
-    else
+        ds_eagle3_check_config(&in->draft, label, &in->problems);
+    } else {
         ds_problems_add(&in->problems, "%s", ds_error_last());
+    }
     if (ds_safetensors_open_dir(in->draft_dir, &in->draft_st) != DS_OK)
         ds_problems_add(&in->problems, "%s", ds_error_last());
     if (!in->draft_cfg_ok) return o;

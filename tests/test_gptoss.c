@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ds/backend.h"
+#include "ds/checkpoint.h"
 #include "ds/gptoss.h"
 #include "harness.h"
 #include "model_naive.h"
@@ -268,6 +269,66 @@ static void bad_input(void) {
     ds_gptoss_release(m);
 }
 
+// The config values the model refuses (ds_gptoss_check_config, which inspect runs too): each
+// alone is one line naming the config, DS_ERR_UNSUPPORTED, and the constructor refuses with that
+// same line before it plans anything; several are the first line and the count of the rest.
+static void config_refusals(void) {
+    struct ds_target_config base;
+    ds_safetensors_t *st = NULL;
+    EXPECT_OK(ds_target_config_load(TARGET, &base));
+    EXPECT_OK(ds_safetensors_open_dir(TARGET, &st));
+    if (!st) return;
+    struct ds_problems p = {0};
+    EXPECT_OK(ds_gptoss_check_config(&base, "cfg", &p));
+    EXPECT_EQ_INT(p.count, 0);
+    enum { N = 6 };
+    static const char *const want[N] = {
+        "cfg: quantization_config: expected quant_method \"mxfp4\" (only MXFP4 experts are "
+        "supported), found none",
+        "cfg: head_dim: expected an even value up to 256, found 258",
+        "cfg: hidden_size and intermediate_size: expected multiples of 32 (MXFP4 blocks), found "
+        "48 and 64",
+        "cfg: num_experts_per_tok: expected at most 64 and at most num_local_experts 80, found 65",
+        "cfg: vocab_size: expected at most 1073741823, found 1073741824",
+        "cfg: rope type: expected default or yarn, found linear",
+    };
+    const struct ds_gptoss_plan plan = {.max_slots = 1, .max_pos = 8, .max_rows = 4};
+    for (int i = 0; i < N; i++) {
+        struct ds_target_config c = base;
+        switch (i) {
+        case 0: c.mxfp4 = false; break;
+        case 1: c.head_dim = 258; break;
+        case 2: c.hidden_size = 48; break;
+        case 3: c.num_local_experts = 80, c.num_experts_per_tok = 65; break;
+        case 4: c.vocab_size = (int64_t)INT32_MAX / 2 + 1; break;
+        case 5: c.rope.type = DS_ROPE_LINEAR; break;
+        }
+        EXPECT_STATUS(ds_gptoss_check_config(&c, "cfg", &p), DS_ERR_UNSUPPORTED);
+        EXPECT_EQ_INT(p.count, 1);
+        if (p.count == 1) EXPECT_EQ_STR(p.lines[0], want[i]);
+        EXPECT_EQ_STR(ds_error_last(), want[i]);
+        ds_problems_free(&p);
+        ds_gptoss_t *m = NULL;
+        EXPECT_STATUS(ds_gptoss_create_from(&c, st, "cfg", be, &plan, NULL, &m),
+                      DS_ERR_UNSUPPORTED);
+        EXPECT_EQ_STR(ds_error_last(), want[i]);
+        EXPECT(m == NULL);
+    }
+    // Two at once: both listed, the message says the first and counts the other.
+    struct ds_target_config c = base;
+    c.mxfp4 = false;
+    c.rope.type = DS_ROPE_LLAMA3;
+    EXPECT_STATUS(ds_gptoss_check_config(&c, "cfg", &p), DS_ERR_UNSUPPORTED);
+    EXPECT_EQ_INT(p.count, 2);
+    if (p.count == 2) EXPECT_EQ_STR(p.lines[1], "cfg: rope type: expected default or yarn, "
+                                                "found llama3");
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s (and 1 more problems)", want[0]);
+    EXPECT_EQ_STR(ds_error_last(), msg);
+    ds_problems_free(&p);
+    ds_safetensors_close(st);
+}
+
 // ---- transformers goldens (docs/references.md) ----
 
 #define GOLDEN DS_SOURCE_DIR "/tests/fixtures/golden/"
@@ -391,6 +452,7 @@ int main(void) {
     DS_RUN(batch_invariant);
     DS_RUN(memory_plan);
     DS_RUN(bad_input);
+    DS_RUN(config_refusals);
     DS_RUN(golden_target_a);
     DS_RUN(golden_target_b);
     ds_backend_release(be);

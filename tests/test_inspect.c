@@ -17,9 +17,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ds/backend.h"
 #include "ds/checkpoint.h"
 #include "ds/cli.h"
 #include "ds/config.h"
+#include "ds/eagle3.h"
+#include "ds/gptoss.h"
 #include "ds/safetensors.h"
 
 #define FIX DS_SOURCE_DIR "/tests/fixtures/ckpt"
@@ -463,6 +466,155 @@ static void target_unsupported_config(void) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Refusals inspect shares with the loaders: each checkpoint below has one problem, and inspect's
+// line for it is the loader's error, word for word (they once disagreed: inspect called
+// checkpoints usable that the loaders refused, or said it otherwise).
+
+static struct ds_backend *be; // the CPU reference, for the loaders
+static void set_vocab_600(json_t *cfg);
+
+static const struct ds_gptoss_plan TARGET_PLAN = {.max_slots = 1, .max_pos = 16, .max_rows = 4};
+static const struct ds_eagle3_plan DRAFT_PLAN = {.max_slots = 1, .max_pos = 16, .max_rows = 4};
+
+// inspect refuses the target (and the draft, when given) with 1 + `more` problem lines, the first
+// containing `needle`; the loader, and the early check of run and generate, refuse it with that
+// first line as their error, followed by "(and N more problems)" when there are more.
+static void expect_refused_alike(const char *target, const char *draft, const char *needle,
+                                 size_t more) {
+    json_t *r = inspect_json(target, draft, 1);
+    if (!r) return;
+    const json_t *p = json_object_get(r, "problems");
+    EXPECT_EQ_INT(json_array_size(p), 1 + more);
+    const char *line = json_string_value(json_array_get(p, 0));
+    char want[1024];
+    snprintf(want, sizeof want, "%s", line ? line : "");
+    json_decref(r);
+    if (!strstr(want, needle)) DS_FAILF("inspect said \"%s\", wanted \"%s\"", want, needle);
+    if (more) {
+        size_t n = strlen(want);
+        snprintf(want + n, sizeof want - n, " (and %zu more problems)", more);
+    }
+
+    ds_gptoss_t *m = NULL;
+    ds_eagle3_t *d = NULL;
+    if (!draft) {
+        EXPECT(ds_gptoss_create(target, be, &TARGET_PLAN, NULL, &m) != DS_OK);
+    } else {
+        EXPECT_OK(ds_gptoss_create(target, be, &TARGET_PLAN, NULL, &m));
+        if (m) EXPECT(ds_eagle3_create(draft, m, be, &DRAFT_PLAN, NULL, &d) != DS_OK);
+    }
+    EXPECT_EQ_STR(ds_error_last(), want);
+    // The early check of run and generate says the same.
+    struct ds_target_config tc;
+    struct ds_draft_config dc;
+    if (!draft) {
+        EXPECT(ds_gptoss_check_dir(target, &tc) != DS_OK);
+    } else {
+        EXPECT_OK(ds_gptoss_check_dir(target, &tc));
+        EXPECT(ds_eagle3_check_dir(draft, &tc, &dc) != DS_OK);
+    }
+    EXPECT_EQ_STR(ds_error_last(), want);
+    ds_eagle3_release(d);
+    ds_gptoss_release(m);
+}
+
+// BF16 experts: transformers' dequantized layout, which the table check accepts and the model
+// does not run.
+static void no_quantization(json_t *cfg) {
+    json_object_del(cfg, "quantization_config");
+}
+
+static bool mxfp4_to_bf16(struct wt *t, void *user) {
+    return !strstr(t->name, "_blocks") && !strstr(t->name, "_scales");
+}
+
+static void target_bf16_experts_refused(void) {
+    struct wt extra[8];
+    for (int l = 0; l < 4; l++) { // [E, H, 2I] and [E, I, H]
+        extra[2 * l] = (struct wt){.dtype = DS_DTYPE_BF16, .ndim = 3, .shape = {8, 64, 128}};
+        snprintf(extra[2 * l].name, sizeof extra[2 * l].name,
+                 "model.layers.%d.mlp.experts.gate_up_proj", l);
+        extra[2 * l + 1] = (struct wt){.dtype = DS_DTYPE_BF16, .ndim = 3, .shape = {8, 64, 64}};
+        snprintf(extra[2 * l + 1].name, sizeof extra[2 * l + 1].name,
+                 "model.layers.%d.mlp.experts.down_proj", l);
+    }
+    const char *dir =
+        rewrite("bf16-experts", FIX "/target", mxfp4_to_bf16, NULL, extra, 8, no_quantization);
+    expect_refused_alike(dir, NULL,
+                         "bf16-experts/config.json: quantization_config: expected quant_method "
+                         "\"mxfp4\" (only MXFP4 experts are supported), found none",
+                         0);
+}
+
+// head_dim 33 with tensors of that head size: q 4 x 33 = 132 rows, k and v 2 x 33 = 66.
+static void head_dim_33(json_t *cfg) {
+    json_object_set_new(cfg, "head_dim", json_integer(33));
+}
+
+static bool resize_heads_33(struct wt *t, void *user) {
+    const bool q = strstr(t->name, "q_proj") != NULL,
+               kv = strstr(t->name, "k_proj") || strstr(t->name, "v_proj");
+    if (q || kv) t->shape[0] = q ? 132 : 66;
+    if (strstr(t->name, "o_proj.weight")) t->shape[1] = 132;
+    if (q || kv || strstr(t->name, "o_proj.weight")) t->data = NULL;
+    return true;
+}
+
+static void llama3_rope(json_t *cfg) {
+    json_object_set_new(cfg, "rope_scaling",
+                        json_pack("{s:s, s:f}", "rope_type", "llama3", "factor", 8.0));
+}
+
+static void target_config_refused_alike(void) {
+    const char *dir = rewrite("hd33", FIX "/target", resize_heads_33, NULL, NULL, 0, head_dim_33);
+    expect_refused_alike(dir, NULL,
+                         "hd33/config.json: head_dim: expected an even value up to 256, found 33",
+                         0);
+    dir = rewrite("llama3", FIX "/target", NULL, NULL, NULL, 0, llama3_rope);
+    expect_refused_alike(dir, NULL, "llama3/config.json: rope type: expected default or yarn, "
+                                    "found llama3", 0);
+}
+
+// A config vocab_size the embedding and lm_head disagree with: one line per table, naming
+// config.json, the tensor's file and both numbers (it was two bare shape mismatches).
+static void target_vocab_disagrees(void) {
+    const char *dir = rewrite("vocab600", FIX "/target", NULL, NULL, NULL, 0, set_vocab_600);
+    char want[1400];
+    snprintf(want, sizeof want,
+             "vocab600/config.json: vocab_size is 600, but tensor model.embed_tokens.weight in "
+             "%s/model.safetensors has 512 rows",
+             dir);
+    expect_refused_alike(dir, NULL, want, 1);
+    json_t *r = inspect_json(dir, NULL, 1);
+    EXPECT_PROBLEM(r, "config.json: vocab_size is 600, but tensor lm_head.weight in ");
+    EXPECT(!has_problem(r, "expected shape"));
+    json_decref(r);
+}
+
+static void gelu(json_t *cfg) {
+    json_object_set_new(cfg, "hidden_act", json_string("gelu"));
+}
+static void two_layers(json_t *cfg) {
+    json_object_set_new(cfg, "num_hidden_layers", json_integer(2));
+}
+static void linear_rope(json_t *cfg) {
+    json_object_set_new(cfg, "rope_scaling",
+                        json_pack("{s:s, s:f}", "rope_type", "linear", "factor", 2.0));
+}
+
+static void draft_config_refused_alike(void) {
+    const char *dir = rewrite("gelu", FIX "/draft-lmsys", NULL, NULL, NULL, 0, gelu);
+    expect_refused_alike(FIX "/target", dir, "gelu/config.json: hidden_act: expected silu, "
+                                             "found gelu", 0);
+    dir = rewrite("layers2", FIX "/draft-lmsys", NULL, NULL, NULL, 0, two_layers);
+    expect_refused_alike(FIX "/target", dir, "layers2/config.json: num_hidden_layers: expected 1 "
+                                             "(one EAGLE-3 layer), found 2", 0);
+    dir = rewrite("linear", FIX "/draft-lmsys", NULL, NULL, NULL, 0, linear_rope);
+    expect_refused_alike(FIX "/target", dir, "linear/config.json: rope type: expected default or "
+                                             "yarn, found linear", 0);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Broken drafts
 
 static void set_target_hidden_96(json_t *cfg) {
@@ -661,6 +813,26 @@ static void draft_variants_usable(void) {
     json_decref(r);
 }
 
+static void no_aux_target_hidden_96(json_t *cfg) {
+    no_aux(cfg);
+    set_target_hidden_96(cfg);
+}
+
+// A no-aux head has no fc, so its target_hidden_size reads nothing: inspect let it pass, and the
+// loader refused it ("target_hidden_size 96, target has 64"); both take it now.
+static void no_aux_target_hidden_unused(void) {
+    const char *dir =
+        rewrite("noaux-th96", FIX "/draft-lmsys", drop_fc, NULL, NULL, 0, no_aux_target_hidden_96);
+    json_t *r = inspect_json(FIX "/target", dir, 0);
+    json_decref(r);
+    ds_gptoss_t *m = NULL;
+    ds_eagle3_t *d = NULL;
+    EXPECT_OK(ds_gptoss_create(FIX "/target", be, &TARGET_PLAN, NULL, &m));
+    if (m) EXPECT_OK(ds_eagle3_create(dir, m, be, &DRAFT_PLAN, NULL, &d));
+    ds_eagle3_release(d);
+    ds_gptoss_release(m);
+}
+
 static void missing_draft_dir(void) {
     json_t *r = inspect_json(FIX "/target", DS_BINARY_DIR "/no-such-draft", 1);
     EXPECT_PROBLEM(r, "no-such-draft/config.json: cannot open");
@@ -679,6 +851,10 @@ int main(void) {
         perror(scratch);
         return 1;
     }
+    if (ds_backend_ref_create(&be) != DS_OK) {
+        fprintf(stderr, "%s\n", ds_error_last());
+        return 1;
+    }
     DS_RUN(fixtures_usable);
     DS_RUN(text_output);
     DS_RUN(usage_errors);
@@ -689,13 +865,19 @@ int main(void) {
     DS_RUN(target_missing_config_field);
     DS_RUN(target_malformed_config);
     DS_RUN(target_unsupported_config);
+    DS_RUN(target_bf16_experts_refused);
+    DS_RUN(target_config_refused_alike);
+    DS_RUN(target_vocab_disagrees);
+    DS_RUN(draft_config_refused_alike);
     DS_RUN(draft_hidden_mismatch);
     DS_RUN(draft_vocab_mismatch);
     DS_RUN(draft_d2t_out_of_range);
     DS_RUN(draft_t2d_inconsistent);
     DS_RUN(draft_aux_out_of_range);
     DS_RUN(draft_variants_usable);
+    DS_RUN(no_aux_target_hidden_unused);
     DS_RUN(missing_draft_dir);
+    ds_backend_release(be);
     int rc = ds_test_end();
     if (rc == 0) nftw(scratch, remove_entry, 16, FTW_DEPTH | FTW_PHYS); // keep it on failure
     return rc;

@@ -54,6 +54,11 @@ enum ds_status ds_problems_add(struct ds_problems *p, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void ds_problems_free(struct ds_problems *p);
 
+// Makes the lines from index `from` on the thread's error, for a caller that stops at the first
+// failing check: the first line, then "(and N more problems)" when there are more. Returns s;
+// with no such line the error is left as it is (a DS_ERR_NOMEM, say).
+enum ds_status ds_problems_error(enum ds_status s, const struct ds_problems *p, size_t from);
+
 // One tensor a config expects.
 struct ds_tensor_spec {
     char name[96];
@@ -71,7 +76,8 @@ enum ds_status ds_draft_expected_tensors(const struct ds_draft_config *cfg,
                                          struct ds_tensor_spec **specs_out, size_t *count_out);
 
 // Checks a target's tensors against its config: every expected tensor present with the expected
-// shape and dtype, every other tensor reported as unexpected. `dir` names the checkpoint in
+// shape and dtype, every other tensor reported as unexpected; an embedding or lm_head whose rows
+// are not vocab_size is said as that, naming DIR/config.json. `dir` names the checkpoint in
 // messages about absent tensors. Returns DS_OK when nothing was found, DS_ERR_MISMATCH when this
 // call added problems (ds_error_last() then holds the first), DS_ERR_NOMEM.
 enum ds_status ds_checkpoint_check_target(const struct ds_target_config *cfg,

@@ -60,10 +60,26 @@ enum ds_status ds_eagle3_aux_plan(const char *dir, const struct ds_target_config
 // Copies an aux plan's boundaries into a target plan (n_aux = plan->n; 0 for a no-aux head).
 void ds_gptoss_plan_aux(struct ds_gptoss_plan *target_plan, const struct ds_aux_plan *aux);
 
+// The config values the draft constructors refuse whatever the backend: a layer count other
+// than 1, hidden_act other than silu, an odd head_dim or one above DS_MAX_HEAD_DIM, RoPE other
+// than default or yarn, norm_before_fc together with fc_norm. As ds_gptoss_check_config: inspect
+// runs it too, one line each naming `label` (the config file), DS_ERR_UNSUPPORTED when any.
+enum ds_status ds_eagle3_check_config(const struct ds_draft_config *cfg, const char *label,
+                                      struct ds_problems *problems);
+
+// What ds_eagle3_create refuses of DIR against a target's config without a backend or a plan, in
+// the same order: config.json (parse, ds_eagle3_check_config), the tensor table, the pair
+// (ds_checkpoint_check_pair, which reads the small d2t/t2d). For commands that want a bad draft
+// refused before the target loads; the message is the first problem and how many more there
+// are. *cfg_out is the draft's config, completed from the table.
+enum ds_status ds_eagle3_check_dir(const char *dir, const struct ds_target_config *target,
+                                   struct ds_draft_config *cfg_out);
+
 // Loads the draft in DIR against `target` (which lends its embedding table, and its lm_head to a
 // full-vocabulary head without one; it must outlive the draft and use the same backend). Checks
-// the tensor table and the pair (vocabulary sizes, hidden sizes, the d2t map); every problem is
-// one line, the first in ds_error_last(). *draft_out is NULL on failure.
+// the config (ds_eagle3_check_config), the tensor table and the pair (vocabulary sizes, hidden
+// sizes, the d2t map); every problem is one line, the first in ds_error_last(). *draft_out is
+// NULL on failure.
 enum ds_status ds_eagle3_create(const char *dir, const ds_gptoss_t *target, struct ds_backend *be,
                                 const struct ds_eagle3_plan *plan,
                                 const struct ds_load_progress *progress, ds_eagle3_t **draft_out);

@@ -91,8 +91,9 @@ struct ds_batch {
                                     // logit_rows[i]
 };
 
-// Loads DIR (config.json + safetensors, sharded or not), checks the tensor table against the
-// config (every problem is reported; the first is in ds_error_last()), and plans memory.
+// Loads DIR (config.json + safetensors, sharded or not), refuses what ds_gptoss_check_config
+// refuses, checks the tensor table against the config (every problem is reported; the first is
+// in ds_error_last()), and plans memory.
 // progress may be NULL. *model_out is NULL on failure. The backend must outlive the model.
 enum ds_status ds_gptoss_create(const char *dir, struct ds_backend *be,
                                 const struct ds_gptoss_plan *plan,
@@ -105,6 +106,24 @@ enum ds_status ds_gptoss_create_from(const struct ds_target_config *cfg, const d
                                      const struct ds_gptoss_plan *plan,
                                      const struct ds_load_progress *progress,
                                      ds_gptoss_t **model_out);
+
+struct ds_problems; // ds/checkpoint.h
+
+// The config values the constructors refuse whatever the backend: experts other than MXFP4, an
+// odd head_dim or one above DS_MAX_HEAD_DIM, hidden or intermediate sizes that are not multiples
+// of 32, more than DS_MAX_TOPK experts per token, dimensions beyond int32 indexing, RoPE other
+// than default or yarn. `draftscope inspect` runs the same function, so it reports exactly what a
+// load would refuse. One line each in *problems, naming `label` (the config file). DS_OK when
+// none, else DS_ERR_UNSUPPORTED with the lines as the message (ds_problems_error). The backend's
+// own limit (the head dims the CUDA attention is built for) is checked at create only.
+enum ds_status ds_gptoss_check_config(const struct ds_target_config *cfg, const char *label,
+                                      struct ds_problems *problems);
+
+// What ds_gptoss_create refuses of DIR without a backend or a plan, in the same order: its
+// config.json (parse, ds_gptoss_check_config), then the tensor table against it. Reads the
+// tensor headers only, so commands call it before any heavy work; the message is the first
+// problem and how many more there are. *cfg_out is the parsed config.
+enum ds_status ds_gptoss_check_dir(const char *dir, struct ds_target_config *cfg_out);
 
 // Frees every buffer (and the checkpoint when create opened it). NULL is a no-op.
 void ds_gptoss_release(ds_gptoss_t *model);
