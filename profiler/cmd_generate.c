@@ -378,7 +378,9 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
     if (o->synthetic) { // a bad spec is a usage error, as in run (ds_cli_synthetic)
         const int src = ds_cli_synthetic(o->synthetic, false, &spec, &cfg);
         if (src) return src == 2 ? usage_error(ds_error_last(), NULL) : fail(ds_error_last());
-    } else if ((s = ds_target_config_load(o->target, &cfg)) != DS_OK) {
+    } else if ((s = ds_gptoss_check_dir(o->target, &cfg)) != DS_OK) {
+        // Config and tensor table as the loader checks them, before the tokenizer and the
+        // backend, and before --logits-out is created.
         return fail(ds_error_last());
     }
     char path[4096];

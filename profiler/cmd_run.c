@@ -358,8 +358,13 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
                 o->synth.source, (unsigned long long)o->synth.seed,
                 (long long)tc.num_hidden_layers);
     } else {
-        if ((s = ds_target_config_load(o->target, &tc))) return fail(ds_error_last());
-        if ((s = ds_eagle3_aux_plan(o->draft, &tc, o->aux_set ? &o->aux_conv : NULL, &aux)))
+        // Both checkpoints as their loaders would refuse them (configs, tensor tables, the pair),
+        // from the headers alone: a bad one stops here, before the tokenizer, the dataset, the
+        // backend and the target's weights, and long before the file exists.
+        struct ds_draft_config dc;
+        if ((s = ds_gptoss_check_dir(o->target, &tc)) ||
+            (s = ds_eagle3_check_dir(o->draft, &tc, &dc)) ||
+            (s = ds_eagle3_aux_plan(o->draft, &tc, o->aux_set ? &o->aux_conv : NULL, &aux)))
             return fail(ds_error_last());
     }
     char path[PATH_MAX];

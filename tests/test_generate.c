@@ -392,6 +392,62 @@ static void bad_input(void) {
     remove(data);
 }
 
+// A config.json whose vocab_size the embedding and lm_head disagree with is refused before the
+// tokenizer is read or the backend opened (here the tokenizer does not exist, and that was the
+// error): one line naming config.json, the tensor's file and both numbers, exit 1, and no
+// --logits-out file, an earlier one kept byte for byte even with --overwrite.
+static void vocab_disagrees_with_tensors(void) {
+    static const char *const files[] = {"model.safetensors.index.json",
+                                        "model-00000-of-00002.safetensors",
+                                        "model-00001-of-00002.safetensors",
+                                        "model-00002-of-00002.safetensors", "config.json"};
+    char dir[300], path[400], from[400];
+    snprintf(dir, sizeof dir, "%s/test_generate.%d.vocab", DS_BINARY_DIR, (int)getpid());
+    mkdir(dir, 0755);
+    for (int i = 0; i < 4; i++) { // the tensors are the fixture's
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        snprintf(from, sizeof from, "%s/%s", TARGET, files[i]);
+        unlink(path);
+        EXPECT(symlink(from, path) == 0);
+    }
+    json_t *cfg = json_load_file(TARGET "/config.json", 0, NULL);
+    EXPECT(cfg != NULL);
+    if (!cfg) return;
+    json_object_set_new(cfg, "vocab_size", json_integer(600));
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    EXPECT(json_dump_file(cfg, path, JSON_INDENT(2)) == 0);
+    json_decref(cfg);
+
+    unlink(out_h5);
+    const char *argv[] = {"generate",     "--target",    dir,
+                          "--prompt-ids", "1,2",         "--tokenizer",
+                          DS_BINARY_DIR "/no-such-tokenizer.json",
+                          "--device",     "cpu",         "--logits-out",
+                          out_h5,         "--overwrite"};
+    char want[1024];
+    snprintf(want, sizeof want,
+             "%s/config.json: vocab_size is 600, but tensor model.embed_tokens.weight in "
+             "%s/model-00002-of-00002.safetensors has 512 rows (and 1 more problems)",
+             dir, dir);
+    EXPECT_EQ_INT(gen(11, argv), 1);
+    EXPECT_EQ_STR(ds_error_last(), want);
+    struct stat sb;
+    EXPECT(stat(out_h5, &sb) != 0);
+    EXPECT(ru_write(out_h5, "an earlier file\n"));
+    EXPECT_EQ_INT(gen(12, argv), 1);
+    EXPECT_EQ_STR(ds_error_last(), want);
+    size_t n = 0;
+    unsigned char *after = ru_slurp(out_h5, &n);
+    EXPECT(after && n == 16 && !memcmp(after, "an earlier file\n", 16));
+    free(after);
+    unlink(out_h5);
+    for (int i = 0; i < 5; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
 // --synthetic-weights as in run: text prompts need --tokenizer (a usage error; it was exit 1
 // with a message naming "(null)"), and the weights want the GPU: auto falling back to the cpu is
 // refused (it filled the model on the host), --device cpu asks for the reference backend.
@@ -424,6 +480,7 @@ int main(void) {
     DS_RUN(logits_out_cut_short_is_removed);
     DS_RUN(json_target_not_utf8);
     DS_RUN(bad_input);
+    DS_RUN(vocab_disagrees_with_tensors);
     DS_RUN(synthetic_tokenizer_and_device);
     remove(out_json);
     remove(out_h5);

@@ -189,6 +189,79 @@ static void test_bad_inputs(void) {
     EXPECT(!exists(out));
 }
 
+// Writes DIR/<name>/ with the fixture checkpoint `src`'s tensors (a link) and its config.json
+// with `from` replaced by `to` (the same length); returns the directory.
+static const char *edited_checkpoint(const char *name, const char *src, const char *from,
+                                     const char *to) {
+    static char dir[512];
+    char path[600], cfg[8192] = "";
+    snprintf(dir, sizeof dir, "%s/%s", DIR, name);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/config.json", src);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(cfg, 1, sizeof cfg - 1, f) : 0;
+    if (f) fclose(f);
+    cfg[n] = 0;
+    char *at = strstr(cfg, from);
+    EXPECT(at != NULL && strlen(from) == strlen(to));
+    if (at) memcpy(at, to, strlen(to));
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    EXPECT(ru_write(path, cfg));
+    char tensors[600];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(tensors, sizeof tensors, "%s/model.safetensors", src);
+    unlink(path);
+    EXPECT(symlink(tensors, path) == 0);
+    return dir;
+}
+
+// Runs with `target` and `draft` for the pair, a dataset that does not exist and `extra`;
+// returns the exit code, with stderr in err.
+static int run_without_data(const char *out, const char *target, const char *draft,
+                            const char *const *extra, char *err, size_t cap) {
+    char *argv[64];
+    int argc = build_argv(argv, out, extra);
+    argv[2] = (char *)target;
+    argv[4] = (char *)draft;
+    argv[8] = DIR "/no-such-data.jsonl";
+    return ru_capture(ds_cmd_run, argc, argv, err, cap);
+}
+
+// Checkpoints a loader would refuse are refused before the tokenizer, the dataset, the backend
+// and the models (here the dataset does not exist, and that was the error; the draft's config was
+// refused only after the target had loaded): one line naming config.json, exit 1, and no run
+// file, an earlier one kept byte for byte even with --overwrite.
+static void test_refused_checkpoints(void) {
+    char err[4096], want[1024];
+    const char *out = DIR "/refused.h5";
+    const char *ow[] = {"--overwrite", NULL};
+    unlink(out);
+    // A vocab_size the embedding and lm_head disagree with: config.json, the file, both numbers.
+    const char *tgt = edited_checkpoint("vocab-target", RU_TARGET, "\"vocab_size\": 512",
+                                        "\"vocab_size\": 600");
+    snprintf(want, sizeof want,
+             "draftscope run: %s/config.json: vocab_size is 600, but tensor "
+             "model.embed_tokens.weight in %s/model.safetensors has 512 rows (and 1 more "
+             "problems)\n",
+             tgt, tgt);
+    EXPECT_EQ_INT(run_without_data(out, tgt, RU_DRAFT, NULL, err, sizeof err), 1);
+    EXPECT_EQ_STR(err, want);
+    EXPECT(!exists(out));
+    EXPECT(ru_write(out, "an earlier file\n"));
+    EXPECT_EQ_INT(run_without_data(out, tgt, RU_DRAFT, ow, err, sizeof err), 1);
+    EXPECT_EQ_STR(err, want);
+    expect_same_file(out, (const unsigned char *)"an earlier file\n", 16);
+    // A draft the draft loader refuses for its config alone.
+    const char *dr = edited_checkpoint("gelu-draft", RU_DRAFT, "\"hidden_act\": \"silu\"",
+                                       "\"hidden_act\": \"gelu\"");
+    snprintf(want, sizeof want,
+             "draftscope run: %s/config.json: hidden_act: expected silu, found gelu\n", dr);
+    EXPECT_EQ_INT(run_without_data(out, RU_TARGET, dr, ow, err, sizeof err), 1);
+    EXPECT_EQ_STR(err, want);
+    expect_same_file(out, (const unsigned char *)"an earlier file\n", 16);
+    unlink(out);
+}
+
 static void test_bad_output(void) {
     char err[4096];
     // An empty path passed the checks (stat("") fails, dirname("") is ".") and failed after the
@@ -836,6 +909,7 @@ int main(int argc, char **argv) {
     }
     DS_RUN(test_bad_flags);
     DS_RUN(test_bad_inputs);
+    DS_RUN(test_refused_checkpoints);
     DS_RUN(test_bad_output);
     DS_RUN(test_run_and_summary);
     DS_RUN(test_refused_resume_keeps_file);
