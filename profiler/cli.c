@@ -86,6 +86,12 @@ enum ds_status ds_cli_synthetic_device(const char *arg, enum ds_device_kind want
                         arg, info->why_cpu[0] ? info->why_cpu : "no usable CUDA device");
 }
 
+int ds_cli_cuda_device(const char *cmd, int device) {
+    if (ds_cuda_device_check(device) == DS_OK) return 0;
+    fprintf(stderr, "draftscope %s: %s\n", cmd, ds_error_last());
+    return 1;
+}
+
 enum ds_status ds_cli_parse_ids(const char *opt, const char *s, long long limit,
                                 struct ds_token_vec *out) {
     const char *p = s;

@@ -586,7 +586,8 @@ static void usage(FILE *f) {
                "  o_proj and lm_head launches of the matmul apart, say).\n"
                "  All levels share one process and one model: CUPTI is enabled before the\n"
                "  backend when kernels is listed, and paused (its kinds disabled) for the off and\n"
-               "  phases blocks; the modules and graphs stay instrumented then, so off is slightly\n"
+               "  phases blocks; the modules and graphs stay instrumented then, so off is "
+               "slightly\n"
                "  slower than in a process without CUPTI. For a clean off figure run\n"
                "  --trace off,phases in a separate process. DS_TRACE_API_RECORDS picks the CUPTI\n"
                "  API records (docs/tracing.md).\n");
@@ -1088,6 +1089,12 @@ static int bench_steps(const char *shape, const int *batches, int n_batches, int
         rc = 2;
         goto cleanup;
     }
+    // The device before CUPTI: without one, the runtime's reason, not a tracing error.
+    const int no_device = ds_cli_cuda_device("bench", device);
+    if (no_device) {
+        rc = no_device;
+        goto cleanup;
+    }
     // CUPTI before the backend: before any module loads or graph is captured.
     if ((trace_mask & (1u << DS_REC_TRACE_KERNELS)) &&
         (ds_trace_create(DS_REC_TRACE_KERNELS, NULL, NULL, &tb.kernels) != DS_OK ||
@@ -1280,7 +1287,8 @@ static bool bench_list(const char *opt, const char *v, int hi, int *out, int *n)
     }
     if (rc) {
         fprintf(stderr,
-                "draftscope bench: %s wants a comma-separated list of integers in 1..%d, got '%s'\n",
+                "draftscope bench: %s wants a comma-separated list of integers in 1..%d, "
+                "got '%s'\n",
                 opt, hi, v);
         return false;
     }
@@ -1409,16 +1417,15 @@ int ds_cmd_bench(int argc, char **argv) {
         return bench_steps(shape, batches, n_batches, iters, kv, graphs, layers, seed, device,
                            json, trace_mask, by_grid);
     }
-    int n_dev = 0;
-    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || device < 0 || device >= n_dev) {
-        cudaGetLastError();
-        fprintf(stderr, "draftscope bench: no CUDA device %d (%d present)\n", device, n_dev);
-        return 1;
-    }
+    const int no_device = ds_cli_cuda_device("bench", device);
+    if (no_device) return no_device;
     struct cudaDeviceProp prop;
-    if (cudaSetDevice(device) != cudaSuccess ||
-        cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
-        fprintf(stderr, "draftscope bench: cannot use GPU %d\n", device);
+    cudaError_t de = cudaSetDevice(device);
+    if (de == cudaSuccess) de = cudaGetDeviceProperties(&prop, device);
+    if (de != cudaSuccess) {
+        cudaGetLastError();
+        fprintf(stderr, "draftscope bench: cannot use GPU %d (%s)\n", device,
+                cudaGetErrorString(de));
         return 1;
     }
     cudaStream_t s = NULL;

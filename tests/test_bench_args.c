@@ -1,5 +1,6 @@
 // draftscope bench's option checks (no GPU needed: every case here is refused before the device
-// is touched) and the shared number parsers of ds/cli.h.
+// is touched, or by the device check itself) and the shared number parsers of ds/cli.h.
+#include <cuda_runtime.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -69,7 +70,8 @@ static void parse_list_entries(void) {
     static const char *const bad[] = {"", ",", "1,", ",1", "1,,2", "21", "0", "+1", " 1", "1 ,2",
                                       "1,x", "99999999999999999999999999999999,1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        if (ds_cli_parse_list(bad[i], 1, 20, v, 3, &n) != -1) DS_FAILF("'%s' was not refused", bad[i]);
+        if (ds_cli_parse_list(bad[i], 1, 20, v, 3, &n) != -1)
+            DS_FAILF("'%s' was not refused", bad[i]);
     EXPECT_EQ_INT(ds_cli_parse_list("1,2,3,4", 1, 20, v, 3, &n), -2);
     EXPECT_EQ_INT(n, 1); // refused lists leave *n alone
 }
@@ -192,6 +194,40 @@ static void output_in_readonly_directory(void) {
     rmdir(dir);
 }
 
+// A command that needs a GPU says the CUDA runtime's own reason when there is none: one line,
+// exit 1 (--ops said "no CUDA device 0 (0 present)", --steps a message of the backend or the
+// tracer). On a machine with a GPU device 0 passes and the first ordinal past the last is refused
+// the same way, so the case checks the message on either machine.
+static void device_errors_say_the_runtime_reason(void) {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    cudaGetLastError();
+    char want[512], dev[16];
+    if (e != cudaSuccess || n == 0) {
+        EXPECT_STATUS(ds_cuda_device_check(0), DS_ERR_NODEVICE);
+        snprintf(want, sizeof want, "no CUDA device: %s",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "the runtime lists none");
+        snprintf(dev, sizeof dev, "0");
+    } else {
+        EXPECT_OK(ds_cuda_device_check(0));
+        EXPECT_OK(ds_cuda_device_check(n - 1));
+        EXPECT_STATUS(ds_cuda_device_check(n), DS_ERR_NODEVICE);
+        snprintf(want, sizeof want, "no CUDA device %d: the runtime lists %d (0..%d)", n, n, n - 1);
+        snprintf(dev, sizeof dev, "%d", n);
+    }
+    EXPECT_EQ_STR(ds_error_last(), want);
+    char line[600];
+    snprintf(line, sizeof line, "draftscope bench: %s\n", want);
+    const char *ops[] = {"bench", "--ops", "--iters", "0", "--device", dev};
+    EXPECT_EQ_INT(bench(6, ops), 1);
+    EXPECT_EQ_STR(err_text, line);
+    // Checked before CUPTI starts, so --trace kernels does not turn it into a tracing error.
+    const char *steps[] = {"bench", "--steps", "--iters", "0",      "--layers",
+                           "3",     "--trace", "kernels", "--device", dev};
+    EXPECT_EQ_INT(bench(10, steps), 1);
+    EXPECT_EQ_STR(err_text, line);
+}
+
 static void help_exits_zero(void) {
     const int saved = ds_t_redirect(1, err_path);
     const char *argv[] = {"bench", "--help"};
@@ -234,6 +270,7 @@ int main(void) {
     DS_RUN(bad_values_are_usage_errors);
     DS_RUN(inconsistent_options_are_usage_errors);
     DS_RUN(help_exits_zero);
+    DS_RUN(device_errors_say_the_runtime_reason);
     DS_RUN(step_byte_counts);
     DS_RUN(output_in_readonly_directory);
     unlink(err_path);

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "common.cuh"
+#include "ds/device.h"
 #include "ds/kernels_cuda.h"
 
 struct cuda_alloc {
@@ -238,16 +239,9 @@ __global__ void fill_bytes_kernel(uint8_t *buf, size_t n, uint64_t seed, int lo,
 
 extern "C" enum ds_status ds_backend_cuda_create(int device, struct ds_backend **be_out) {
     *be_out = NULL;
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0) {
-        cudaGetLastError();
-        return ds_error_set(DS_ERR_NODEVICE, "cuda: no usable GPU (%s)",
-                            e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device present");
-    }
-    if (device < 0 || device >= n)
-        return ds_error_set(DS_ERR_NODEVICE, "cuda: device %d requested, %d present", device, n);
-    e = cudaSetDevice(device);
+    const enum ds_status st = ds_cuda_device_check(device);
+    if (st != DS_OK) return st;
+    cudaError_t e = cudaSetDevice(device);
     if (e != cudaSuccess) {
         cudaGetLastError();
         return ds_error_set(DS_ERR_NODEVICE, "cuda: cannot use GPU %d (%s)", device,

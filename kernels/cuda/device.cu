@@ -15,6 +15,20 @@ extern "C" int ds_cuda_device_count(void) {
     return n;
 }
 
+extern "C" enum ds_status ds_cuda_device_check(int device) {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return ds_error_set(DS_ERR_NODEVICE, "no CUDA device: %s", cudaGetErrorString(e));
+    }
+    if (n == 0) return ds_error_set(DS_ERR_NODEVICE, "no CUDA device: the runtime lists none");
+    if (device < 0 || device >= n)
+        return ds_error_set(DS_ERR_NODEVICE, "no CUDA device %d: the runtime lists %d (0..%d)",
+                            device, n, n - 1);
+    return DS_OK;
+}
+
 extern "C" enum ds_status ds_device_parse(const char *s, enum ds_device_kind *out) {
     if (!s) return ds_error_set(DS_ERR_ARG, "--device: missing value");
     if (!strcmp(s, "auto")) *out = DS_DEVICE_AUTO;

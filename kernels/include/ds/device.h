@@ -35,6 +35,13 @@ enum ds_status ds_device_resolve(enum ds_device_kind want, struct ds_device_info
 // Number of usable CUDA devices (0 when there is no driver or no device); never fails.
 int ds_cuda_device_count(void);
 
+// CUDA device ordinal `device` is present: DS_OK. Otherwise DS_ERR_NODEVICE with the runtime's
+// own reason, so that a command that needs a GPU says why there is none: "no CUDA device:
+// <cudaGetErrorString>" when the runtime finds none (no driver, no GPU, CUDA_VISIBLE_DEVICES
+// empty), "no CUDA device N: the runtime lists M (0..M-1)" for an ordinal past the last. It makes
+// no CUDA context, so a tracer enabled after it still sees every module load.
+enum ds_status ds_cuda_device_check(int device);
+
 #ifdef __cplusplus
 }
 #endif

@@ -83,9 +83,10 @@ enum ds_status ds_l2_discard_cuda(void *p, size_t bytes, void *stream);
 // Creates the CUDA backend on `device` (a CUDA ordinal): its own non-blocking stream, act =
 // DS_ELEM_BF16, map_host = NULL (weights are uploaded). alloc is cudaMalloc (256-byte aligned),
 // upload/memset/copy_2d queue on the stream, download queues then waits. Returns DS_ERR_NODEVICE
-// when the device cannot be used (message from the runtime), DS_ERR_NOMEM when host memory for the
-// object is short. *be_out is NULL on failure. Release with ds_backend_release after freeing every
-// buffer; buffers still allocated at release are freed then (and reported as a leak on stderr).
+// when the device cannot be used (ds_cuda_device_check's message: the runtime's reason),
+// DS_ERR_NOMEM when host memory for the object is short. *be_out is NULL on failure. Release with
+// ds_backend_release after freeing every buffer; buffers still allocated at release are freed then
+// (and reported as a leak on stderr).
 enum ds_status ds_backend_cuda_create(int device, struct ds_backend **be_out);
 
 // The backend's cudaStream_t (as void *), for CUDA-graph capture and tracing; NULL when be is not

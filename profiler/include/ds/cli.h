@@ -70,6 +70,10 @@ int ds_cli_synthetic(const char *arg, bool with_draft, struct ds_synthetic_spec 
 // --device cpu, which asks for the reference backend explicitly); DS_OK otherwise.
 enum ds_status ds_cli_synthetic_device(const char *arg, enum ds_device_kind want,
                                        const struct ds_device_info *info);
+// A command that needs CUDA device `device` (bench): 0 when ds_cuda_device_check finds it (no
+// context is made yet). Otherwise "draftscope CMD: <its message>" on stderr, the runtime's reason
+// included, and 1, the exit status for a problem outside the command line.
+int ds_cli_cuda_device(const char *cmd, int device);
 // s is a list of token ids in [0, limit), separated by one comma or by spaces ("1,2", "1, 2",
 // "1 2"): appended to *out. An empty entry ("1,,2", ",1", "1,"), an empty list, a sign or any
 // other character is DS_ERR_ARG, an id out of range DS_ERR_RANGE; the message starts with opt.
