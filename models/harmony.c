@@ -6,6 +6,7 @@
 // test-data/test_simple_convo.txt.
 #include "ds/harmony.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,12 +97,23 @@ enum ds_status ds_harmony_render_message(ds_harmony_t *h, const char *role, cons
     return s;
 }
 
-// A current date must look like YYYY-MM-DD (it is printed into the prompt as given).
-static int valid_date(const char *d) {
-    if (strlen(d) != 10 || d[4] != '-' || d[7] != '-') return 0;
-    for (int i = 0; i < 10; i++)
-        if (i != 4 && i != 7 && (d[i] < '0' || d[i] > '9')) return 0;
-    return 1;
+enum ds_status ds_harmony_date_check(const char *name, const char *date) {
+    // It is printed into the prompt as given: only a date the model could be told is accepted.
+    bool digits = strlen(date) == 10 && date[4] == '-' && date[7] == '-';
+    for (int i = 0; i < 10 && digits; i++)
+        digits = i == 4 || i == 7 || (date[i] >= '0' && date[i] <= '9');
+    if (!digits) return ds_error_set(DS_ERR_ARG, "%s \"%s\" is not YYYY-MM-DD", name, date);
+    const int y = atoi(date), m = atoi(date + 5), d = atoi(date + 8);
+    if (m < 1 || m > 12)
+        return ds_error_set(DS_ERR_ARG, "%s \"%s\" is not a date: month %02d is not 01..12", name,
+                            date, m);
+    static const int days[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; // Gregorian
+    const int last = days[m - 1] + (m == 2 && leap);
+    if (d < 1 || d > last)
+        return ds_error_set(DS_ERR_ARG, "%s \"%s\" is not a date: %.7s has days 01..%d", name,
+                            date, date, last);
+    return DS_OK;
 }
 
 static enum ds_status append_str(struct ds_byte_vec *v, const char *s) {
@@ -109,9 +121,8 @@ static enum ds_status append_str(struct ds_byte_vec *v, const char *s) {
 }
 
 enum ds_status ds_harmony_system_check(const struct ds_harmony_system *sys) {
-    if (sys->current_date && !valid_date(sys->current_date))
-        return ds_error_set(DS_ERR_ARG, "harmony: current date \"%s\" is not YYYY-MM-DD",
-                            sys->current_date);
+    if (sys->current_date && ds_harmony_date_check("harmony: current date", sys->current_date))
+        return DS_ERR_ARG;
     if ((unsigned)sys->reasoning > DS_REASONING_HIGH)
         return ds_error_set(DS_ERR_ARG, "harmony: reasoning effort %d out of range",
                             (int)sys->reasoning);

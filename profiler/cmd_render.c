@@ -26,7 +26,8 @@ static void usage(FILE *f) {
             "  --instructions T  add a developer message with these instructions\n"
             "  --max-context N   fail if the prompt leaves no position to generate in N (N tokens\n"
             "                    or more), as run skips it\n"
-            "  --reply TEXT      stand-in for replies a question file does not record (turn 2+)\n"
+            "  --reply TEXT      stand-in for replies a question file does not record: needed\n"
+            "                    for its turn 2 and later\n"
             "  --ids             also print the ids\n");
 }
 
@@ -82,6 +83,7 @@ int ds_cmd_render(int argc, char **argv) {
                           : !parse_size(max_s, &max_context)
                               ? "--max-context: expected a whole number"
                           : ds_reasoning_parse(reasoning, &sys.reasoning) ? ds_error_last()
+                          : date && ds_harmony_date_check("--date", date) ? ds_error_last()
                           : ds_harmony_system_check(&sys)                 ? ds_error_last()
                                                                           : NULL;
     if (problem) {
@@ -115,19 +117,30 @@ int ds_cmd_render(int argc, char **argv) {
         goto done;
     }
     if (ds_dataset_turn(ds, index, turn, &t)) goto fail;
-    if (reply) { // fill the replies the file does not record
+    size_t unrecorded = 0; // replies before the turn that the file does not hold (questions)
+    for (size_t i = 0; i < t.n_messages; i++) unrecorded += !t.messages[i].text;
+    if (unrecorded && !reply) { // the user left out an option the turn needs: usage
+        fprintf(stderr, "draftscope render: --turn %zu needs --reply TEXT: %s does not record "
+                "the %zu repl%s before it\n", turn, dataset, unrecorded,
+                unrecorded == 1 ? "y" : "ies");
+        rc = 2;
+        goto done;
+    }
+    if (unrecorded) { // fill the replies the file does not record
         msgs = malloc(t.n_messages * sizeof *msgs);
         if (!msgs) goto fail;
         for (size_t i = 0; i < t.n_messages; i++) {
             msgs[i] = t.messages[i];
-            if (!msgs[i].text) msgs[i] = (struct ds_chat_message){msgs[i].role, reply, strlen(reply)};
+            if (!msgs[i].text)
+                msgs[i] = (struct ds_chat_message){msgs[i].role, reply, strlen(reply)};
         }
         t.messages = msgs;
     }
     enum ds_status s = ds_dataset_render(ds, h, &sys, &t, max_context, &ids);
     if (s && s != DS_ERR_RANGE) goto fail;
     if (ds_tokenizer_decode(tok, ids.ids, ids.n, &text)) goto fail;
-    printf("# %s: %s, %s; record %zu at line %zu, id \"%s\"%s%s%s, turn %zu of %zu, %zu message(s)\n",
+    printf("# %s: %s, %s; record %zu at line %zu, id \"%s\"%s%s%s, turn %zu of %zu, "
+           "%zu message(s)\n",
            dataset, ds_dataset_format_name(st->format),
            st->layout == DS_LAYOUT_JSONL ? "JSON Lines" : "JSON array", t.conv->dataset_index,
            t.conv->line, t.conv->id, *t.conv->category ? ", category \"" : "", t.conv->category,

@@ -584,7 +584,7 @@ static void cli_exit_codes(void) {
     char *bad_date[] = {"render", "--dataset", DATA "spec_bench_questions.jsonl", "--index", "1",
                         "--tokenizer", DATA "o200k_base.tiktoken", "--date", "tomorrow", NULL};
     EXPECT_EQ_INT(ds_cmd_render(9, bad_date), 2);
-    EXPECT_ERROR_HAS("current date \"tomorrow\" is not YYYY-MM-DD");
+    EXPECT_ERROR_HAS("--date \"tomorrow\" is not YYYY-MM-DD");
     // Numbers: digits only, no overflow (99999999999999999999 wrapped to 2^64 - 1 before).
     static const char *const bad_numbers[] = {"99999999999999999999", "-1", "+1", "1x", ""};
     for (size_t i = 0; i < sizeof bad_numbers / sizeof bad_numbers[0]; i++) {
@@ -661,6 +661,65 @@ static void cli_exit_codes(void) {
     for (size_t i = 0; i < 4; i++) EXPECT_EQ_STR(texts[i], joined);
 }
 
+// Runs render with stdout and stderr sent to files; stderr's text in err. Returns the exit code.
+static int render_quiet(char **argv, char *err, size_t cap) {
+    char out_path[256], err_path[256];
+    snprintf(out_path, sizeof out_path, "%s/render_%d.out", DS_BINARY_DIR, (int)getpid());
+    snprintf(err_path, sizeof err_path, "%s/render_%d.err", DS_BINARY_DIR, (int)getpid());
+    int argc = 0;
+    while (argv[argc]) argc++;
+    const int saved_out = ds_t_redirect(1, out_path), saved_err = ds_t_redirect(2, err_path);
+    const int rc = ds_cmd_render(argc, argv);
+    ds_t_restore(2, saved_err);
+    ds_t_restore(1, saved_out);
+    read_text(err_path, err, cap);
+    unlink(out_path);
+    unlink(err_path);
+    return rc;
+}
+
+// A later turn of a question file needs --reply: a usage error that names it (it was exit 1 and a
+// message about the renderer's missing message text). A ShareGPT file records its replies and
+// needs none. --date must be a calendar day, refused before any file is read.
+static void render_reply_and_date(void) {
+    char err[1024];
+    char *no_reply[] = {"render", "--dataset", DATA "spec_bench_questions.jsonl", "--index", "0",
+                        "--tokenizer", DATA "o200k_base.tiktoken", "--turn", "2", NULL};
+    EXPECT_EQ_INT(render_quiet(no_reply, err, sizeof err), 2);
+    EXPECT_EQ_STR(err, "draftscope render: --turn 2 needs --reply TEXT: " DATA
+                       "spec_bench_questions.jsonl does not record the 1 reply before it\n");
+    char *with_reply[] = {"render", "--dataset", DATA "spec_bench_questions.jsonl", "--index", "0",
+                          "--tokenizer", DATA "o200k_base.tiktoken", "--turn", "2", "--reply",
+                          "Aloha.", NULL};
+    EXPECT_EQ_INT(render_quiet(with_reply, err, sizeof err), 0);
+    const char *recorded = WRITE("{\"conversations\": [{\"from\": \"human\", \"value\": \"hi\"}, "
+                                 "{\"from\": \"gpt\", \"value\": \"hello\"}, "
+                                 "{\"from\": \"human\", \"value\": \"bye\"}]}\n");
+    char *recorded_turn[] = {"render", "--dataset", (char *)recorded, "--index", "0",
+                             "--tokenizer", DATA "o200k_base.tiktoken", "--turn", "2", NULL};
+    EXPECT_EQ_INT(render_quiet(recorded_turn, err, sizeof err), 0);
+    EXPECT_EQ_STR(err, "");
+    unlink(recorded);
+    static const char *const dates[][2] = {
+        {"2026-02-30", "2026-02 has days 01..28"},
+        {"2025-02-29", "2025-02 has days 01..28"},
+        {"2026-13-01", "month 13 is not 01..12"},
+    };
+    for (size_t i = 0; i < sizeof dates / sizeof dates[0]; i++) {
+        char *bad[] = {"render", "--dataset", DATA "spec_bench_questions.jsonl", "--index", "0",
+                       "--tokenizer", DATA "o200k_base.tiktoken", "--date", (char *)dates[i][0],
+                       NULL};
+        EXPECT_EQ_INT(render_quiet(bad, err, sizeof err), 2);
+        char want[128];
+        snprintf(want, sizeof want, "draftscope render: --date \"%s\" is not a date: %s\n",
+                 dates[i][0], dates[i][1]);
+        EXPECT(!strncmp(err, want, strlen(want))); // then the usage text
+    }
+    char *leap[] = {"render", "--dataset", DATA "spec_bench_questions.jsonl", "--index", "0",
+                    "--tokenizer", DATA "o200k_base.tiktoken", "--date", "2024-02-29", NULL};
+    EXPECT_EQ_INT(render_quiet(leap, err, sizeof err), 0);
+}
+
 int main(void) {
     if (ds_tokenizer_load_tiktoken(DATA "o200k_base.tiktoken", DS_TOK_SPECIALS_O200K_HARMONY,
                                    &o200k) ||
@@ -681,6 +740,7 @@ int main(void) {
     DS_RUN(nul_bytes);
     DS_RUN(skip_text_words);
     DS_RUN(cli_exit_codes);
+    DS_RUN(render_reply_and_date);
     ds_harmony_release(h);
     ds_tokenizer_release(o200k);
     return ds_test_end();

@@ -66,7 +66,8 @@ static void full_conversation_layout(void) {
     EXPECT_OK(ds_harmony_render_prompt(ho, &sys, m, 4, &v));
     expect_text(o200k, &v,
                 "<|start|>system<|message|>You are ChatGPT, a large language model trained by "
-                "OpenAI.\nKnowledge cutoff: 2024-06\nCurrent date: 2025-08-05\n\nReasoning: high\n\n"
+                "OpenAI.\nKnowledge cutoff: 2024-06\nCurrent date: 2025-08-05\n\n"
+                "Reasoning: high\n\n"
                 "# Valid channels: analysis, commentary, final. Channel must be included for every "
                 "message.<|end|>"
                 "<|start|>developer<|message|># Instructions\n\nAnswer in French.<|end|>"
@@ -84,7 +85,8 @@ static void full_conversation_layout(void) {
     }
     EXPECT_EQ_INT(starts, 7);
     EXPECT_EQ_INT(ends, 6);
-    // The assistant header is <|start|> assistant <|channel|> final <|message|> (ids of harmony's test data).
+    // The assistant header is <|start|> assistant <|channel|> final <|message|> (ids of
+    // harmony's test data).
     int found = 0;
     for (size_t i = 0; i + 4 < v.n; i++)
         found |= v.ids[i] == 200006 && v.ids[i + 1] == 173781 && v.ids[i + 2] == 200005 &&
@@ -132,6 +134,39 @@ static void bad_requests(void) {
     EXPECT_STATUS(ds_reasoning_parse("max", &r), DS_ERR_ARG);
     EXPECT_ERROR_HAS("max");
     ds_token_vec_free(&v);
+}
+
+// A date must be a day of the calendar, not only YYYY-MM-DD: 2026-02-30 went into the prompt.
+static void dates_are_calendar_days(void) {
+    static const char *const good[] = {"2024-02-29", "2000-02-29", "2026-01-31", "2026-12-31",
+                                       "2026-04-30", "0001-01-01"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        if (ds_harmony_date_check("--date", good[i]) != DS_OK)
+            DS_FAILF("%s refused: %s", good[i], ds_error_last());
+    static const char *const bad[][2] = {
+        {"2026-02-30", "--date \"2026-02-30\" is not a date: 2026-02 has days 01..28"},
+        {"2025-02-29", "--date \"2025-02-29\" is not a date: 2025-02 has days 01..28"},
+        {"1900-02-29", "--date \"1900-02-29\" is not a date: 1900-02 has days 01..28"},
+        {"2026-04-31", "--date \"2026-04-31\" is not a date: 2026-04 has days 01..30"},
+        {"2026-01-00", "--date \"2026-01-00\" is not a date: 2026-01 has days 01..31"},
+        {"2026-13-01", "--date \"2026-13-01\" is not a date: month 13 is not 01..12"},
+        {"2026-00-10", "--date \"2026-00-10\" is not a date: month 00 is not 01..12"},
+        {"2026-2-3", "--date \"2026-2-3\" is not YYYY-MM-DD"},
+        {"2026-02-3x", "--date \"2026-02-3x\" is not YYYY-MM-DD"},
+        {"", "--date \"\" is not YYYY-MM-DD"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        EXPECT_STATUS(ds_harmony_date_check("--date", bad[i][0]), DS_ERR_ARG);
+        EXPECT_EQ_STR(ds_error_last(), bad[i][1]);
+    }
+    // Rendering checks it too, naming the field.
+    struct ds_harmony_system sys;
+    ds_harmony_system_default(&sys);
+    sys.current_date = "2026-02-30";
+    EXPECT_STATUS(ds_harmony_system_check(&sys), DS_ERR_ARG);
+    EXPECT_ERROR_HAS("harmony: current date \"2026-02-30\" is not a date");
+    sys.current_date = "2024-02-29";
+    EXPECT_OK(ds_harmony_system_check(&sys));
 }
 
 static void tokenizer_without_harmony_tokens_is_refused(void) {
@@ -183,7 +218,8 @@ static void run_tracker(ds_harmony_t *h, struct labelled *l, enum ds_tracker_sta
     ds_token_vec_free(&l->ids);
 }
 
-// <|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>final<|message|>...<|return|>
+// <|channel|>analysis<|message|>...<|end|>
+// <|start|>assistant<|channel|>final<|message|>...<|return|>
 static void typical_answer(ds_harmony_t *h, const ds_tokenizer_t *tok) {
     const struct ds_harmony_ids *id = ds_harmony_ids(h);
     struct labelled l = {0};
@@ -301,6 +337,7 @@ int main(void) {
     DS_RUN(full_conversation_layout);
     DS_RUN(small_tokenizer_renders_by_name);
     DS_RUN(bad_requests);
+    DS_RUN(dates_are_calendar_days);
     DS_RUN(tokenizer_without_harmony_tokens_is_refused);
     DS_RUN(tracker_labels_analysis_then_final);
     DS_RUN(tracker_tool_call);

@@ -61,7 +61,8 @@ enum ds_reasoning {
 // The system message settings plus optional developer instructions. Strings are NUL-terminated
 // and borrowed for the duration of a call.
 struct ds_harmony_system {
-    const char *identity;               // "You are ChatGPT, a large language model trained by OpenAI."
+    // identity: "You are ChatGPT, a large language model trained by OpenAI."
+    const char *identity;
     const char *knowledge_cutoff;       // "2024-06"
     const char *current_date;           // "YYYY-MM-DD" or NULL (harmony's default: no date line)
     enum ds_reasoning reasoning;        // DS_REASONING_MEDIUM
@@ -71,9 +72,15 @@ struct ds_harmony_system {
 // Fills *sys with harmony's defaults (openai/harmony chat.rs).
 void ds_harmony_system_default(struct ds_harmony_system *sys);
 
-// The settings every render checks (the date is YYYY-MM-DD, the reasoning effort one of the
-// three): DS_ERR_ARG naming the value, so a command can refuse them before any file is read.
+// The settings every render checks (the current date as ds_harmony_date_check takes it, the
+// reasoning effort one of the three): DS_ERR_ARG naming the value, so a command can refuse them
+// before any file is read.
 enum ds_status ds_harmony_system_check(const struct ds_harmony_system *sys);
+
+// date is YYYY-MM-DD and a day of the Gregorian calendar (2024-02-29, not 2025-02-29, 2026-02-30
+// or 2026-13-01): DS_OK. Otherwise DS_ERR_ARG, one line that starts with name (the option or
+// field that gave the date, e.g. "--date") and says what is wrong.
+enum ds_status ds_harmony_date_check(const char *name, const char *date);
 
 // Parses "low" / "medium" / "high" (DS_ERR_ARG otherwise, naming the value).
 enum ds_status ds_reasoning_parse(const char *s, enum ds_reasoning *out);
