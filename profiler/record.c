@@ -463,6 +463,16 @@ static uint64_t stored_eof(int fd) {
     return eof;
 }
 
+// Bytes between the file's end and the end its superblock records (0: none, or not known).
+static uint64_t bytes_missing(int fd, uint64_t *size_out) {
+    struct stat st;
+    uint64_t eof = stored_eof(fd);
+    *size_out = 0;
+    if (!eof || fstat(fd, &st) < 0) return 0;
+    *size_out = (uint64_t)st.st_size;
+    return eof > *size_out ? eof - *size_out : 0;
+}
+
 static int extend_to_stored_eof(int fd) {
     struct stat st;
     uint64_t eof = stored_eof(fd);
@@ -1181,9 +1191,11 @@ static enum ds_status load_strings(ds_recorder_t *rec) {
         if (st) return st;
         for (hsize_t i = 0; i < n; i++) {
             const struct ds_rec_string *row = (const struct ds_rec_string *)t->buf + i;
-            if (row->id != start + i)
-                return ds_error_set(DS_ERR_FORMAT, "%s: strings row %llu has id %u", rec->path,
-                                    (unsigned long long)(start + i), row->id);
+            if (row->id != start + i) // a zero row: one never written (a file cut short)
+                return ds_error_set(DS_ERR_FORMAT,
+                                    "%s: cannot resume: /strings row %llu has id %u, not its row "
+                                    "index (a row never written, or damaged)",
+                                    rec->path, (unsigned long long)(start + i), row->id);
             size_t len = strnlen(row->text, DS_RECORD_STRING_BYTES);
             int whole = row->length == len;
             if ((st = str_add(rec, row->text, len, fnv1a(row->text, len), whole))) return st;
@@ -1232,6 +1244,63 @@ static void snap_restore(struct file_snap *s, int restore) {
     s->fd = -1;
 }
 
+// Whether the last /sessions row says its writer stopped on an error (`failed`): 0 when it says
+// otherwise or cannot be read.
+static int last_session_failed(ds_recorder_t *rec) {
+    const struct table_desc *d = &tables[DS_REC_SESSIONS];
+    struct ds_rec_session row = {0};
+    hid_t ds = H5Dopen2(rec->file, d->name, H5P_DEFAULT), t = make_compound(d);
+    hid_t fs = ds >= 0 ? H5Dget_space(ds) : H5I_INVALID_HID, ms = H5I_INVALID_HID;
+    hsize_t rows = 0, one = 1;
+    int ok = fs >= 0 && t >= 0 && H5Sget_simple_extent_dims(fs, &rows, NULL) == 1 && rows > 0;
+    hsize_t last = rows - 1;
+    ok = ok && H5Sselect_hyperslab(fs, H5S_SELECT_SET, &last, NULL, &one, NULL) >= 0 &&
+         (ms = H5Screate_simple(1, &one, NULL)) >= 0 &&
+         H5Dread(ds, t, ms, fs, H5P_DEFAULT, &row) >= 0;
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    if (t >= 0) H5Tclose(t);
+    if (ds >= 0) H5Dclose(ds);
+    return ok && row.status == DS_REC_SESSION_FAILED;
+}
+
+// A file shorter than the end its superblock records. A write that failed for want of space
+// leaves one (its session `failed`, every row below the cut); a copy cut short or taken while the
+// run wrote it leaves one whose missing bytes read as zeros, as rows that were never written.
+// As the summary does, only the first is read (and resumed).
+static enum ds_status cut_short(const char *path, uint64_t size, uint64_t missing) {
+    return ds_error_set(DS_ERR_FORMAT,
+                        "%s: cannot resume: truncated file: %llu bytes of the %llu its superblock "
+                        "records, and no failed write of the run explains it (a copy cut short, "
+                        "or taken while the run wrote it)",
+                        path, (unsigned long long)size, (unsigned long long)(size + missing));
+}
+
+// The summary's checks name the file first: say after it that they stop the resume.
+static enum ds_status refuse_resume(const char *path, enum ds_status st) {
+    char keep[1024];
+    snprintf(keep, sizeof keep, "%s", ds_error_last());
+    size_t n = strlen(path);
+    if (strncmp(keep, path, n) || strncmp(keep + n, ": ", 2)) return ds_error_set(st, "%s", keep);
+    return ds_error_set(st, "%s: cannot resume: %s", path, keep + n + 2);
+}
+
+// Every string id a /requests row names is in /strings: a resume adds strings after the last
+// one, so an id beyond it (rows of /strings lost) would come to name another text.
+static enum ds_status check_string_ids(const ds_recorder_t *rec) {
+    for (size_t i = 0; i < rec->n_done; i++) {
+        const struct ds_rec_request *q = &rec->done[i];
+        const uint32_t ids[] = {q->category, q->conversation};
+        for (size_t j = 0; j < sizeof ids / sizeof ids[0]; j++)
+            if (ids[j] >= rec->n_entries)
+                return ds_error_set(DS_ERR_FORMAT,
+                                    "%s: cannot resume: /requests row %zu (request %u) names "
+                                    "string %u, beyond the %u rows of /strings (rows lost)",
+                                    rec->path, i, q->request, ids[j], rec->n_entries);
+    }
+    return DS_OK;
+}
+
 enum ds_status ds_recorder_open_resume(const char *path, const struct ds_run_meta *meta,
                                        struct ds_resume_info *info_out, ds_recorder_t **rec_out) {
     if (rec_out) *rec_out = NULL;
@@ -1246,6 +1315,7 @@ enum ds_status ds_recorder_open_resume(const char *path, const struct ds_run_met
     int wrote = 0; // set just before the new session first writes: then nothing is put back
     if ((st = rec_alloc(path, &rec)) || (st = lock_file(path, &rec->lock_fd))) goto cleanup;
     snap_take(path, &snap);
+    uint64_t size = 0, missing = rec->lock_fd >= 0 ? bytes_missing(rec->lock_fd, &size) : 0;
     if (rec->lock_fd >= 0 && extend_to_stored_eof(rec->lock_fd) < 0) {
         st = ds_error_set(DS_ERR_IO, "%s: cannot extend to its recorded end: %s", path,
                           strerror(errno));
@@ -1256,11 +1326,17 @@ enum ds_status ds_recorder_open_resume(const char *path, const struct ds_run_met
         goto cleanup;
     }
     if ((rec->file = H5Fopen(path, H5F_ACC_RDWR, fapl)) < 0) {
-        st = h5_fail_path(path, "cannot open for resuming");
+        st = missing ? cut_short(path, size, missing)
+                     : h5_fail_path(path, "cannot open for resuming");
         goto cleanup;
     }
     if (fix_eoa(rec->file, path) < 0) {
         st = h5_fail_path(path, "cannot repair the end of allocation a dead writer left");
+        goto cleanup;
+    }
+    // Before anything reads the zeros the extension put where the missing bytes were.
+    if (missing && !last_session_failed(rec)) {
+        st = cut_short(path, size, missing);
         goto cleanup;
     }
     if ((st = check_meta(rec, meta)) || (st = open_tables(rec)) || (st = load_strings(rec)))
@@ -1294,6 +1370,7 @@ enum ds_status ds_recorder_open_resume(const char *path, const struct ds_run_met
         if ((st = read_rows(rec, DS_REC_REQUESTS, 0, n_done, rec->done))) goto cleanup;
         rec->n_done = n_done;
     }
+    if ((st = check_string_ids(rec))) goto cleanup;
     uint64_t sessions = rec->t[DS_REC_SESSIONS].rows_file;
     if (sessions >= UINT16_MAX) {
         st = ds_error_set(DS_ERR_RANGE, "%s: too many sessions (%llu)", path,
@@ -1302,7 +1379,10 @@ enum ds_status ds_recorder_open_resume(const char *path, const struct ds_run_met
     }
     // Every row the summary will read, checked now: a file that lost rows is refused before
     // this session is added to it (the final summary would fail only after the whole run).
-    if ((st = ds_summary_check_open(rec->file, path))) goto cleanup;
+    if ((st = ds_summary_check_open(rec->file, path))) {
+        st = refuse_resume(path, st);
+        goto cleanup;
+    }
     rec->next_step = next_step;
     rec->session.session = (uint16_t)sessions;
     for (int i = 0; i < DS_REC_TABLE_COUNT; i++)

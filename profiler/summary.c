@@ -476,6 +476,17 @@ static int cmp_req_index(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+// A row the writer never wrote: it writes batch sizes of 1 or more, and zeros stand where a file
+// cut short, or copied while the run wrote it, lacks the rows its tables count (read as they
+// are, a zero /requests row was a finished request 0 of batch size 0).
+static enum ds_status check_written(struct ctx *c, const char *table, hsize_t row, uint16_t b) {
+    if (b) return DS_OK;
+    return ds_error_set(DS_ERR_FORMAT,
+                        "%s: /%s row %llu has batch size 0: a row never written (past the last "
+                        "flush: the file was cut short, or copied while the run wrote it)",
+                        c->path, table, (unsigned long long)row);
+}
+
 static enum ds_status read_requests(struct ctx *c) {
     const struct col cols[] = {
         {"request", offsetof(struct req_row, request), H5T_NATIVE_UINT32, 0},
@@ -509,6 +520,8 @@ static enum ds_status read_requests(struct ctx *c) {
             hsize_t n = t.rows - at < DS_SUMMARY_BLOCK_ROWS ? t.rows - at : DS_SUMMARY_BLOCK_ROWS;
             st = table_read(c, &t, at, n, c->req + at);
         }
+        for (size_t i = 0; i < c->n_req && !st; i++)
+            st = check_written(c, "requests", i, c->req[i].batch_size);
         if (st) goto cleanup;
         for (size_t i = 0; i < c->n_req; i++)
             c->ri[i] = (struct req_index){c->req[i].request, (uint32_t)i};
@@ -733,6 +746,7 @@ static enum ds_status scan_steps(struct ctx *c, void *buf) {
         for (hsize_t j = 0; j < n; j++) {
             const struct step_row *r = &rows[j];
             unsigned long long row = (unsigned long long)(at + j);
+            if ((st = check_written(c, "steps", row, r->batch_size))) break;
             if (r->drafted > s->k || r->accepted > r->drafted || r->emitted > r->accepted + 1u) {
                 st = ds_error_set(DS_ERR_FORMAT,
                                   "%s: /steps row %llu: drafted %u, accepted %u, emitted %u break "
@@ -803,6 +817,7 @@ static enum ds_status scan_drafts(struct ctx *c, void *buf) {
         for (hsize_t j = 0; j < n; j++) {
             const struct draft_row *r = &rows[j];
             unsigned long long row = (unsigned long long)(at + j);
+            if ((st = check_written(c, "drafts", row, r->batch_size))) break;
             if (r->position < 1 || r->position > s->k || r->accepted > 1 ||
                 r->channel >= DS_REC_CHANNEL_COUNT) {
                 st = ds_error_set(DS_ERR_FORMAT,

@@ -10,6 +10,7 @@
 
 #include "ds/check.h"
 #include "ds/record.h"
+#include "ds/summary.h"
 
 #include <hdf5.h>
 
@@ -106,7 +107,7 @@ static struct ds_rec_step make_step(uint64_t i) {
     s.total_ns = (uint64_t)1 << 40 | i;
     s.request = (uint32_t)(i % 9);
     s.context_len = (uint32_t)(i + 100);
-    s.batch_size = (uint16_t)(i % 33);
+    s.batch_size = (uint16_t)(1 + i % 33); // never 0: a row never written
     s.turn = (uint16_t)(i % 4);
     s.drafted = 3;
     s.accepted = (uint8_t)(i % 4);
@@ -1163,7 +1164,7 @@ static void resume_refuses_lost_rows(void) {
         EXPECT_STATUS(ds_recorder_open_resume(path, &meta, &info, &rec), DS_ERR_FORMAT);
         EXPECT(rec == NULL);
         if (rec) ds_recorder_close(rec);
-        EXPECT_ERROR_HAS("lost_rows.h5: request 0");
+        EXPECT_ERROR_HAS("lost_rows.h5: cannot resume: request 0");
         EXPECT_ERROR_HAS(lose_drafts ? "draft 6 tokens, but /drafts holds 4 of its rows"
                                      : "after 3 steps, but /steps holds 2 of its rows");
         unsigned char *after = file_bytes(path, &n1);
@@ -1173,10 +1174,9 @@ static void resume_refuses_lost_rows(void) {
     }
 }
 
-static void resume_after_sigkill(void) {
-    // The file sigkill_keeps_flushed_rows left (flags cleared by recover there); kill another
-    // writer to leave fresh flags, and resume straight away.
-    const char *path = tmp_path("killed2.h5");
+// Creates path in a forked writer, appends fill's rows, flushes, and kills the writer (SIGKILL):
+// the file a dead writer leaves, its "open for write" flags set.
+static void killed_writer(const char *path, void (*fill)(ds_recorder_t *)) {
     int pipefd[2];
     EXPECT_EQ_INT(pipe(pipefd), 0);
     pid_t pid = fork();
@@ -1185,7 +1185,7 @@ static void resume_after_sigkill(void) {
         struct ds_run_meta meta = test_meta();
         ds_recorder_t *rec = NULL;
         if (ds_recorder_create(path, &meta, 0, &rec)) _exit(92);
-        append_drafts_range(rec, 0, 700);
+        fill(rec);
         if (ds_recorder_flush(rec)) _exit(93);
         write_byte(pipefd[1]);
         for (;;)
@@ -1196,6 +1196,17 @@ static void resume_after_sigkill(void) {
     close(pipefd[0]);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
+}
+
+static void fill_700_drafts(ds_recorder_t *rec) {
+    append_drafts_range(rec, 0, 700);
+}
+
+static void resume_after_sigkill(void) {
+    // The file sigkill_keeps_flushed_rows left (flags cleared by recover there); kill another
+    // writer to leave fresh flags, and resume straight away.
+    const char *path = tmp_path("killed2.h5");
+    killed_writer(path, fill_700_drafts);
     struct ds_run_meta meta = test_meta();
     struct ds_resume_info info;
     ds_recorder_t *rec = NULL;
@@ -1215,6 +1226,83 @@ static void resume_after_sigkill(void) {
     EXPECT_EQ_INT(session_status(f, 0), DS_REC_SESSION_RUNNING); // the killed session
     EXPECT_EQ_INT(session_status(f, 1), DS_REC_SESSION_CLOSED);
     H5Fclose(f);
+}
+
+// Where the n bytes `what` first occur in b (len bytes), or -1.
+static long find_bytes(const unsigned char *b, size_t len, const void *what, size_t n) {
+    for (size_t at = 0; at + n <= len; at++)
+        if (!memcmp(b + at, what, n)) return (long)at;
+    return -1;
+}
+
+static void fill_finished_request(ds_recorder_t *rec) {
+    for (uint64_t i = 0; i < 2; i++) { // request 7: 2 steps of 3 drafts, finished
+        struct ds_rec_step s = make_step(0);
+        s.step = i;
+        s.request = 7;
+        if (ds_recorder_append_steps(rec, &s, 1)) _exit(93);
+        for (int j = 0; j < 3; j++) {
+            struct ds_rec_draft d = make_draft((uint64_t)j);
+            d.step = i;
+            d.request = 7;
+            d.position = (uint8_t)(j + 1);
+            if (ds_recorder_append_drafts(rec, &d, 1)) _exit(93);
+        }
+    }
+    struct ds_rec_request r = make_request(7);
+    r.steps = 2;
+    if (ds_recorder_append_requests(rec, &r, 1)) _exit(93);
+}
+
+// A copy of a killed writer's file cut off inside /requests, as a copy taken while the run wrote
+// it can be. The superblock of such a file records an end far below its data (the writer never
+// rewrote it), so nothing calls it truncated, and the /requests row past the cut reads as zeros:
+// the summary counted a finished request 0 of batch size 0, and resume refused the file for the
+// rows it said request 0 had lost. Both name the row never written now, and the refused file
+// stays byte for byte as it was; the whole file resumes.
+static void resume_refuses_cut_copy_of_killed_writer(void) {
+    const char *path = tmp_path("killed3.h5"), *cut = tmp_path("killed3_cut.h5");
+    const struct ds_run_meta meta = test_meta();
+    killed_writer(path, fill_finished_request);
+    // The cut: at the bytes of the one /requests row.
+    hsize_t rows = 0;
+    hid_t f = open_ro(path, 1);
+    struct ds_rec_request *rq = f >= 0 ? read_table(f, "requests", sizeof *rq, &rows) : NULL;
+    if (f >= 0) H5Fclose(f);
+    size_t n = 0;
+    unsigned char *whole = file_bytes(path, &n);
+    long at = rq && rows == 1 && whole ? find_bytes(whole, n, rq, sizeof *rq) : -1;
+    free(rq);
+    EXPECT(at > 0);
+    uint64_t recorded = 0; // the end the superblock records: below the cut, so not "truncated"
+    for (int i = 7; at > 36 && i >= 0; i--)
+        recorded = recorded << 8 | whole[28 + i];
+    EXPECT(recorded > 0 && recorded < (uint64_t)at);
+    FILE *out = at > 0 ? fopen(cut, "wb") : NULL;
+    EXPECT(out && fwrite(whole, 1, (size_t)at, out) == (size_t)at);
+    if (out) fclose(out);
+    free(whole);
+    if (at <= 0) return;
+    struct ds_summary *sum = NULL;
+    EXPECT_STATUS(ds_summary_compute(cut, DS_SUMMARY_BY_BATCH, &sum), DS_ERR_FORMAT);
+    EXPECT_ERROR_HAS("killed3_cut.h5: /requests row 0 has batch size 0: a row never written");
+    ds_summary_free(sum);
+    size_t n0 = 0, n1 = 0;
+    unsigned char *before = file_bytes(cut, &n0);
+    struct ds_resume_info info;
+    ds_recorder_t *rec = NULL;
+    EXPECT_STATUS(ds_recorder_open_resume(cut, &meta, &info, &rec), DS_ERR_FORMAT);
+    EXPECT(rec == NULL);
+    if (rec) ds_recorder_close(rec);
+    EXPECT_ERROR_HAS("killed3_cut.h5: cannot resume: /requests row 0 has batch size 0");
+    unsigned char *after = file_bytes(cut, &n1);
+    EXPECT(before && after && n0 == n1 && !memcmp(before, after, n0));
+    free(before);
+    free(after);
+    rec = NULL;
+    EXPECT_OK(ds_recorder_open_resume(path, &meta, &info, &rec));
+    EXPECT_EQ_INT(info.n_done, 1);
+    if (rec) EXPECT_OK(ds_recorder_close(rec));
 }
 
 enum { DISK_GOOD = 2000 };
@@ -1493,6 +1581,7 @@ int main(int argc, char **argv) {
     DS_RUN(resume_refuses_lost_rows);
     DS_RUN(session_ends_failed);
     DS_RUN(resume_after_sigkill);
+    DS_RUN(resume_refuses_cut_copy_of_killed_writer);
     DS_RUN(full_disk_gives_clean_error);
     DS_RUN(failed_flush_keeps_requests_last);
     DS_RUN(flush_sees_the_file_replaced);
@@ -1501,8 +1590,9 @@ int main(int argc, char **argv) {
     int rc = ds_test_end();
     if (rc == 0) {
         // Keep the files of a failing run for inspection; remove them otherwise.
-        const char *names[] = {"layout.h5", "round.h5",  "strings.h5", "exists.h5",  "killed.h5",
-                               "live.h5",   "resume.h5", "other.h5",   "killed2.h5", "full.h5"};
+        const char *names[] = {"layout.h5",  "round.h5", "strings.h5", "exists.h5",
+                               "killed.h5",  "live.h5",  "resume.h5",  "other.h5",
+                               "killed2.h5", "full.h5",  "killed3.h5", "killed3_cut.h5"};
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
             unlink(tmp_path(names[i]));
         rmdir(dir);

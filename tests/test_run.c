@@ -397,21 +397,28 @@ static void test_run_and_summary(void) {
                        "of 8 positions") != NULL);
 }
 
+// A finished run of the three conversations at B = 1 written to path: the file's bytes.
+static unsigned char *small_run(const char *path, size_t *n) {
+    char err[4096];
+    unlink(path);
+    const char *extra[] = {"--batch-sizes", "1", "--max-new-tokens", "10", NULL};
+    EXPECT_EQ_INT(run_cli(path, extra, err, sizeof err), 0);
+    return ru_slurp(path, n);
+}
+
 // A --resume refused before it writes (here: files cut short) leaves the file byte for byte as
 // it was; opening one to check it used to grow it to the end its superblock records.
 static void test_refused_resume_keeps_file(void) {
     char err[4096];
     const char *out = DIR "/whole.h5", *cut = DIR "/cut.h5";
-    unlink(out);
-    const char *extra[] = {"--batch-sizes", "1", "--max-new-tokens", "10", NULL};
-    EXPECT_EQ_INT(run_cli(out, extra, err, sizeof err), 0);
     size_t n = 0;
-    unsigned char *whole = ru_slurp(out, &n);
+    unsigned char *whole = small_run(out, &n);
     EXPECT(whole && n > 65536);
     const struct {
         size_t len;
         const char *msg;
-    } cases[] = {{4096, "cannot read the run attributes"}, {30000, "cannot read column step"}};
+    } cases[] = {{4096, "cut.h5: cannot resume: truncated file: 4096 bytes of the "},
+                 {30000, "cut.h5: cannot resume: truncated file: 30000 bytes of the "}};
     for (size_t i = 0; whole && i < sizeof cases / sizeof cases[0]; i++) {
         FILE *f = fopen(cut, "wb");
         EXPECT(f && fwrite(whole, 1, cases[i].len, f) == cases[i].len);
@@ -900,6 +907,129 @@ static void test_file_size_limit(const char *self) {
     }
 }
 
+// Sets the row count of a table of a closed run file (rows past the old count read as zeros);
+// 0 when it cannot.
+static int set_rows(const char *path, const char *table, hsize_t rows) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t d = f >= 0 ? H5Dopen2(f, table, H5P_DEFAULT) : H5I_INVALID_HID;
+    int ok = d >= 0 && H5Dset_extent(d, &rows) >= 0;
+    if (d >= 0) ok &= H5Dclose(d) >= 0;
+    if (f >= 0) ok &= H5Fclose(f) >= 0;
+    return ok;
+}
+
+// Writes the first n bytes of whole to path.
+static void write_prefix(const char *path, const unsigned char *whole, size_t n) {
+    FILE *f = fopen(path, "wb");
+    EXPECT(f && fwrite(whole, 1, n, f) == n);
+    if (f) fclose(f);
+}
+
+static const char *RESUME_1[] = {"--batch-sizes", "1", "--max-new-tokens", "10", "--resume", NULL};
+
+// --resume of path is refused (exit 1) with a line holding resume_msg and leaves the file byte
+// for byte as it was; the summary refuses it too, with a line holding summary_msg.
+static void expect_refused(const char *path, const char *resume_msg, const char *summary_msg) {
+    char err[4096];
+    size_t n = 0;
+    unsigned char *before = ru_slurp(path, &n);
+    EXPECT_EQ_INT(run_cli(path, RESUME_1, err, sizeof err), 1);
+    if (!strstr(err, resume_msg)) DS_FAILF("resume: message lacks '%s': %s", resume_msg, err);
+    EXPECT(one_line(err));
+    expect_same_file(path, before, n);
+    free(before);
+    struct ds_summary *s = NULL;
+    EXPECT(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s) != DS_OK);
+    ds_summary_free(s);
+    if (!strstr(ds_error_last(), summary_msg))
+        DS_FAILF("summary: message lacks '%s': %s", summary_msg, ds_error_last());
+}
+
+// Cut copies of a finished run file (3 requests at B = 1). Cut short (a copy stopped early),
+// its missing bytes were read as zeros: --resume said "/requests rows 0 and 1 have the same
+// request id 0" of a cut inside /requests, and resumed a file cut in the unused end of its last
+// chunk (it extended it), where the summary calls both truncated. Rows counted past the data
+// (the tables' row counts raised, as a copy taken while the run wrote it can have them) were
+// refused as duplicate ids, rows lost or a draft position out of range, or read by the summary
+// as a finished request of batch size 0; /strings cut below the ids /requests names was resumed,
+// new strings taking those ids. Each is refused now, by name, the file left as it was. /requests
+// cut by a row is what a crash leaves: that request's rows are dropped and it is run again.
+static void test_resume_cut_copies(void) {
+    char err[4096];
+    const char *out = DIR "/cutsrc.h5", *cut = DIR "/cutcopy.h5";
+    size_t n = 0, nq = 0;
+    unsigned char *whole = small_run(out, &n);
+    struct ds_rec_request *rq = ru_read_table(out, "requests", sizeof *rq, &nq);
+    EXPECT(whole && rq && nq == 3);
+    if (!whole || !rq || nq != 3) {
+        free(whole);
+        free(rq);
+        return;
+    }
+    // Cut short inside /requests (after its first row), and in the unused end of the file.
+    long at = -1;
+    for (size_t i = 0; at < 0 && i + sizeof *rq <= n; i++)
+        if (!memcmp(whole + i, &rq[1], sizeof *rq)) at = (long)i;
+    EXPECT(at > 0);
+    const size_t cuts[] = {at > 0 ? (size_t)at : 4096, n - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        write_prefix(cut, whole, cuts[i]);
+        char msg[128];
+        snprintf(msg, sizeof msg, "cutcopy.h5: cannot resume: truncated file: %zu bytes of the %zu",
+                 cuts[i], n);
+        expect_refused(cut, msg, "cutcopy.h5: cannot open the run file: truncated file");
+    }
+    // Row counts raised past the rows written.
+    uint32_t max_string = 0;
+    for (size_t i = 0; i < nq; i++)
+        if (rq[i].conversation > max_string) max_string = rq[i].conversation;
+    size_t ns = 0, nd = 0;
+    free(ru_read_table(out, "steps", sizeof(struct ds_rec_step), &ns));
+    free(ru_read_table(out, "drafts", sizeof(struct ds_rec_draft), &nd));
+    const struct {
+        const char *table;
+        hsize_t rows;
+        const char *msg;
+    } grown[] = {
+        {"requests", nq + 2, "/requests row 3 has batch size 0: a row never written"},
+        {"steps", ns + 1, "/steps row %zu has batch size 0: a row never written"},
+        {"drafts", nd + 1, "/drafts row %zu has batch size 0: a row never written"},
+    };
+    for (size_t i = 0; i < sizeof grown / sizeof grown[0]; i++) {
+        char msg[160], rmsg[200];
+        snprintf(msg, sizeof msg, grown[i].msg, i == 1 ? ns : nd);
+        EXPECT(ru_copy(out, cut) && set_rows(cut, grown[i].table, grown[i].rows));
+        snprintf(rmsg, sizeof rmsg, "cutcopy.h5: cannot resume: %s", msg);
+        expect_refused(cut, rmsg, msg);
+    }
+    // /strings without the last string a /requests row names.
+    EXPECT(ru_copy(out, cut) && set_rows(cut, "strings", max_string));
+    char sizes[128];
+    snprintf(sizes, sizeof sizes, "names string %u, beyond the %u rows of /strings", max_string,
+             max_string);
+    size_t n0 = 0;
+    unsigned char *before = ru_slurp(cut, &n0);
+    EXPECT_EQ_INT(run_cli(cut, RESUME_1, err, sizeof err), 1);
+    if (!strstr(err, sizes)) DS_FAILF("message lacks '%s': %s", sizes, err);
+    expect_same_file(cut, before, n0);
+    free(before);
+    // The last request's /requests row lost: its /steps and /drafts rows are dropped, and the
+    // resume runs it again under a new id.
+    EXPECT(ru_copy(out, cut) && set_rows(cut, "requests", nq - 1));
+    EXPECT_EQ_INT(run_cli(cut, RESUME_1, err, sizeof err), 0);
+    expect_complete(cut, 3);
+    struct ds_summary *s = NULL;
+    EXPECT_OK(ds_summary_compute(cut, DS_SUMMARY_BY_BATCH, &s));
+    if (s) {
+        EXPECT_EQ_INT(s->all.requests, 3);
+        EXPECT_EQ_INT(s->n_sessions, 2);
+        EXPECT(s->dropped_steps > 0);
+    }
+    ds_summary_free(s);
+    free(whole);
+    free(rq);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--run")) return ds_cmd_run(argc - 2, argv + 2);
     mkdir(DIR, 0755);
@@ -913,6 +1043,7 @@ int main(int argc, char **argv) {
     DS_RUN(test_bad_output);
     DS_RUN(test_run_and_summary);
     DS_RUN(test_refused_resume_keeps_file);
+    DS_RUN(test_resume_cut_copies);
     DS_RUN(test_bad_records);
     DS_RUN(test_trace_on_cpu);
     DS_RUN(test_synthetic_flags);

@@ -656,6 +656,7 @@ static void refuses_rows_breaking_the_schema(void) {
     const char *path = tmp_path("bad_step.h5");
     struct ds_rec_step st[2];
     memset(st, 0, sizeof st);
+    st[0].batch_size = st[1].batch_size = 1;
     st[0].drafted = 3;
     st[0].accepted = 1;
     st[0].emitted = 2;
@@ -672,6 +673,7 @@ static void refuses_rows_breaking_the_schema(void) {
     path = tmp_path("bad_draft.h5");
     struct ds_rec_draft d;
     memset(&d, 0, sizeof d);
+    d.batch_size = 1;
     d.position = 4;
     rec = NULL;
     EXPECT_OK(ds_recorder_create(path, &meta, 0, &rec));
