@@ -243,6 +243,7 @@ class Run:
         req = self._frame("requests")
         req["category_name"] = text_of(req["category"])
         req["conversation_name"] = text_of(req["conversation"])
+        self._check_written("requests", req)
         dups = req["request"][req["request"].duplicated()]
         if len(dups):
             raise DraftscopeFormatError(
@@ -292,8 +293,20 @@ class Run:
         self.kernels = kernels
         self.ranges = self._frame("ranges")
 
+    def _check_written(self, table, df):
+        """The writer's batch sizes are 1 or more: a 0 is a row never written (zeros past the last
+        flush of a file cut short, or copied while the run wrote it), refused as the C summary
+        refuses it."""
+        zero = np.flatnonzero(df["batch_size"].to_numpy() == 0)
+        if len(zero):
+            raise DraftscopeFormatError(
+                f"{self.path}: /{table} row {int(zero[0])} has batch size 0: a row never written "
+                f"(past the last flush: the file was cut short, or copied while the run wrote it)")
+
     def _check_rows(self, steps, drafts):
         k = self.k
+        self._check_written("steps", steps)
+        self._check_written("drafts", drafts)
         bad = (steps["drafted"] > k) | (steps["accepted"] > steps["drafted"]) | \
               (steps["emitted"].astype(int) > steps["accepted"].astype(int) + 1)
         if bad.any():

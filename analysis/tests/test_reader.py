@@ -12,7 +12,7 @@ import pytest
 import draftscope
 from draftscope import schema
 
-from conftest import ROOT
+from conftest import ROOT, summary_command
 
 RECORD_H = os.path.join(ROOT, "profiler", "include", "ds", "record.h")
 C_TYPES = {"uint64_t": "u8", "uint32_t": "u4", "uint16_t": "u2", "uint8_t": "u1",
@@ -210,6 +210,23 @@ def test_refusals(samples, tmp_path):
             f.attrs[name] = value
         with pytest.raises(draftscope.DraftscopeFormatError, match=f"bad_attr.h5: ({says})"):
             draftscope.open(bad)
+
+
+@pytest.mark.parametrize("table", ["requests", "steps", "drafts"])
+def test_unwritten_rows_refused_as_the_summary_does(programs, samples, tmp_path, table):
+    """A row of batch size 0 was never written (zeros past the last flush of a cut copy): both
+    readers refuse the file, naming the table and the row."""
+    bad = tmp_path / f"zero_{table}.h5"
+    shutil.copy(samples["closed"], bad)
+    with h5py.File(bad, "r+") as f:
+        rows = f[table][()]
+        rows["batch_size"][2] = 0
+        f[table][...] = rows
+    says = f"zero_{table}.h5: /{table} row 2 has batch size 0: a row never written"
+    with pytest.raises(draftscope.DraftscopeFormatError, match=says):
+        draftscope.open(bad)
+    c = subprocess.run(summary_command(programs) + [str(bad)], capture_output=True, text=True)
+    assert c.returncode == 1 and says in c.stderr, c.stderr
 
 
 def test_damaged_attributes_are_named(samples, tmp_path):
