@@ -474,11 +474,10 @@ static uint64_t bytes_missing(int fd, uint64_t *size_out) {
 }
 
 static int extend_to_stored_eof(int fd) {
-    struct stat st;
-    uint64_t eof = stored_eof(fd);
-    if (!eof || fstat(fd, &st) < 0 || (uint64_t)st.st_size >= eof || eof > (uint64_t)INT64_MAX)
-        return 0;
-    return ftruncate(fd, (off_t)eof);
+    uint64_t size = 0;
+    const uint64_t missing = bytes_missing(fd, &size);
+    if (!missing || size + missing > (uint64_t)INT64_MAX) return 0;
+    return ftruncate(fd, (off_t)(size + missing));
 }
 
 // ---------------------------------------------------------------------------------------------
