@@ -572,7 +572,9 @@ static void usage(FILE *f) {
                "  the op to write back (up to ~50 MB on an H200: the figures before the option).\n"
                "  --steps times whole target decode / verify steps\n"
                "  and draft extend / step calls of a synthetic model (--layers N: the first N\n"
-               "  layers only; 0, the default, keeps them all).\n"
+               "  layers only; 0, the default, keeps them all). A target step's weight GB\n"
+               "  counts the distinct experts its rows were routed to: the mean over the timed\n"
+               "  steps' inputs, replayed untimed after the timing.\n"
                "  Defaults: --shape 20b, --rows 1,4,32,256, --batches 1,8,32,64, --iters 20\n"
                "  (0..10000), --kv 4096 (1..131072; --steps needs 8 or more), --graphs both,\n"
                "  --seed 0, --device 0. Lists take up to 16 entries.\n"
@@ -609,7 +611,9 @@ static void usage(FILE *f) {
 // 2 bytes moved per byte copied) as the floor, the achieved GB/s of that sum and its share of
 // that bandwidth.
 // Weight bytes of a target step: embedding rows, every layer's attention, norms and router, the
-// distinct experts the step's rows touched (read back from the router's choices), the final norm
+// distinct experts the step's rows touched (read back from the router's choices; the mean over
+// the timed steps' inputs, each step replayed untimed afterwards: routing follows the tokens, so
+// one step's count is not the figure of the median's steps), the final norm
 // and the lm_head; of a draft extend: the draft's whole weight arena (its lm_head over 32,000 ids
 // included) plus the target embedding rows it reads; of a draft step the same less the fc, which
 // only an extend runs. KV bytes: K and V of the keys cached before the step's rows (all L on
@@ -752,6 +756,20 @@ static enum ds_status step_once(struct step_ctx *c, enum step_kind k, int B, int
         return ds_eagle3_extend(c->d, &b, ds_gptoss_aux(c->t), ds_gptoss_last_rows(c->t), c->hrows);
     }
     return ds_eagle3_step(c->d, B, c->tok, c->s_pos, c->s_slot, c->s_prev);
+}
+
+// Mean weight bytes of the timed target steps (their inputs are iterations 2 .. iters + 1; one
+// when iters is 0): each replayed untimed, after the timing, with every trace paused. 0 on error.
+static double target_step_bytes_mean(struct step_ctx *c, enum step_kind k, int B, int iters) {
+    const int n = iters > 0 ? iters : 1, rows = B * (k == SK_VERIFY ? 4 : 1);
+    double sum = 0;
+    for (int it = 0; it < n; it++) {
+        if (step_once(c, k, B, it + 2) != DS_OK || c->be->sync(c->be) != DS_OK) return 0;
+        const double b = target_step_bytes(c, rows);
+        if (b <= 0) return 0;
+        sum += b;
+    }
+    return sum / n;
 }
 
 // Times `iters` calls of a step kind; *ms_out the median ms per call (host wall, call + sync).
@@ -1207,9 +1225,15 @@ static int bench_steps(const char *shape, const int *batches, int n_batches, int
                         if (trace_mask & (1u << lv)) ms = lres[lv].median_ms;
                 const int rows = B * (k == SK_VERIFY ? 4 : k == SK_EXTEND ? 2 : 1);
                 const bool dstep = k == SK_DSTEP;
-                double bytes = k <= SK_VERIFY ? target_step_bytes(&c, rows)
+                double bytes = k <= SK_VERIFY ? target_step_bytes_mean(&c, (enum step_kind)k, B,
+                                                                       iters)
                                               : ds_bench_draft_weight_bytes(draft_bytes, fc_bytes,
                                                                             dstep, rows, c.H);
+                if (bytes <= 0) {
+                    fprintf(stderr, "draftscope bench: %s B=%d: weight bytes: %s\n",
+                            step_names[k], B, ds_error_last());
+                    goto cleanup;
+                }
                 // Keys cached before the rows: --kv for target and draft steps, --kv - 2 for
                 // the extends (step_once's positions).
                 const double kvb =
