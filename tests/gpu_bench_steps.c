@@ -1,6 +1,7 @@
 // `draftscope bench --steps` end to end on the GPU, run as its own process (as a user runs it:
 // a traced bench must enable CUPTI before any CUDA module loads, which an in-process call after
-// another bench could not): a 2-layer slice of the 20b shapes with --json, graphs off and on.
+// another bench could not): a 3-layer slice of the 20b shapes (the fewest the synthetic draft
+// takes: three distinct aux states) with --json, graphs off and on.
 //   - every step kind at B = 1 and 2 reports a positive time, floor and GB/s;
 //   - the weight bytes of a target step are recounted here from the checkpoint's tensor list
 //     (spec gpt-oss.md §2: per-layer attention, norms, router; per expert gate_up and down
@@ -25,7 +26,7 @@
 #define BIN DS_BINARY_DIR "/profiler/draftscope"
 #define OUT_JSON "/tmp/ds_gpu_bench_steps.json"
 #define OUT_ERR "/tmp/ds_gpu_bench_steps.err"
-#define LAYERS 2
+#define LAYERS 3
 #define ITERS 3
 
 // gpt-oss-20b (spec gpt-oss.md §1, §2).
