@@ -481,8 +481,9 @@ static enum ds_status prefill_impl(ds_spec_t *sp, int n, struct ds_spec_seq *con
             if ((s = be->argmax(be, &am)) ||
                 (s = be->download(be, sp->out_host, sp->out_dev, 2 * (size_t)sp->Rv * 4)))
                 return s;
-            if (sp->cfg.rule != DS_SPEC_GREEDY &&
-                (s = softmax_rows(sp, sp->act, n_done, sp->V, ds_gptoss_logits(sp->target),
+            // p for every rule: one NaN logit makes every p of the row NaN, which the argmax
+            // skips, so p at the argmax must be a positive number too (as in the verify).
+            if ((s = softmax_rows(sp, sp->act, n_done, sp->V, ds_gptoss_logits(sp->target),
                                   sp->p_dev)))
                 return s;
             for (int j = 0; j < n_done; j++) {
@@ -490,11 +491,22 @@ static enum ds_status prefill_impl(ds_spec_t *sp, int n, struct ds_spec_seq *con
                 int32_t tok;
                 memcpy(&tok, &sp->out_host[j], sizeof tok);
                 const float val = sp->out_host[sp->Rv + j];
-                q->nonfinite = !isfinite(val);
+                q->nonfinite = !isfinite(val) || tok < 0 || tok >= sp->V;
                 const int len = lens[done_seq[j]];
-                if (sp->cfg.rule != DS_SPEC_GREEDY && !q->nonfinite) {
+                float p_top = 0.0f;
+                if (!q->nonfinite && sp->cfg.rule != DS_SPEC_GREEDY) {
                     if ((s = p_row_get(sp, j))) return s;
-                    int32_t t = ds_spec_sample(sp->p_row, sp->V, draw(sp, q, len, DS_RNG_LANE_SAMPLE));
+                    p_top = sp->p_row[tok];
+                } else if (!q->nonfinite &&
+                           (s = sp->be->download(sp->be, &p_top,
+                                                 sp->p_dev + (size_t)j * (size_t)sp->V + tok,
+                                                 sizeof p_top))) {
+                    return s;
+                }
+                q->nonfinite = q->nonfinite || !(p_top > 0.0f) || !isfinite(p_top);
+                if (sp->cfg.rule != DS_SPEC_GREEDY && !q->nonfinite) {
+                    const int32_t t =
+                        ds_spec_sample(sp->p_row, sp->V, draw(sp, q, len, DS_RNG_LANE_SAMPLE));
                     if (t >= 0) tok = t;
                 }
                 q->committed = len;

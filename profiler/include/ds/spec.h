@@ -107,9 +107,9 @@ struct ds_spec_seq {
     int32_t bonus;     // the emitted token at position C, not yet in any cache
     int32_t n_ext;     // staged rows for the next extend: positions C-n_ext .. C-1
     int32_t ext_tokens[DS_SPEC_MAX_K + 1]; // their input tokens (positions C-n_ext+1 .. C)
-    uint8_t nonfinite; // set by prefill when the argmax of the prompt's last logits is not
-                       // finite (all NaN, or an Inf); a row with some NaN passes here and
-                       // is caught by the first step, whose check also looks at p
+    uint8_t nonfinite; // set by prefill when the prompt's last logits held NaN/Inf: the
+                       // argmax value is not finite, or p at the argmax is not a positive
+                       // number (one NaN logit makes every p NaN; the argmax skips it)
     // Harmony channel tracker after every committed token, b included (the caller feeds it; the
     // step labels drafts on a copy). tracker.h == NULL labels every draft "other".
     struct ds_channel_tracker tracker;
