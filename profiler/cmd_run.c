@@ -710,6 +710,18 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
         fprintf(o->quiet ? stderr : info_f,
                 "%llu requests skipped (prompt beyond the context limit of %lld)\n",
                 (unsigned long long)st.skipped, P);
+    if (st.errors) // said even with --quiet: the file holds them, but with no metrics
+        fprintf(o->quiet ? stderr : info_f,
+                "%llu requests ended with error: non-finite target logits (NaN or Inf; the "
+                "summary counts them)\n",
+                (unsigned long long)st.errors);
+    if (st.errors && st.errors == st.requests && (!o->resume || ri.n_done == 0)) {
+        fprintf(stderr,
+                "draftscope run: %s: every request (%llu) ended with non-finite target logits "
+                "(NaN or Inf): no acceptance to measure; check the target's weights\n",
+                o->out, (unsigned long long)st.errors);
+        return 1;
+    }
     if (st.skipped && st.requests == 0 && (!o->resume || ri.n_done == 0)) {
         fprintf(stderr,
                 "draftscope run: %s: no request recorded: every prompt is beyond the context "

@@ -241,6 +241,7 @@ static enum ds_status finish(struct replay *r, int slot, enum ds_rec_stop stop) 
         if (r->defer_requests) r->qrows[r->n_qrows++] = row; // at most one per slot and step
         else if ((s = ds_recorder_append_requests(r->rec, &row, 1))) return s;
         r->st->requests++;
+        r->st->errors += stop == DS_REC_STOP_ERROR;
     }
     // The reply a later turn of a question conversation is rendered with.
     if (l->req + 1 < r->w->n && r->w->req[l->req + 1].needs_reply && r->tok) {

@@ -151,6 +151,7 @@ double ds_summary_expected_channel(const struct ds_summary_group *g, int channel
 struct req_row {
     uint32_t request, category, generated_len, steps;
     uint16_t batch_size, turn;
+    uint8_t stop_reason;
 };
 struct step_row {
     uint64_t step, draft_ns, verify_ns;
@@ -495,9 +496,10 @@ static enum ds_status read_requests(struct ctx *c) {
         {"steps", offsetof(struct req_row, steps), H5T_NATIVE_UINT32, 0},
         {"batch_size", offsetof(struct req_row, batch_size), H5T_NATIVE_UINT16, 0},
         {"turn", offsetof(struct req_row, turn), H5T_NATIVE_UINT16, 0},
+        {"stop_reason", offsetof(struct req_row, stop_reason), 0, 1},
     };
     struct table t;
-    enum ds_status st = table_open(c, "requests", cols, 6, sizeof(struct req_row), &t);
+    enum ds_status st = table_open(c, "requests", cols, 7, sizeof(struct req_row), &t);
     if (st) return st;
     c->s->rows_requests = t.rows;
     if (t.rows > (hsize_t)UINT32_MAX) {
@@ -523,8 +525,13 @@ static enum ds_status read_requests(struct ctx *c) {
         for (size_t i = 0; i < c->n_req && !st; i++)
             st = check_written(c, "requests", i, c->req[i].batch_size);
         if (st) goto cleanup;
-        for (size_t i = 0; i < c->n_req; i++)
+        for (size_t i = 0; i < c->n_req; i++) {
             c->ri[i] = (struct req_index){c->req[i].request, (uint32_t)i};
+            if (c->req[i].stop_reason == DS_REC_STOP_ERROR) {
+                c->s->error_requests++;
+                c->s->error_requests_at_prompt += c->req[i].steps == 0;
+            }
+        }
         qsort(c->ri, c->n_req, sizeof *c->ri, cmp_req_index);
         for (size_t i = 1; i < c->n_req; i++)
             if (c->ri[i].id == c->ri[i - 1].id) {
@@ -1236,6 +1243,11 @@ enum ds_status ds_summary_print_text(const struct ds_summary *s, FILE *f) {
                 s->nonfinite_steps, s->nonfinite_steps == 1 ? "" : "s",
                 s->nonfinite_steps == 1 ? "" : "s", s->nonfinite_steps == 1 ? "it" : "they",
                 s->nonfinite_steps == 1 ? "its" : "their", s->nonfinite_drafts);
+    if (s->error_requests)
+        fprintf(f, "  %" PRIu64 " request%s ended with error (non-finite target logits), %" PRIu64
+                   " of them at the prompt's last logits, before any step\n",
+                s->error_requests, s->error_requests == 1 ? "" : "s",
+                s->error_requests_at_prompt);
     if (!isnan(s->trace_overhead))
         fprintf(f, "  trace overhead: %.2f%% (tokens/s lost to tracing, measured in the run against "
                    "tracing paused)\n",
@@ -1383,6 +1395,8 @@ enum ds_status ds_summary_print_json(const struct ds_summary *s, FILE *f) {
     json_object_set_new(rows, "dropped_drafts", u64(s->dropped_drafts));
     json_object_set_new(rows, "nonfinite_steps", u64(s->nonfinite_steps));
     json_object_set_new(rows, "nonfinite_drafts", u64(s->nonfinite_drafts));
+    json_object_set_new(rows, "error_requests", u64(s->error_requests));
+    json_object_set_new(rows, "error_requests_at_prompt", u64(s->error_requests_at_prompt));
     json_object_set_new(o, "rows", rows);
     json_t *groups = json_array();
     for (size_t i = 0; i < s->n_groups; i++) {

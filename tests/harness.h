@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,24 @@ static inline void ds_t_restore(int fd, int saved) {
     fflush(stdout), fflush(stderr);
     dup2(saved, fd);
     close(saved);
+}
+
+// Copies src to dst with `n` bytes at `off` set to the bf16 NaN 0x7fc0 (n = 0: a plain copy): a
+// checkpoint with a NaN tensor (or a row of one), for the non-finite paths. 1 on success.
+static inline int ds_t_copy_with_nan(const char *src, const char *dst, uint64_t off, uint64_t n) {
+    FILE *f = fopen(src, "rb");
+    if (!f) return 0;
+    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    unsigned char *b = len >= 0 && fseek(f, 0, SEEK_SET) == 0 ? malloc((size_t)len + 1) : NULL;
+    int ok = b && fread(b, 1, (size_t)len, f) == (size_t)len && off + n <= (uint64_t)len;
+    fclose(f);
+    for (uint64_t i = 0; ok && i + 1 < n; i += 2)
+        b[off + i] = 0xc0, b[off + i + 1] = 0x7f; // little-endian 0x7fc0
+    f = ok ? fopen(dst, "wb") : NULL;
+    ok = f && fwrite(b, 1, (size_t)len, f) == (size_t)len;
+    if (f) ok = fclose(f) == 0 && ok;
+    free(b);
+    return ok;
 }
 
 // Makes a fresh directory `dir` under `base` holding an empty directory `name` (path in `sub`):

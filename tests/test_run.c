@@ -27,6 +27,7 @@
 
 #include "ds/device.h"
 #include "ds/record.h"
+#include "ds/safetensors.h"
 #include "ds/sha256.h"
 #include "ds/summary.h"
 #include "harness.h"
@@ -395,6 +396,69 @@ static void test_run_and_summary(void) {
     EXPECT(strstr(err, "does not fit the context limit of 8 positions; skipped") != NULL);
     EXPECT(strstr(err, "ok.h5: no request recorded: every prompt is beyond the context limit "
                        "of 8 positions") != NULL);
+}
+
+// A target whose lm_head row 7 is NaN: every prompt's last logits hold one NaN, so every p of
+// the row is NaN while the argmax (which skips NaN) is a number. Each request ends with error at
+// its prompt, before any step; the file says so (summary error_requests), and with no request
+// left to measure the run fails with one line naming the file (it exited 0 and printed empty
+// metrics). The file itself is complete: its session closed, every request recorded.
+static void test_nan_target(void) {
+    char err[4096];
+    const char *dir = DIR "/nan-target", *out = DIR "/nan.h5";
+    mkdir(dir, 0755);
+    unlink(out);
+    ds_safetensors_t *st = NULL;
+    EXPECT_OK(ds_safetensors_open_file(RU_TARGET "/model.safetensors", &st));
+    const struct ds_tensor_info *lm = st ? ds_safetensors_find(st, "lm_head.weight") : NULL;
+    EXPECT(lm && lm->dtype == DS_DTYPE_BF16 && lm->ndim == 2);
+    int ok = 0;
+    if (lm && lm->dtype == DS_DTYPE_BF16 && lm->ndim == 2) {
+        const uint64_t row = (uint64_t)lm->shape[1] * 2;
+        ok = ds_t_copy_with_nan(RU_TARGET "/config.json", DIR "/nan-target/config.json", 0, 0) &&
+             ds_t_copy_with_nan(RU_TARGET "/model.safetensors", DIR "/nan-target/model.safetensors",
+                              lm->file_offset + 7 * row, row);
+    }
+    ds_safetensors_close(st);
+    EXPECT(ok);
+    if (!ok) return;
+    const char *extra[] = {"--batch-sizes", "1,2", "--max-new-tokens", "4", NULL};
+    char *argv[64];
+    const int argc = build_argv(argv, out, extra);
+    argv[2] = (char *)dir; // --target
+    EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 1);
+    EXPECT(strstr(err, "6 requests ended with error: non-finite target logits") != NULL);
+    EXPECT(strstr(err, "nan.h5: every request (6) ended with non-finite target logits") != NULL);
+    struct ds_summary *s = NULL;
+    EXPECT_OK(ds_summary_compute(out, DS_SUMMARY_BY_BATCH, &s));
+    if (s) {
+        EXPECT_EQ_INT(s->rows_requests, 6); // 3 conversations x 2 batch sizes
+        EXPECT_EQ_INT(s->rows_steps, 0);
+        EXPECT_EQ_INT(s->error_requests, 6);
+        EXPECT_EQ_INT(s->error_requests_at_prompt, 6);
+        EXPECT_EQ_INT(s->last_session_status, DS_REC_SESSION_CLOSED);
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        if (f) {
+            EXPECT_OK(ds_summary_print_text(s, f));
+            fclose(f);
+            EXPECT(strstr(text, "6 requests ended with error (non-finite target logits), 6 of "
+                                "them at the prompt's last logits, before any step") != NULL);
+        }
+        free(text);
+    }
+    ds_summary_free(s);
+    // The same pair with the real target: no request ends with error, and the summary says
+    // nothing of errors.
+    unlink(out);
+    const char *fine[] = {"--batch-sizes", "1", "--max-new-tokens", "4", NULL};
+    EXPECT_EQ_INT(run_cli(out, fine, err, sizeof err), 0);
+    EXPECT(strstr(err, "ended with error") == NULL);
+    s = NULL;
+    EXPECT_OK(ds_summary_compute(out, DS_SUMMARY_BY_BATCH, &s));
+    if (s) EXPECT_EQ_INT(s->error_requests, 0);
+    ds_summary_free(s);
 }
 
 // A finished run of the three conversations at B = 1 written to path: the file's bytes.
@@ -1042,6 +1106,7 @@ int main(int argc, char **argv) {
     DS_RUN(test_refused_checkpoints);
     DS_RUN(test_bad_output);
     DS_RUN(test_run_and_summary);
+    DS_RUN(test_nan_target);
     DS_RUN(test_refused_resume_keeps_file);
     DS_RUN(test_resume_cut_copies);
     DS_RUN(test_bad_records);

@@ -422,24 +422,6 @@ static void test_batch_invariance(void) {
     check_invariance(DS_SPEC_REJECTION);
 }
 
-// Copies src to dst with `n` bytes at `off` set to the bf16 NaN 0x7fc0 (n = 0: a plain copy).
-static int copy_with_nan(const char *src, const char *dst, uint64_t off, uint64_t n) {
-    FILE *f = fopen(src, "rb");
-    if (!f) return 0;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)len);
-    int ok = b && fread(b, 1, (size_t)len, f) == (size_t)len && off + n <= (uint64_t)len;
-    fclose(f);
-    for (uint64_t i = 0; ok && i + 1 < n; i += 2)
-        b[off + i] = 0xc0, b[off + i + 1] = 0x7f; // little-endian 0x7fc0
-    f = ok ? fopen(dst, "wb") : NULL;
-    ok = f && fwrite(b, 1, (size_t)len, f) == (size_t)len;
-    if (f) ok = fclose(f) == 0 && ok;
-    free(b);
-    return ok;
-}
 
 // A target whose lm_head row 7 is NaN: every logit row holds one NaN logit, so every p of the
 // row is NaN (the softmax sum is). The prefill (its first token) and the step must each report
@@ -460,8 +442,8 @@ static void test_nan_logit(void) {
     EXPECT(lm && lm->dtype == DS_DTYPE_BF16 && lm->ndim == 2);
     if (lm && lm->dtype == DS_DTYPE_BF16 && lm->ndim == 2) {
         const uint64_t row = (uint64_t)lm->shape[1] * 2;
-        EXPECT(copy_with_nan(GOLD "tiny-gptoss-a/config.json", cfg_dst, 0, 0));
-        EXPECT(copy_with_nan(GOLD "tiny-gptoss-a/model.safetensors", st_dst,
+        EXPECT(ds_t_copy_with_nan(GOLD "tiny-gptoss-a/config.json", cfg_dst, 0, 0));
+        EXPECT(ds_t_copy_with_nan(GOLD "tiny-gptoss-a/model.safetensors", st_dst,
                              lm->file_offset + 7 * row, row));
     }
     ds_safetensors_close(st);

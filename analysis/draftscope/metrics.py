@@ -363,6 +363,7 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
     overhead = opts.get("trace_overhead")
     meta = run.meta
     status = run.sessions["status"].iloc[-1] if len(run.sessions) else "running"
+    errored = (requests["stop_reason"] == "error").to_numpy()
     return {
         "file": run.path,
         "schema_version": int(meta.get("schema_version")),
@@ -394,6 +395,10 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
             "undrafted_steps": run.dropped["undrafted_steps"],
             "nonfinite_steps": run.dropped["nonfinite_steps"],
             "nonfinite_drafts": run.dropped["nonfinite_drafts"],
+            # Requests that ended with error (non-finite target logits); of them, those that
+            # ended at the prompt's last logits, before any step.
+            "error_requests": int(errored.sum()),
+            "error_requests_at_prompt": int((errored & (requests["steps"] == 0)).sum()),
         },
         "groups": groups,
         "all": _group_dict(k, None, "all", len(requests), all_g),

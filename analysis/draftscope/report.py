@@ -62,13 +62,17 @@ def build_html(run, n_boot=200, seed=0):
     if len(run.sessions):
         s = run.sessions[["session", "status", "trace_level", "trace_overhead"]]
         parts.append("<h2>Writer sessions</h2>" + _table(s.set_index("session"), "session"))
+    errored = run.requests["stop_reason"] == "error"
+    n_err, n_err_prompt = int(errored.sum()), int((errored & (run.requests["steps"] == 0)).sum())
     parts.append(f"<p class='note'>{len(run.steps)} verify-step rows, {len(run.drafts)} drafted "
                  f"tokens, {len(run.requests)} finished requests; left out (request not "
                  f"finished): {run.dropped['steps']} step rows, {run.dropped['drafts']} "
                  f"drafts; {run.dropped['undrafted_steps']} steps that drafted nothing "
                  f"(one position short of the context limit: no verify step); "
                  f"{run.dropped['nonfinite_steps']} steps with non-finite verify logits and "
-                 f"their {run.dropped['nonfinite_drafts']} drafts (they verified nothing).</p>")
+                 f"their {run.dropped['nonfinite_drafts']} drafts (they verified nothing); "
+                 f"{n_err} requests ended with error (non-finite target logits), {n_err_prompt} "
+                 f"of them at the prompt, before any step.</p>")
     skips = metrics.dataset_skips(run)
     if skips and skips["skipped_empty"] + skips["skipped_malformed"]:
         n = skips["skipped_empty"] + skips["skipped_malformed"]

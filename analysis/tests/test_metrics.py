@@ -127,6 +127,10 @@ def test_nonfinite_steps_left_out(samples):
         d = metrics.summary_dict(run, "batch")
         assert d["all"]["mean_acceptance_length"] == pytest.approx(tau, rel=1e-12)
         assert d["all"]["nonfinite"] == 3 and d["rows"]["nonfinite_steps"] == 3
+        # Their requests ended with error (code 5) after steps, not at the prompt.
+        err = rq["stop_reason"] == 5
+        assert d["rows"]["error_requests"] == err.sum() == 3
+        assert d["rows"]["error_requests_at_prompt"] == (err & (rq["steps"] == 0)).sum() == 0
         assert [g["nonfinite"] for g in d["groups"]] == [1, 1, 1]
         assert d["all"]["steps"] == keep.sum()
 

@@ -144,6 +144,9 @@ struct ds_summary {
     // so both are left out of every metric and counted here (each group's `nonfinite` counts its
     // share of the steps).
     uint64_t nonfinite_steps, nonfinite_drafts;
+    // /requests rows that ended with error (stop_reason: non-finite target logits), and of them
+    // those with no step, whose prompt's last logits failed the check (docs/cli.md, "Stops").
+    uint64_t error_requests, error_requests_at_prompt;
     // options_json: the measured trace overhead (NaN when absent) and the decode baseline.
     double trace_overhead;
     // options_json.dataset: records the run read from its dataset and those it skipped (empty,
