@@ -249,6 +249,36 @@ static int fail(const char *msg) {
     return 1;
 }
 
+// DS_ERR_RANGE when a copy's logits are not finite: p at its chosen token (g->ids) is not a
+// positive number. With sampling p is on the host already; greedy computes it at T = 1 and reads
+// the one entry per copy. Other statuses are backend failures.
+static enum ds_status check_finite(struct gen_state *g, const struct gen_opts *o,
+                                   enum ds_elem act, int B, int V) {
+    enum ds_status s = DS_OK;
+    if (!(o->temperature > 0)) {
+        struct ds_softmax_args sm = {.act = act,
+                                     .n_rows = B,
+                                     .vocab = V,
+                                     .temperature = 1.0f,
+                                     .top_k = 0,
+                                     .top_p = 1.0f,
+                                     .logits = ds_gptoss_logits(g->m),
+                                     .probs = g->probs_dev};
+        if ((s = g->be->softmax(g->be, &sm))) return s;
+    }
+    for (int c = 0; c < B; c++) {
+        const size_t at = (size_t)c * (size_t)V + (size_t)g->ids[c];
+        float p = 0.0f;
+        if (g->ids[c] < 0 || g->ids[c] >= V) return DS_ERR_RANGE;
+        if (o->temperature > 0)
+            p = g->probs_host[at];
+        else if ((s = g->be->download(g->be, &p, (const float *)g->probs_dev + at, sizeof p)))
+            return s;
+        if (!(p > 0.0f) || !isfinite(p)) return DS_ERR_RANGE;
+    }
+    return DS_OK;
+}
+
 static enum ds_status load_prompt(struct gen_state *g, const struct gen_opts *o,
                                   const struct ds_target_config *cfg) {
     if (o->prompt_ids)
@@ -509,6 +539,7 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
         return fail(ds_error_last());
     double t_prefill = now_s() - t0;
     const char *stop = "max_new_tokens";
+    long long nonfinite_at = -1; // the position whose logits were not finite
     const enum ds_elem act = ds_gptoss_act(g->m);
     for (long long i = 0; i < o->max_new; i++) {
         const long long pos = np + i; // the position of the token being chosen
@@ -539,6 +570,15 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
             if ((s = g->be->argmax(g->be, &am)) == DS_OK)
                 s = g->be->download(g->be, g->ids, g->id_dev, sizeof(int32_t) * (size_t)B);
             if (s != DS_OK) return fail(ds_error_last());
+        }
+        // Non-finite logits (NaN or Inf) end the generation with "error", the token unused: one
+        // NaN makes every p of the row NaN, which the argmax skips and the sampler reads as no
+        // mass, so p at the chosen token must be a positive number (as in run's steps).
+        if ((s = check_finite(g, o, act, B, V)) != DS_OK) {
+            if (s != DS_ERR_RANGE) return fail(ds_error_last());
+            stop = "error";
+            nonfinite_at = pos;
+            break;
         }
         const int32_t id = g->ids[0];
         for (int c = 1; c < B; c++)
@@ -590,6 +630,8 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
         json_object_set_new(
             r, "text", g->tok ? json_stringn(text.data ? text.data : "", text.n) : json_null());
         json_object_set_new(r, "stop", json_string(stop));
+        if (nonfinite_at >= 0)
+            json_object_set_new(r, "nonfinite_position", json_integer(nonfinite_at));
         json_object_set_new(r, "temperature", json_real(o->temperature));
         json_object_set_new(r, "seed", json_integer((json_int_t)o->seed));
         json_object_set_new(r, "context_limit", json_integer(max_pos));
@@ -622,6 +664,7 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
         }
         printf("stop: %s", stop);
         if (!strcmp(stop, "context_limit")) printf(" (%lld positions)", max_pos);
+        if (nonfinite_at >= 0) printf(" (non-finite logits for position %lld)", nonfinite_at);
         printf("; prefill %.3f s, %.1f tokens/s decode\n", t_prefill,
                t_decode > 0 ? (double)g->out.n * B / t_decode : 0.0);
         if (B > 1) {
@@ -635,6 +678,11 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
     ds_byte_vec_free(&text);
     ds_byte_vec_free(&esc);
     ds_byte_vec_free(&raw);
+    if (nonfinite_at >= 0) {
+        fprintf(stderr, "draftscope generate: %s: non-finite logits (NaN or Inf) for position "
+                        "%lld; generation stopped there\n", model, nonfinite_at);
+        return 1;
+    }
     return 0;
 }
 

@@ -18,11 +18,13 @@
 #include "ds/cli.h"
 #include "ds/device.h"
 #include "ds/rng.h"
+#include "ds/safetensors.h"
 #include "harness.h"
 #include "model_naive.h"
 #include "run_util.h"
 
 #define TARGET DS_SOURCE_DIR "/tests/fixtures/ckpt/target"
+#define NAN_SRC DS_SOURCE_DIR "/tests/fixtures/golden/tiny-gptoss-a" // one safetensors file
 #define LOGIT_RTOL 1e-5 // see test_gptoss.c: fp32 intermediates against all-double
 
 static char out_json[256], out_h5[256];
@@ -274,6 +276,55 @@ static void context_limit(void) {
     EXPECT_ERROR_HAS("prompt of 8 tokens does not fit the context limit of 8");
 }
 
+// A target whose lm_head row 7 is NaN: every logit row holds one NaN, so p is NaN everywhere
+// while the argmax (which skips NaN) is a number and the sampler found no mass (it took id 0).
+// Greedy and sampled generation both stop at the first position with "error" and exit 1, the
+// token unused; the same pair's real target generates on.
+static void nonfinite_logits_stop(void) {
+    char dir[300], cfg[400], st_path[400];
+    snprintf(dir, sizeof dir, "%s/test_generate.%d.nan", DS_BINARY_DIR, (int)getpid());
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    snprintf(st_path, sizeof st_path, "%s/model.safetensors", dir);
+    mkdir(dir, 0755);
+    ds_safetensors_t *st = NULL;
+    EXPECT_OK(ds_safetensors_open_file(NAN_SRC "/model.safetensors", &st));
+    const struct ds_tensor_info *lm = st ? ds_safetensors_find(st, "lm_head.weight") : NULL;
+    int ok = lm && lm->dtype == DS_DTYPE_BF16 && lm->ndim == 2;
+    EXPECT(ok);
+    if (ok) {
+        const uint64_t row = (uint64_t)lm->shape[1] * 2;
+        ok = ds_t_copy_with_nan(NAN_SRC "/config.json", cfg, 0, 0) &&
+             ds_t_copy_with_nan(NAN_SRC "/model.safetensors", st_path,
+                                lm->file_offset + 7 * row, row);
+        EXPECT(ok);
+    }
+    ds_safetensors_close(st);
+    const char *argv[] = {"generate", "--target",         dir,   "--prompt-ids",
+                          PROMPT,     "--max-new-tokens", "4",   "--device",
+                          "cpu",      "--json",           "--temperature", "0.8"};
+    for (int sampled = 0; ok && sampled < 2; sampled++) {
+        EXPECT_EQ_INT(gen(sampled ? 12 : 10, argv), 1);
+        json_t *r = report();
+        if (!r) continue;
+        EXPECT_EQ_STR(json_string_value(json_object_get(r, "stop")), "error");
+        EXPECT_EQ_INT(json_integer_value(json_object_get(r, "nonfinite_position")), 8);
+        EXPECT_EQ_INT(json_array_size(json_object_get(r, "ids")), 0);
+        json_decref(r);
+    }
+    argv[2] = NAN_SRC;
+    EXPECT_EQ_INT(gen(10, argv), 0);
+    json_t *r = report();
+    if (r) {
+        EXPECT_EQ_STR(json_string_value(json_object_get(r, "stop")), "max_new_tokens");
+        EXPECT(json_object_get(r, "nonfinite_position") == NULL);
+        EXPECT_EQ_INT(json_array_size(json_object_get(r, "ids")), 4);
+    }
+    json_decref(r);
+    unlink(cfg);
+    unlink(st_path);
+    rmdir(dir);
+}
+
 static void bad_input(void) {
     const char *a1[] = {"generate", "--target", TARGET, "--prompt", "hello", "--device", "cpu"};
     EXPECT_EQ_INT(gen(7, a1), 1);
@@ -477,6 +528,7 @@ int main(void) {
     DS_RUN(sampling_is_counter_based);
     DS_RUN(tokenizer_prompts);
     DS_RUN(context_limit);
+    DS_RUN(nonfinite_logits_stop);
     DS_RUN(logits_out_cut_short_is_removed);
     DS_RUN(json_target_not_utf8);
     DS_RUN(bad_input);
