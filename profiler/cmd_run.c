@@ -710,6 +710,11 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
         fprintf(o->quiet ? stderr : info_f,
                 "%llu requests skipped (prompt beyond the context limit of %lld)\n",
                 (unsigned long long)st.skipped, P);
+    if (st.nonfinite_q) // said even with --quiet: a draft checkpoint's numbers are broken
+        fprintf(o->quiet ? stderr : info_f,
+                "%llu drafted tokens had no finite draft probability: the draft's logits held "
+                "NaN or Inf (q_draft NaN in the file; the summary counts them)\n",
+                (unsigned long long)st.nonfinite_q);
     if (st.errors) // said even with --quiet: the file holds them, but with no metrics
         fprintf(o->quiet ? stderr : info_f,
                 "%llu requests ended with error: non-finite target logits (NaN or Inf; the "

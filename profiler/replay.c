@@ -10,6 +10,8 @@
 // the next step (B sequences stay in flight while requests remain).
 #include "ds/replay.h"
 
+#include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -473,6 +475,8 @@ static enum ds_status step(struct replay *r) {
                 d->step = step_id;
                 d->request = l->id;
                 d->batch_size = (uint16_t)n;
+                const bool q_ok = d->q_draft > 0.0f && isfinite(d->q_draft);
+                r->st->nonfinite_q += !res->nonfinite && !q_ok;
             }
             r->st->steps++;
             // The steps of the acceptance length, as the summary counts them: a step that drafted

@@ -877,7 +877,8 @@ static enum ds_status step_impl(ds_spec_t *sp, int n, struct ds_spec_seq *const 
             d->margin = top_val[2 * row] - (V >= 2 ? top_val[2 * row + 1] : 0.0f);
             d->expected_accept = ovl[row];
             d->entropy_target = ent_p[row];
-            d->entropy_draft = ent_q[row];
+            // A sum over q > 0 reads 0 for a NaN row of q: no entropy then, as no q.
+            d->entropy_draft = qd[row] > 0.0f && isfinite(qd[row]) ? ent_q[row] : NAN;
             d->context_len = (uint32_t)(C + j + 1);
             d->position = (uint8_t)(j + 1);
             d->accepted = !r->nonfinite && j < a;

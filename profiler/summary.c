@@ -162,7 +162,7 @@ struct step_row {
 struct draft_row {
     uint64_t step;
     uint32_t request;
-    float expected_accept;
+    float expected_accept, q_draft;
     uint16_t batch_size;
     uint8_t position, accepted, channel;
 };
@@ -807,6 +807,7 @@ static enum ds_status scan_drafts(struct ctx *c, void *buf) {
         {"step", offsetof(struct draft_row, step), H5T_NATIVE_UINT64, 0},
         {"request", offsetof(struct draft_row, request), H5T_NATIVE_UINT32, 0},
         {"expected_accept", offsetof(struct draft_row, expected_accept), H5T_NATIVE_FLOAT, 0},
+        {"q_draft", offsetof(struct draft_row, q_draft), H5T_NATIVE_FLOAT, 0},
         {"batch_size", offsetof(struct draft_row, batch_size), H5T_NATIVE_UINT16, 0},
         {"position", offsetof(struct draft_row, position), H5T_NATIVE_UINT8, 0},
         {"accepted", offsetof(struct draft_row, accepted), H5T_NATIVE_UINT8, 0},
@@ -814,7 +815,7 @@ static enum ds_status scan_drafts(struct ctx *c, void *buf) {
     };
     struct ds_summary *s = c->s;
     struct table t;
-    enum ds_status st = table_open(c, "drafts", cols, 7, sizeof(struct draft_row), &t);
+    enum ds_status st = table_open(c, "drafts", cols, 8, sizeof(struct draft_row), &t);
     if (st) return st;
     s->rows_drafts = t.rows;
     struct draft_row *rows = buf;
@@ -844,6 +845,9 @@ static enum ds_status scan_drafts(struct ctx *c, void *buf) {
                 s->nonfinite_drafts++;
                 continue;
             }
+            // The draft's own numbers failed (its logits held NaN or Inf): counted and said;
+            // the draft's acceptance stays what happened (no metric leaves it out).
+            s->nonfinite_q_drafts += !(isfinite(r->q_draft) && r->q_draft > 0.0f);
             add_draft(&s->all, r);
             int32_t gi;
             if (ds_summary_by_is_request_level(s->by)) {
@@ -1243,9 +1247,17 @@ enum ds_status ds_summary_print_text(const struct ds_summary *s, FILE *f) {
                 s->nonfinite_steps, s->nonfinite_steps == 1 ? "" : "s",
                 s->nonfinite_steps == 1 ? "" : "s", s->nonfinite_steps == 1 ? "it" : "they",
                 s->nonfinite_steps == 1 ? "its" : "their", s->nonfinite_drafts);
+    if (s->nonfinite_q_drafts)
+        fprintf(f, "  %" PRIu64 " drafted token%s had no finite draft probability (q_draft "
+                   "NaN, Inf or 0: the draft's logits held NaN or Inf); %s expected acceptance "
+                   "is undefined (the expected columns show -), %s acceptance is counted\n",
+                s->nonfinite_q_drafts, s->nonfinite_q_drafts == 1 ? "" : "s",
+                s->nonfinite_q_drafts == 1 ? "its" : "their",
+                s->nonfinite_q_drafts == 1 ? "its" : "their");
     if (s->error_requests)
-        fprintf(f, "  %" PRIu64 " request%s ended with error (non-finite target logits), %" PRIu64
-                   " of them at the prompt's last logits, before any step\n",
+        fprintf(f,
+                "  %" PRIu64 " request%s ended with error (non-finite target logits), %" PRIu64
+                " of them at the prompt's last logits, before any step\n",
                 s->error_requests, s->error_requests == 1 ? "" : "s",
                 s->error_requests_at_prompt);
     if (!isnan(s->trace_overhead))
@@ -1395,6 +1407,7 @@ enum ds_status ds_summary_print_json(const struct ds_summary *s, FILE *f) {
     json_object_set_new(rows, "dropped_drafts", u64(s->dropped_drafts));
     json_object_set_new(rows, "nonfinite_steps", u64(s->nonfinite_steps));
     json_object_set_new(rows, "nonfinite_drafts", u64(s->nonfinite_drafts));
+    json_object_set_new(rows, "nonfinite_q_drafts", u64(s->nonfinite_q_drafts));
     json_object_set_new(rows, "error_requests", u64(s->error_requests));
     json_object_set_new(rows, "error_requests_at_prompt", u64(s->error_requests_at_prompt));
     json_object_set_new(o, "rows", rows);

@@ -14,6 +14,7 @@
 // Runs that must be signalled or limited execute in a child process started from this very
 // binary (`test_run --run ARGS...`), never in a fork of a process that already used OpenMP.
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -75,6 +76,16 @@ static int build_argv(char **argv, const char *out, const char *const *extra) {
 static int run_cli(const char *out, const char *const *extra, char *err, size_t cap) {
     char *argv[64];
     int argc = build_argv(argv, out, extra);
+    return ru_capture(ds_cmd_run, argc, argv, err, cap);
+}
+
+// run_cli with argument `arg` of the common inputs replaced by `value` (2: the target, 4: the
+// draft).
+static int run_cli_with(const char *out, int arg, const char *value, const char *const *extra,
+                        char *err, size_t cap) {
+    char *argv[64];
+    int argc = build_argv(argv, out, extra);
+    argv[arg] = (char *)value;
     return ru_capture(ds_cmd_run, argc, argv, err, cap);
 }
 
@@ -398,6 +409,43 @@ static void test_run_and_summary(void) {
                        "of 8 positions") != NULL);
 }
 
+// 1 when the summary's text holds `needle`.
+static int summary_says(const struct ds_summary *s, const char *needle) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return 0;
+    const int ok = ds_summary_print_text(s, f) == DS_OK;
+    fclose(f);
+    const int found = ok && text && strstr(text, needle) != NULL;
+    free(text);
+    return found;
+}
+
+// Copies the checkpoint in src (config.json, model.safetensors) to dst with lm_head row 7 set to
+// bf16 NaN: every logit row of the copy holds one NaN. 1 on success.
+static int nan_lm_head_copy(const char *src, const char *dst) {
+    char from[512], to[512];
+    snprintf(from, sizeof from, "%s/model.safetensors", src);
+    ds_safetensors_t *st = NULL;
+    EXPECT_OK(ds_safetensors_open_file(from, &st));
+    const struct ds_tensor_info *lm = st ? ds_safetensors_find(st, "lm_head.weight") : NULL;
+    int ok = lm && lm->dtype == DS_DTYPE_BF16 && lm->ndim == 2;
+    EXPECT(ok);
+    mkdir(dst, 0755);
+    if (ok) {
+        const uint64_t row = (uint64_t)lm->shape[1] * 2;
+        snprintf(to, sizeof to, "%s/model.safetensors", dst);
+        ok = ds_t_copy_with_nan(from, to, lm->file_offset + 7 * row, row);
+        snprintf(from, sizeof from, "%s/config.json", src);
+        snprintf(to, sizeof to, "%s/config.json", dst);
+        ok = ok && ds_t_copy_with_nan(from, to, 0, 0);
+    }
+    ds_safetensors_close(st);
+    EXPECT(ok);
+    return ok;
+}
+
 // A target whose lm_head row 7 is NaN: every prompt's last logits hold one NaN, so every p of
 // the row is NaN while the argmax (which skips NaN) is a number. Each request ends with error at
 // its prompt, before any step; the file says so (summary error_requests), and with no request
@@ -406,27 +454,10 @@ static void test_run_and_summary(void) {
 static void test_nan_target(void) {
     char err[4096];
     const char *dir = DIR "/nan-target", *out = DIR "/nan.h5";
-    mkdir(dir, 0755);
     unlink(out);
-    ds_safetensors_t *st = NULL;
-    EXPECT_OK(ds_safetensors_open_file(RU_TARGET "/model.safetensors", &st));
-    const struct ds_tensor_info *lm = st ? ds_safetensors_find(st, "lm_head.weight") : NULL;
-    EXPECT(lm && lm->dtype == DS_DTYPE_BF16 && lm->ndim == 2);
-    int ok = 0;
-    if (lm && lm->dtype == DS_DTYPE_BF16 && lm->ndim == 2) {
-        const uint64_t row = (uint64_t)lm->shape[1] * 2;
-        ok = ds_t_copy_with_nan(RU_TARGET "/config.json", DIR "/nan-target/config.json", 0, 0) &&
-             ds_t_copy_with_nan(RU_TARGET "/model.safetensors", DIR "/nan-target/model.safetensors",
-                              lm->file_offset + 7 * row, row);
-    }
-    ds_safetensors_close(st);
-    EXPECT(ok);
-    if (!ok) return;
+    if (!nan_lm_head_copy(RU_TARGET, dir)) return;
     const char *extra[] = {"--batch-sizes", "1,2", "--max-new-tokens", "4", NULL};
-    char *argv[64];
-    const int argc = build_argv(argv, out, extra);
-    argv[2] = (char *)dir; // --target
-    EXPECT_EQ_INT(ru_capture(ds_cmd_run, argc, argv, err, sizeof err), 1);
+    EXPECT_EQ_INT(run_cli_with(out, 2, dir, extra, err, sizeof err), 1); // --target dir
     EXPECT(strstr(err, "6 requests ended with error: non-finite target logits") != NULL);
     EXPECT(strstr(err, "nan.h5: every request (6) ended with non-finite target logits") != NULL);
     struct ds_summary *s = NULL;
@@ -437,16 +468,8 @@ static void test_nan_target(void) {
         EXPECT_EQ_INT(s->error_requests, 6);
         EXPECT_EQ_INT(s->error_requests_at_prompt, 6);
         EXPECT_EQ_INT(s->last_session_status, DS_REC_SESSION_CLOSED);
-        char *text = NULL;
-        size_t len = 0;
-        FILE *f = open_memstream(&text, &len);
-        if (f) {
-            EXPECT_OK(ds_summary_print_text(s, f));
-            fclose(f);
-            EXPECT(strstr(text, "6 requests ended with error (non-finite target logits), 6 of "
-                                "them at the prompt's last logits, before any step") != NULL);
-        }
-        free(text);
+        EXPECT(summary_says(s, "6 requests ended with error (non-finite target logits), 6 of "
+                               "them at the prompt's last logits, before any step"));
     }
     ds_summary_free(s);
     // The same pair with the real target: no request ends with error, and the summary says
@@ -458,6 +481,50 @@ static void test_nan_target(void) {
     s = NULL;
     EXPECT_OK(ds_summary_compute(out, DS_SUMMARY_BY_BATCH, &s));
     if (s) EXPECT_EQ_INT(s->error_requests, 0);
+    ds_summary_free(s);
+}
+
+// A draft whose lm_head row 7 is NaN: every row of q is NaN, while the argmax (which skips NaN)
+// still drafts tokens. Under greedy acceptance the run completes and its acceptance is what
+// happened, but the run says how many drafted tokens had no finite probability, every such row
+// stores q_draft, expected_accept and entropy_draft as NaN (entropy_draft read 0: a sum over
+// q > 0), and the summary counts them (nonfinite_q_drafts) and says so.
+static void test_nan_draft(void) {
+    char err[4096];
+    const char *dir = DIR "/nan-draft", *out = DIR "/nan-draft.h5";
+    unlink(out);
+    if (!nan_lm_head_copy(RU_DRAFT, dir)) return;
+    const char *extra[] = {"--batch-sizes", "1", "--max-new-tokens", "6", NULL};
+    EXPECT_EQ_INT(run_cli_with(out, 4, dir, extra, err, sizeof err), 0); // --draft dir
+    size_t nd = 0;
+    struct ds_rec_draft *d = ru_read_table(out, "drafts", sizeof *d, &nd);
+    EXPECT(nd > 0);
+    size_t bad = 0;
+    for (size_t i = 0; i < nd; i++) {
+        bad += isnan(d[i].q_draft);
+        EXPECT(isnan(d[i].q_draft) && isnan(d[i].expected_accept) && isnan(d[i].entropy_draft));
+    }
+    free(d);
+    char want[160];
+    snprintf(want, sizeof want, "%zu drafted tokens had no finite draft probability", bad);
+    EXPECT(strstr(err, want) != NULL);
+    struct ds_summary *s = NULL;
+    EXPECT_OK(ds_summary_compute(out, DS_SUMMARY_BY_BATCH, &s));
+    if (s) {
+        EXPECT_EQ_INT(s->nonfinite_q_drafts, nd);
+        EXPECT_EQ_INT(s->all.drafts, nd); // in the metrics as they happened
+        EXPECT(isnan(ds_summary_expected(&s->all)));
+        snprintf(want, sizeof want, "%zu drafted tokens had no finite draft probability", nd);
+        EXPECT(summary_says(s, want));
+    }
+    ds_summary_free(s);
+    // The real draft: none, and nothing said.
+    unlink(out);
+    EXPECT_EQ_INT(run_cli(out, extra, err, sizeof err), 0);
+    EXPECT(strstr(err, "no finite draft probability") == NULL);
+    s = NULL;
+    EXPECT_OK(ds_summary_compute(out, DS_SUMMARY_BY_BATCH, &s));
+    if (s) EXPECT_EQ_INT(s->nonfinite_q_drafts, 0);
     ds_summary_free(s);
 }
 
@@ -1107,6 +1174,7 @@ int main(int argc, char **argv) {
     DS_RUN(test_bad_output);
     DS_RUN(test_run_and_summary);
     DS_RUN(test_nan_target);
+    DS_RUN(test_nan_draft);
     DS_RUN(test_refused_resume_keeps_file);
     DS_RUN(test_resume_cut_copies);
     DS_RUN(test_bad_records);

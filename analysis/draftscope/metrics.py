@@ -364,6 +364,7 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
     meta = run.meta
     status = run.sessions["status"].iloc[-1] if len(run.sessions) else "running"
     errored = (requests["stop_reason"] == "error").to_numpy()
+    qd = drafts["q_draft"].to_numpy()
     return {
         "file": run.path,
         "schema_version": int(meta.get("schema_version")),
@@ -395,6 +396,9 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
             "undrafted_steps": run.dropped["undrafted_steps"],
             "nonfinite_steps": run.dropped["nonfinite_steps"],
             "nonfinite_drafts": run.dropped["nonfinite_drafts"],
+            # Kept drafts whose q_draft is not a positive number (the draft's logits held NaN
+            # or Inf): in the metrics as they happened, their expected acceptance NaN.
+            "nonfinite_q_drafts": int((~(np.isfinite(qd) & (qd > 0))).sum()),
             # Requests that ended with error (non-finite target logits); of them, those that
             # ended at the prompt's last logits, before any step.
             "error_requests": int(errored.sum()),

@@ -44,6 +44,17 @@ def _c_summary(programs, path, by):
     return json.loads(out)
 
 
+def _c_equals_python(programs, path, by):
+    """The C summary's JSON of path, after checking that the Python summary equals it."""
+    c = _c_summary(programs, path, by)
+    with draftscope.open(path) as run:
+        py = metrics.summary_dict(run, by)
+    c.pop("file")
+    py.pop("file")
+    _same(c, py, by)
+    return c
+
+
 @pytest.mark.parametrize("by", C_KEYS)
 @pytest.mark.parametrize("which", ["sample", "closed", "untraced"])
 def test_python_equals_c_summary(programs, samples, which, by):
@@ -147,14 +158,37 @@ def test_cut_category_labelled_alike(programs, samples, tmp_path):
         s = f["strings"][()]
         s["length"][cat] += 5000
         f["strings"][...] = s
-    c = _c_summary(programs, cut, "category")
-    with draftscope.open(cut) as run:
-        py = metrics.summary_dict(run, "category")
-    c.pop("file")
-    py.pop("file")
-    _same(c, py)
+    c = _c_equals_python(programs, cut, "category")
     labels = [g["label"] for g in c["groups"]]
     assert name + "\u2026" in labels and name not in labels
+
+
+def test_nonfinite_q_drafts_counted_alike(programs, samples, tmp_path):
+    """Drafts whose q_draft is NaN (a draft with non-finite logits: expected_accept NaN too) are
+    counted by both summaries among the kept drafts only, stay in the acceptance figures, and make
+    the expected means they fall in null. Which rows are kept is computed here from the file."""
+    bad = tmp_path / "nan_q.h5"
+    shutil.copy(samples["sample"], bad)
+    with h5py.File(bad, "r+") as f:
+        d = f["drafts"][()]
+        st, rq = f["steps"][()], f["requests"][()]
+        pick = np.arange(0, len(d), 7)             # every 7th row: kept and dropped ones alike
+        d["q_draft"][pick] = np.nan
+        d["expected_accept"][pick] = np.nan
+        f["drafts"][...] = d
+    nf = set(zip(st["request"][st["nonfinite"] != 0].tolist(),
+                 st["step"][st["nonfinite"] != 0].tolist()))
+    kept = np.array([r in set(rq["request"].tolist()) and (r, s) not in nf
+                     for r, s in zip(d["request"].tolist(), d["step"].tolist())])
+    want = int((~np.isfinite(d["q_draft"]) & kept).sum())
+    assert 0 < want < len(pick)
+    c = _c_equals_python(programs, bad, "batch")
+    assert c["rows"]["nonfinite_q_drafts"] == want
+    assert c["all"]["drafts"]["expected"] is None
+    with draftscope.open(samples["sample"]) as run:
+        assert metrics.summary_dict(run, "batch")["rows"]["nonfinite_q_drafts"] == 0
+        acc = metrics.summary_dict(run, "batch")["all"]["draft_acceptance_rate"]
+    assert c["all"]["draft_acceptance_rate"] == acc
 
 
 def test_context_buckets(samples):

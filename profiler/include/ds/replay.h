@@ -103,6 +103,7 @@ struct ds_replay_stats {
     uint64_t requests;      // requests finished and recorded
     uint64_t skipped;       // requests skipped: prompt beyond the context limit
     uint64_t errors;        // recorded requests that ended with error (non-finite logits)
+    uint64_t nonfinite_q;   // recorded drafts without a finite draft probability (q_draft)
     uint64_t resumed;       // requests skipped because the file already holds them
     uint64_t tokens;        // generated tokens
     uint64_t steps;         // (step, sequence) rows

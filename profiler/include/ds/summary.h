@@ -147,6 +147,9 @@ struct ds_summary {
     // /requests rows that ended with error (stop_reason: non-finite target logits), and of them
     // those with no step, whose prompt's last logits failed the check (docs/cli.md, "Stops").
     uint64_t error_requests, error_requests_at_prompt;
+    // Kept /drafts rows whose q_draft is not a positive number (NaN or Inf in the draft's
+    // logits): their expected acceptance is NaN; their acceptance is counted as it happened.
+    uint64_t nonfinite_q_drafts;
     // options_json: the measured trace overhead (NaN when absent) and the decode baseline.
     double trace_overhead;
     // options_json.dataset: records the run read from its dataset and those it skipped (empty,
