@@ -126,8 +126,12 @@ enum ds_status ds_spec_plan_check(const struct ds_spec_config *cfg, int max_slot
                             (long long)tc->num_hidden_layers, MAX_EXPERTS, DS_RECORD_MAX_LAYERS);
     const long long rv = (long long)max_slots * (cfg->k + 1);
     if (rv * tc->vocab_size >= INT32_MAX)
-        return ds_error_set(DS_ERR_RANGE, "spec: %lld verify rows x %lld vocabulary exceed int32 "
-                            "element ids", rv, (long long)tc->vocab_size);
+        return ds_error_set(DS_ERR_RANGE,
+                            "spec: batch size %d with K = %d gives %lld verify rows; x %lld "
+                            "vocabulary entries that exceeds int32 element ids (at most %lld "
+                            "rows: a smaller batch size or K)",
+                            max_slots, cfg->k, rv, (long long)tc->vocab_size,
+                            (long long)((INT32_MAX - 1) / tc->vocab_size));
     return DS_OK;
 }
 

@@ -506,7 +506,10 @@ static void test_bad_input(void) {
     cfg.k = 16;
     EXPECT_OK(ds_spec_plan_check(&cfg, 64, &tc));
     EXPECT_STATUS(ds_spec_plan_check(&cfg, 1024, &tc), DS_ERR_RANGE);
-    EXPECT_ERROR_HAS("17408 verify rows");
+    EXPECT_ERROR_HAS("batch size 1024 with K = 16 gives 17408 verify rows");
+    EXPECT_ERROR_HAS("at most 10679 rows"); // 10679 · 201088 < 2^31 - 1 < 10680 · 201088
+    EXPECT_OK(ds_spec_plan_check(&cfg, 628, &tc));                      // 10676 rows
+    EXPECT_STATUS(ds_spec_plan_check(&cfg, 629, &tc), DS_ERR_RANGE); // 10693 rows
     tc.num_local_experts = 512;
     EXPECT_STATUS(ds_spec_plan_check(&cfg, 1, &tc), DS_ERR_UNSUPPORTED);
     cfg.k = 3;
