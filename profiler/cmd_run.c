@@ -17,6 +17,7 @@
 // "synthetic_weights" object. Acceptance is meaningless there (the draft does not predict the
 // target), and the run says so at start. It needs the cuda device unless --device cpu is given
 // explicitly (the reference backend fills the same weights; practical for small configs only).
+#include <cuda_runtime.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
@@ -503,6 +504,13 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
                 (double)tm.weights / 1e9, (double)tm.kv / 1e9, (double)tm.activations / 1e9,
                 (double)dm.weights / 1e9, (double)dm.kv / 1e9, (double)dm.activations / 1e9,
                 (double)ds_spec_device_bytes(g->spec) / 1e9);
+        // What the plan leaves on the device (everything above is allocated by now).
+        size_t free_b = 0, total_b = 0;
+        if (info.kind == DS_DEVICE_CUDA && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+            fprintf(info_f, "device memory: %.3f GB free of %.3f GB after the plan\n",
+                    (double)free_b / 1e9, (double)total_b / 1e9);
+        else if (info.kind == DS_DEVICE_CUDA)
+            cudaGetLastError();
         if (info.why_cpu[0]) fprintf(info_f, "(cpu: %s)\n", info.why_cpu);
         fflush(info_f);
     }

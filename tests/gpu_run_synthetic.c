@@ -2,8 +2,9 @@
 // shapes (128 experts, vocabulary 201,088, the synthetic EAGLE-3 draft of 32,000 ids) replays the
 // first 2 Spec-Bench questions, tokenized with the real o200k tokenizer, at B = 1,2 with
 // --trace kernels --baseline. Then the run file is checked:
-//   - the run says at start that acceptance will be near zero, prints the baseline, the trace
-//     overhead and the summary's predicted speedup;
+//   - the run says at start that acceptance will be near zero and prints its memory plan with
+//     the device memory left free, then the baseline, the trace overhead and the summary's
+//     predicted speedup;
 //   - target_path / draft_path are "synthetic:120b:0:4" / "synthetic-draft:120b:0:4" and the
 //     config digests are the SHA-256 of those texts (a preset has no config file: docs/cli.md);
 //     options_json holds {"layers":4,"seed":0,"source":"120b"} and activations bf16;
@@ -105,6 +106,12 @@ static void run_synthetic(void) {
     EXPECT(strstr(out_text, "baseline: B 2") != NULL);
     EXPECT(strstr(out_text, "overhead") != NULL);
     EXPECT(strstr(out_text, "speedup") != NULL); // the summary's predicted speedup
+    // The plan at start: the models' and engine's bytes, then what is left on the device.
+    EXPECT(strstr(out_text, "memory: target weights ") != NULL);
+    double free_gb = -1, total_gb = -1;
+    const char *dm = strstr(out_text, "device memory: ");
+    EXPECT(dm && sscanf(dm, "device memory: %lf GB free of %lf GB", &free_gb, &total_gb) == 2);
+    EXPECT(free_gb > 0 && free_gb < total_gb);
     if (rc) return;
 
     // Identity: a preset's digest is the SHA-256 of the identity text alone (docs/cli.md).
