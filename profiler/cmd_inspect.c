@@ -6,13 +6,15 @@
 // fatal: every one is a line naming the file, the tensor or field, what was expected and what was
 // found. Exit code: 0 = the pair is usable, 1 = problems found, 2 = usage.
 //
-// Nothing here reads tensor data except the draft's small d2t/t2d vectors.
+// Nothing here reads tensor data except the draft's small d2t/t2d vectors, unless --scan-values
+// asks for every float tensor and MXFP4 scale to be read for NaN and Inf (ds/values.h).
 #include "ds/checkpoint.h"
 #include "ds/cli.h"
 #include "ds/config.h"
 #include "ds/eagle3.h"
 #include "ds/gptoss.h"
 #include "ds/safetensors.h"
+#include "ds/values.h"
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -20,10 +22,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: draftscope inspect --target DIR [--draft DIR] [--json]\n"
+            "usage: draftscope inspect --target DIR [--draft DIR] [--scan-values] [--json]\n"
             "\n"
             "Checks a gpt-oss target checkpoint in the Hugging Face layout (config.json and\n"
             "model.safetensors.index.json + shards, or one model.safetensors) and, with --draft,\n"
@@ -37,10 +41,16 @@ static void usage(FILE *f) {
             "aux layer ids with the physical target boundaries (residual stream after b layers)\n"
             "they name under each convention: output-of (b = id+1), capture-before (b = id),\n"
             "boundary (b = id).\n"
+            "Without --scan-values no tensor data is read but the draft's small d2t/t2d.\n"
             "\n"
             "options:\n"
             "  -t, --target DIR   the target checkpoint directory (required)\n"
             "  -d, --draft DIR    an EAGLE-3 draft checkpoint directory\n"
+            "  -s, --scan-values  also read every float tensor (BF16, F16, F32, F64, F8) and\n"
+            "                     every MXFP4 scale tensor of both checkpoints: any NaN or Inf,\n"
+            "                     or an E8M0 scale of 0xFF (NaN), is a problem, one line per\n"
+            "                     tensor (reads the whole checkpoint: ~61 GB for gpt-oss-120b,\n"
+            "                     with a progress line on stderr)\n"
             "  -j, --json         print the report as one JSON object\n"
             "  -h, --help         this text\n"
             "\n"
@@ -49,8 +59,8 @@ static void usage(FILE *f) {
 
 static int usage_error(const char *what, const char *arg) {
     fprintf(stderr, "draftscope inspect: %s%s%s\n", what, arg ? ": " : "", arg ? arg : "");
-    fprintf(stderr, "usage: draftscope inspect --target DIR [--draft DIR] [--json]   (--help for "
-                    "more)\n");
+    fprintf(stderr, "usage: draftscope inspect --target DIR [--draft DIR] [--scan-values] [--json]"
+                    "   (--help for more)\n");
     return 2;
 }
 
@@ -230,7 +240,47 @@ struct inspect {
     bool target_cfg_ok, draft_cfg_ok;
     ds_safetensors_t *target_st, *draft_st;
     struct ds_problems problems;
+    bool scan;
 };
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+// The scan's progress on stderr: redrawn on a terminal at most every 0.2 s; a log gets the final
+// line alone.
+struct scan_progress {
+    const char *what;
+    double t0, last;
+};
+static void scan_progress(void *user, uint64_t done, uint64_t total) {
+    struct scan_progress *p = user;
+    const double now = now_s();
+    if (done < total && (!isatty(STDERR_FILENO) || now - p->last < 0.2)) return;
+    p->last = now;
+    fprintf(stderr, "\rscanning the %s's values: %3.0f%% (%.2f of %.2f GB, %.2f GB/s)", p->what,
+            total ? 100.0 * (double)done / (double)total : 100.0, (double)done / 1e9,
+            (double)total / 1e9, now > p->t0 ? (double)done / 1e9 / (now - p->t0) : 0.0);
+    if (done >= total) fputc('\n', stderr);
+}
+
+// --scan-values over one checkpoint: its problems join the report's, its counts go to o.values.
+static void scan_values(struct inspect *in, json_t *o, const ds_safetensors_t *st,
+                        const char *what) {
+    struct ds_value_scan v;
+    struct scan_progress p = {what, now_s(), 0};
+    const enum ds_status s = ds_values_scan(st, &v, scan_progress, &p, &in->problems);
+    if (s != DS_OK && s != DS_ERR_MISMATCH) ds_problems_add(&in->problems, "%s", ds_error_last());
+    const double secs = now_s() - p.t0;
+    json_object_set_new(o, "values",
+                        json_pack("{s:I, s:I, s:f, s:I, s:I, s:I, s:I}", "tensors",
+                                  (json_int_t)v.tensors, "bytes", (json_int_t)v.bytes, "seconds",
+                                  secs, "bad_tensors", (json_int_t)v.bad_tensors, "nan",
+                                  (json_int_t)v.nan, "inf", (json_int_t)v.inf, "nan_scales",
+                                  (json_int_t)v.nan_scales));
+}
 
 static json_t *inspect_target(struct inspect *in) {
     json_t *o = json_object();
@@ -252,6 +302,7 @@ static json_t *inspect_target(struct inspect *in) {
     table_json(o, in->target_st, in->target.num_local_experts, in->target.num_experts_per_tok);
     if (in->target_cfg_ok)
         ds_checkpoint_check_target(&in->target, in->target_st, in->target_dir, &in->problems);
+    if (in->scan) scan_values(in, o, in->target_st, "target");
     return o;
 }
 
@@ -268,6 +319,7 @@ static json_t *inspect_draft(struct inspect *in) {
     }
     if (ds_safetensors_open_dir(in->draft_dir, &in->draft_st) != DS_OK)
         ds_problems_add(&in->problems, "%s", ds_error_last());
+    if (in->scan && in->draft_st) scan_values(in, o, in->draft_st, "draft");
     if (!in->draft_cfg_ok) return o;
 
     if (in->draft_st) {
@@ -369,6 +421,19 @@ static void print_table(FILE *f, const json_t *o) {
         for (size_t i = 0; i < json_array_size(names); i++)
             fprintf(f, " %s", json_string_value(json_array_get(names, i)));
         fprintf(f, " (per layer)\n");
+    }
+    const json_t *vals = json_object_get(o, "values");
+    if (vals) {
+        const double secs = json_real_value(json_object_get(vals, "seconds"));
+        fprintf(f, "  %-16s %lld tensors, %lld bytes read in %.1f s (%.2f GB/s): ", "values",
+                jint(vals, "tensors"), jint(vals, "bytes"), secs,
+                secs > 0 ? (double)jint(vals, "bytes") / 1e9 / secs : 0.0);
+        if (jint(vals, "bad_tensors"))
+            fprintf(f, "%lld tensors hold %lld NaN, %lld Inf, %lld NaN scales\n",
+                    jint(vals, "bad_tensors"), jint(vals, "nan"), jint(vals, "inf"),
+                    jint(vals, "nan_scales"));
+        else
+            fprintf(f, "no NaN, no Inf, no NaN scale\n");
     }
 }
 
@@ -483,6 +548,7 @@ int ds_cmd_inspect(int argc, char **argv) {
         {"target", required_argument, NULL, 't'},
         {"draft", required_argument, NULL, 'd'},
         {"json", no_argument, NULL, 'j'},
+        {"scan-values", no_argument, NULL, 's'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -490,11 +556,12 @@ int ds_cmd_inspect(int argc, char **argv) {
     bool as_json = false;
     optind = 0; // full re-initialisation: the command may run more than once in one process
     opterr = 0;
-    for (int c; (c = getopt_long(argc, argv, "t:d:jh", long_opts, NULL)) != -1;) {
+    for (int c; (c = getopt_long(argc, argv, "t:d:jsh", long_opts, NULL)) != -1;) {
         switch (c) {
         case 't': in.target_dir = optarg; break;
         case 'd': in.draft_dir = optarg; break;
         case 'j': as_json = true; break;
+        case 's': in.scan = true; break;
         case 'h': usage(stdout); return 0;
         default:
             return usage_error("unknown option or missing value", argv[optind - 1]);
