@@ -38,6 +38,11 @@ def test_report(samples, tmp_path, which):
     assert "rule" in html and "greedy" in html
     if which == "sample":
         assert "Summary by batch size" in html and "<td class='l'>8</td>" in html
+        # Conversation 6 ends with a non-finite verify step at each of the 3 batch sizes: its
+        # requests ended with error after steps; the draft's probabilities are all finite.
+        assert ("3 requests ended with error (non-finite target logits), 0 of them at the "
+                "prompt") in html
+        assert "; 0 drafted tokens without a finite draft probability" in html
         # The dataset records the run skipped (options_json.dataset of the traced sample).
         assert ("Dataset: 3 of the 40 records read were skipped (1 empty, 2 malformed); the "
                 "first: questions.jsonl: line 7: record 6: invalid JSON: &#x27;]&#x27; "
