@@ -63,8 +63,14 @@ int ds_cmd_render(int argc, char **argv) {
             usage(stdout);
             return 0;
         } else {
+            // The argument as typed, its bytes escaped.
+            struct ds_byte_vec shown = {0};
+            ds_bytes_escape(a, strlen(a), &shown);
             fprintf(stderr, "draftscope render: %s '%s'\n\n",
-                    target ? "missing value for" : "unknown option", a);
+                    target ? "missing value for" : a[0] != '-' ? "unexpected argument"
+                                                                : "unknown option",
+                    shown.data ? shown.data : "");
+            ds_byte_vec_free(&shown);
             usage(stderr);
             return 2;
         }

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,8 +73,17 @@ int ds_cmd_tokenize(int argc, char **argv) {
             usage(stdout);
             return 0;
         } else {
-            fprintf(stderr, "draftscope tokenize: %s '%s'\n\n",
-                    target ? "missing value for" : "unknown option", a);
+            // The argument as typed, its bytes escaped (a text argument may be any bytes).
+            struct ds_byte_vec shown = {0};
+            ds_bytes_escape(a, strlen(a), &shown);
+            const bool stray = !target && a[0] != '-';
+            const char *what = target  ? "missing value for"
+                               : stray ? "unexpected argument"
+                                       : "unknown option";
+            fprintf(stderr, "draftscope tokenize: %s '%s'%s\n\n", what,
+                    shown.data ? shown.data : "",
+                    stray ? " (give the text with --text or --file, or on standard input)" : "");
+            ds_byte_vec_free(&shown);
             usage(stderr);
             return 2;
         }

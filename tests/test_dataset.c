@@ -616,6 +616,27 @@ static void cli_exit_codes(void) {
     EXPECT(strstr(err, "--index 1, but the file has 1 usable conversation(s); 1 of the 2 records "
                        "read was skipped (0 empty, 1 malformed); the first: ") != NULL);
     EXPECT(strstr(err, "line 2: record 1:") != NULL);
+    // A stray positional argument is named as that, with its bytes escaped (it was "unknown
+    // option" and echoed invalid UTF-8 to the terminal); tokenize says where a text goes.
+    char *stray[] = {"tokenize", "--tokenizer", DATA "tiny_tokenizer.json", "ab\xff\ncd", NULL};
+    int fd_saved = ds_t_redirect(2, err_path);
+    EXPECT_EQ_INT(ds_cmd_tokenize(4, stray), 2);
+    ds_t_restore(2, fd_saved);
+    read_text(err_path, err, sizeof err);
+    EXPECT(strstr(err, "draftscope tokenize: unexpected argument 'ab\\xFF\\ncd' (give the text "
+                       "with --text or --file, or on standard input)") != NULL);
+    char *stray_r[] = {"render", "--dataset", (char *)mixed, "hello", NULL};
+    fd_saved = ds_t_redirect(2, err_path);
+    EXPECT_EQ_INT(ds_cmd_render(4, stray_r), 2);
+    ds_t_restore(2, fd_saved);
+    read_text(err_path, err, sizeof err);
+    EXPECT(strstr(err, "draftscope render: unexpected argument 'hello'") != NULL);
+    char *unknown[] = {"tokenize", "--tokenizer", DATA "tiny_tokenizer.json", "--bogus", NULL};
+    fd_saved = ds_t_redirect(2, err_path);
+    EXPECT_EQ_INT(ds_cmd_tokenize(4, unknown), 2);
+    ds_t_restore(2, fd_saved);
+    read_text(err_path, err, sizeof err);
+    EXPECT(strstr(err, "draftscope tokenize: unknown option '--bogus'\n") != NULL);
     unlink(err_path);
     unlink(mixed);
     char *tok[] = {"tokenize", "--tokenizer", DATA "tiny_tokenizer.json", "--text", "hello world",
