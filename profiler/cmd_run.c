@@ -721,7 +721,8 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     if (st.nonfinite_q) // said even with --quiet: a draft checkpoint's numbers are broken
         fprintf(o->quiet ? stderr : info_f,
                 "%llu drafted tokens had no finite draft probability: the draft's logits held "
-                "NaN or Inf (q_draft NaN in the file; the summary counts them)\n",
+                "NaN or Inf (q_draft NaN in the file; the summary counts them; draftscope "
+                "inspect --scan-values checks the weights)\n",
                 (unsigned long long)st.nonfinite_q);
     if (st.errors) // said even with --quiet: the file holds them, but with no metrics
         fprintf(o->quiet ? stderr : info_f,
@@ -731,7 +732,8 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     if (st.errors && st.errors == st.requests && (!o->resume || ri.n_done == 0)) {
         fprintf(stderr,
                 "draftscope run: %s: every request (%llu) ended with non-finite target logits "
-                "(NaN or Inf): no acceptance to measure; check the target's weights\n",
+                "(NaN or Inf): no acceptance to measure; check the target's weights "
+                "(draftscope inspect --scan-values)\n",
                 o->out, (unsigned long long)st.errors);
         return 1;
     }
