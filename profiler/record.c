@@ -473,6 +473,15 @@ static uint64_t bytes_missing(int fd, uint64_t *size_out) {
     return eof > *size_out ? eof - *size_out : 0;
 }
 
+uint64_t ds_rec_bytes_missing(const char *path, uint64_t *size_out) {
+    *size_out = 0;
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    const uint64_t missing = bytes_missing(fd, size_out);
+    close(fd);
+    return missing;
+}
+
 static int extend_to_stored_eof(int fd) {
     uint64_t size = 0;
     const uint64_t missing = bytes_missing(fd, &size);

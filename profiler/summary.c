@@ -989,6 +989,13 @@ static hid_t open_file(struct ctx *c) {
         // changing it; compute() accepts this only for a session that failed (truncated_msg).
         // The message first: any other HDF5 call clears the error stack it comes from.
         h5_fail(c, "cannot open the run file");
+        uint64_t size = 0;
+        const uint64_t missing = ds_rec_bytes_missing(c->path, &size);
+        if (missing) // in bytes, not HDF5's "eof = ..., stored_eof = ..."
+            ds_error_set(DS_ERR_IO,
+                         "%s: truncated file: %llu bytes of the %llu its superblock records (a "
+                         "copy cut short, or taken while the run wrote it)",
+                         c->path, (unsigned long long)size, (unsigned long long)(size + missing));
         snprintf(c->truncated_msg, sizeof c->truncated_msg, "%s", ds_error_last());
     }
     if (c->truncated_msg[0] && H5Pexist(fapl, "skip_eof_check") > 0) {

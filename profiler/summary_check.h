@@ -4,6 +4,7 @@
 #define DS_PROFILER_SUMMARY_CHECK_H
 
 #include <hdf5.h>
+#include <stdint.h>
 
 #include "ds/status.h"
 
@@ -12,5 +13,10 @@
 // /drafts rows do not add up to its /requests row (rows lost), which a summary reads as it is.
 // The file stays open.
 enum ds_status ds_summary_check_open(hid_t file, const char *path);
+
+// Bytes between the end of the file at path and the end its superblock records (0: none, not
+// known, or the file cannot be read); *size_out = its size. A file cut short, copied while the
+// run wrote it, or left by a write that failed for want of space has some.
+uint64_t ds_rec_bytes_missing(const char *path, uint64_t *size_out);
 
 #endif

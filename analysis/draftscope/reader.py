@@ -138,7 +138,11 @@ class Run:
             if len(sb) < 48 or sb[8] not in (2, 3) or sb[9] != 8:
                 raise DraftscopeFormatError(error)
             eof = int.from_bytes(sb[28:36], "little")
-            if eof > os.fstat(fh.fileno()).st_size + (64 << 20):  # more than a few chunks
+            size = os.fstat(fh.fileno()).st_size
+            if eof > size:  # in bytes, as the C summary says it (not HDF5's "eof = ...")
+                error = (f"{self.path}: truncated file: {size} bytes of the {eof} its superblock "
+                         f"records (a copy cut short, or taken while the run wrote it)")
+            if eof > size + (64 << 20):  # more than a few chunks
                 raise DraftscopeFormatError(error)
             image = bytearray(eof)
             fh.seek(0)

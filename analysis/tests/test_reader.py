@@ -291,9 +291,15 @@ def test_file_size_limit_file_reads_as_failed(programs, samples, tmp_path):
     with open(out, "rb") as f:
         assert f.read() == before
 
-    # A closed run's copy cut short is no failed write: still refused, as HDF5 says.
+    # A closed run's copy cut short is no failed write: still refused, in bytes as the C summary
+    # says it (it was HDF5's "truncated file: eof = ..., stored_eof = ...").
     cut = tmp_path / "cut.h5"
     shutil.copy(samples["closed"], cut)
-    os.truncate(cut, os.path.getsize(cut) - 1000)
-    with pytest.raises(draftscope.DraftscopeFormatError, match="cut.h5: cannot open: .*truncated"):
+    whole = os.path.getsize(cut)
+    os.truncate(cut, whole - 1000)
+    want = (f"cut.h5: truncated file: {whole - 1000} bytes of the {whole} its superblock records "
+            f"(a copy cut short, or taken while the run wrote it)")
+    with pytest.raises(draftscope.DraftscopeFormatError, match=re.escape(want)):
         draftscope.open(cut)
+    c = subprocess.run(summary_command(programs) + [str(cut)], capture_output=True, text=True)
+    assert c.returncode == 1 and want in c.stderr
