@@ -1085,6 +1085,11 @@ enum ds_status ds_summary_compute(const char *path, enum ds_summary_by by,
         st = ds_error_set(DS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         goto cleanup;
     }
+    if (S_ISDIR(sb.st_mode) || sb.st_size == 0) {
+        st = ds_error_set(DS_ERR_FORMAT, "%s: %s, not a run file", path,
+                          S_ISDIR(sb.st_mode) ? "a directory" : "an empty file");
+        goto cleanup;
+    }
 #if H5_VERSION_GE(1, 12, 0)
     htri_t is_h5 = H5Fis_accessible(path, H5P_DEFAULT);
 #else

@@ -566,6 +566,18 @@ static void refuses_bad_files(void) {
     }
     EXPECT_STATUS(ds_summary_compute(text, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
     EXPECT_ERROR_HAS("text.h5: not an HDF5 file");
+    // An empty file and a directory are said as what they are.
+    const char *empty = tmp_path("empty.h5");
+    f = fopen(empty, "w");
+    if (f) fclose(f);
+    EXPECT_STATUS(ds_summary_compute(empty, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
+    EXPECT_ERROR_HAS("empty.h5: an empty file, not a run file");
+    unlink(empty);
+    const char *subdir = tmp_path("dir.h5");
+    mkdir(subdir, 0755);
+    EXPECT_STATUS(ds_summary_compute(subdir, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
+    EXPECT_ERROR_HAS("dir.h5: a directory, not a run file");
+    rmdir(subdir);
 
     const char *plain = tmp_path("plain.h5");
     hid_t h = H5Fcreate(plain, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);

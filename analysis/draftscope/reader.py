@@ -84,6 +84,9 @@ class Run:
         self._truncated = None  # the error to give if a truncated file's session did not fail
         if not os.path.exists(self.path):
             raise FileNotFoundError(f"{self.path}: no such file")
+        if os.path.isdir(self.path) or os.path.getsize(self.path) == 0:
+            what = "a directory" if os.path.isdir(self.path) else "an empty file"
+            raise DraftscopeFormatError(f"{self.path}: {what}, not a run file")
         if not h5py.is_hdf5(self.path):
             raise DraftscopeFormatError(f"{self.path}: not an HDF5 file")
         self._f = self._open_file()

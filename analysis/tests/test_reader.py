@@ -180,6 +180,12 @@ def test_refusals(samples, tmp_path):
     text.write_text("not hdf5\n")
     with pytest.raises(draftscope.DraftscopeFormatError, match="text.h5: not an HDF5 file"):
         draftscope.open(text)
+    (tmp_path / "empty.h5").write_bytes(b"")
+    with pytest.raises(draftscope.DraftscopeFormatError, match="empty.h5: an empty file, not a"):
+        draftscope.open(tmp_path / "empty.h5")
+    (tmp_path / "dir.h5").mkdir()
+    with pytest.raises(draftscope.DraftscopeFormatError, match="dir.h5: a directory, not a run"):
+        draftscope.open(tmp_path / "dir.h5")
     plain = tmp_path / "plain.h5"
     h5py.File(plain, "w").close()
     with pytest.raises(draftscope.DraftscopeFormatError, match="not a draftscope run file"):
