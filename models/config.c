@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "files.h"
 
@@ -778,6 +779,14 @@ static enum ds_status load_file(const char *path, void *cfg, size_t size, parse_
 // Loads DIR/config.json through `fn` (target or draft).
 static enum ds_status load_config(const char *dir, void *cfg, size_t size, parse_fn fn) {
     memset(cfg, 0, size);
+    // A file given for the directory (its config.json, say): said as that, not as
+    // "DIR/config.json: Not a directory".
+    struct stat sb;
+    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return ds_error_set(DS_ERR_IO,
+                            "%s: not a directory (a checkpoint is the directory holding its "
+                            "config.json and safetensors files)",
+                            dir);
     size_t n = strlen(dir) + sizeof "/config.json";
     char *path = malloc(n);
     if (!path) return ds_error_set(DS_ERR_NOMEM, "%s: out of memory", dir);

@@ -575,6 +575,14 @@ static void config_json_not_a_regular_file(void) {
     EXPECT_ERROR_HAS("config.json: not a regular file");
     unlink(sub);
     rmdir(dir);
+    // A file given where the checkpoint directory goes (its config.json): named as that, for the
+    // target and the draft (it was "DIR/config.json/config.json: ... Not a directory").
+    const char *file = DS_SOURCE_DIR "/tests/fixtures/ckpt/target/config.json";
+    EXPECT_STATUS(ds_target_config_load(file, &t), DS_ERR_IO);
+    EXPECT_ERROR_HAS("target/config.json: not a directory (a checkpoint is the directory");
+    struct ds_draft_config d;
+    EXPECT_STATUS(ds_draft_config_load(file, &d), DS_ERR_IO);
+    EXPECT_ERROR_HAS("target/config.json: not a directory (a checkpoint is the directory");
 }
 
 int main(void) {
