@@ -35,6 +35,10 @@ static const char *const channel_names[DS_REC_CHANNEL_COUNT] = {
     "header", "analysis", "commentary", "final", "other",
 };
 
+static const char *const stop_names[DS_REC_STOP_COUNT] = {
+    "return", "call", "endoftext", "max_new_tokens", "context_limit", "error",
+};
+
 static const char *const session_names[DS_REC_SESSION_COUNT] = {
     "running",
     "closed",
@@ -527,6 +531,8 @@ static enum ds_status read_requests(struct ctx *c) {
         if (st) goto cleanup;
         for (size_t i = 0; i < c->n_req; i++) {
             c->ri[i] = (struct req_index){c->req[i].request, (uint32_t)i};
+            if (c->req[i].stop_reason < DS_REC_STOP_COUNT)
+                c->s->stop_counts[c->req[i].stop_reason]++;
             if (c->req[i].stop_reason == DS_REC_STOP_ERROR) {
                 c->s->error_requests++;
                 c->s->error_requests_at_prompt += c->req[i].steps == 0;
@@ -1249,6 +1255,12 @@ enum ds_status ds_summary_print_text(const struct ds_summary *s, FILE *f) {
             "  rows: %" PRIu64 " steps, %" PRIu64 " drafts, %" PRIu64 " requests; dropped "
             "(request unfinished): %" PRIu64 " steps, %" PRIu64 " drafts\n",
             s->rows_steps, s->rows_drafts, s->rows_requests, s->dropped_steps, s->dropped_drafts);
+    if (s->rows_requests) { // how the finished requests ended, the reasons that occur
+        fprintf(f, "  requests by stop reason:");
+        for (int i = 0; i < DS_REC_STOP_COUNT; i++)
+            if (s->stop_counts[i]) fprintf(f, " %s %" PRIu64, stop_names[i], s->stop_counts[i]);
+        fputc('\n', f);
+    }
     if (s->undrafted_steps)
         fprintf(f, "  %" PRIu64 " steps drafted nothing (one position short of the context "
                    "limit) and are left out of the step metrics\n",
@@ -1420,6 +1432,10 @@ enum ds_status ds_summary_print_json(const struct ds_summary *s, FILE *f) {
     json_object_set_new(rows, "nonfinite_steps", u64(s->nonfinite_steps));
     json_object_set_new(rows, "nonfinite_drafts", u64(s->nonfinite_drafts));
     json_object_set_new(rows, "nonfinite_q_drafts", u64(s->nonfinite_q_drafts));
+    json_t *stops = json_object();
+    for (int i = 0; i < DS_REC_STOP_COUNT; i++)
+        json_object_set_new(stops, stop_names[i], u64(s->stop_counts[i]));
+    json_object_set_new(rows, "stop_reasons", stops);
     json_object_set_new(rows, "error_requests", u64(s->error_requests));
     json_object_set_new(rows, "error_requests_at_prompt", u64(s->error_requests_at_prompt));
     json_object_set_new(o, "rows", rows);

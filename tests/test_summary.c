@@ -799,6 +799,10 @@ static void nonfinite_steps_left_out(void) {
     EXPECT_EQ_INT(s->rows_drafts, 9);
     EXPECT_EQ_INT(s->nonfinite_steps, 1);
     EXPECT_EQ_INT(s->nonfinite_drafts, 3);
+    EXPECT_EQ_INT(s->stop_counts[DS_REC_STOP_RETURN], 1); // request 1's zero stop_reason
+    EXPECT_EQ_INT(s->stop_counts[DS_REC_STOP_ERROR], 1);
+    EXPECT_EQ_INT(s->error_requests, 1);
+    EXPECT_EQ_INT(s->error_requests_at_prompt, 0);
     EXPECT_EQ_INT(s->all.steps, 2);
     EXPECT_EQ_INT(s->all.nonfinite, 1);
     EXPECT_EQ_INT(s->all.drafts, 6);
@@ -821,6 +825,7 @@ static void nonfinite_steps_left_out(void) {
         EXPECT_OK(ds_summary_print_text(s, f));
         fclose(f);
         EXPECT(strstr(text, "1 step had non-finite verify logits") != NULL);
+        EXPECT(strstr(text, "  requests by stop reason: return 1 error 1\n") != NULL);
         EXPECT(strstr(text, "it and its 3 drafts are left out of every metric") != NULL);
         free(text);
     }

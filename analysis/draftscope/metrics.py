@@ -399,6 +399,9 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
             # Kept drafts whose q_draft is not a positive number (the draft's logits held NaN
             # or Inf): in the metrics as they happened, their expected acceptance NaN.
             "nonfinite_q_drafts": int((~(np.isfinite(qd) & (qd > 0))).sum()),
+            # Finished requests by stop reason, every reason listed.
+            "stop_reasons": {name: int((requests["stop_reason"] == name).sum())
+                             for name in schema.ENUMS["stop_reason"]},
             # Requests that ended with error (non-finite target logits); of them, those that
             # ended at the prompt's last logits, before any step.
             "error_requests": int(errored.sum()),

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import draftscope
-from draftscope import metrics
+from draftscope import metrics, schema
 
 from conftest import summary_command
 
@@ -142,6 +142,9 @@ def test_nonfinite_steps_left_out(samples):
         err = rq["stop_reason"] == 5
         assert d["rows"]["error_requests"] == err.sum() == 3
         assert d["rows"]["error_requests_at_prompt"] == (err & (rq["steps"] == 0)).sum() == 0
+        codes = np.bincount(rq["stop_reason"], minlength=6)
+        assert [d["rows"]["stop_reasons"][n] for n in schema.ENUMS["stop_reason"]] == \
+            codes.tolist()
         assert [g["nonfinite"] for g in d["groups"]] == [1, 1, 1]
         assert d["all"]["steps"] == keep.sum()
 

@@ -150,6 +150,8 @@ struct ds_summary {
     // Kept /drafts rows whose q_draft is not a positive number (NaN or Inf in the draft's
     // logits): their expected acceptance is NaN; their acceptance is counted as it happened.
     uint64_t nonfinite_q_drafts;
+    // /requests rows by stop_reason (enum ds_rec_stop; a code beyond it is in none).
+    uint64_t stop_counts[DS_REC_STOP_COUNT];
     // options_json: the measured trace overhead (NaN when absent) and the decode baseline.
     double trace_overhead;
     // options_json.dataset: records the run read from its dataset and those it skipped (empty,
