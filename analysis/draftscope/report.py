@@ -65,6 +65,8 @@ def build_html(run, n_boot=200, seed=0):
         parts.append("<h2>Writer sessions</h2>" + _table(s.set_index("session"), "session"))
     errored = run.requests["stop_reason"] == "error"
     n_err, n_err_prompt = int(errored.sum()), int((errored & (run.requests["steps"] == 0)).sum())
+    stops = ", ".join(f"{name} {n}" for name, n in run.requests["stop_reason"].value_counts(
+        sort=False).items() if n)
     q = run.drafts["q_draft"].to_numpy()
     n_q = int((~(np.isfinite(q) & (q > 0))).sum())
     parts.append(f"<p class='note'>{len(run.steps)} verify-step rows, {len(run.drafts)} drafted "
@@ -77,7 +79,8 @@ def build_html(run, n_boot=200, seed=0):
                  f"{n_err} requests ended with error (non-finite target logits), {n_err_prompt} "
                  f"of them at the prompt, before any step; {n_q} drafted tokens without a finite "
                  f"draft probability (the draft's logits held NaN or Inf: their expected "
-                 f"acceptance is undefined, their acceptance counted).</p>")
+                 f"acceptance is undefined, their acceptance counted). Requests by stop reason: "
+                 f"{html.escape(stops) if stops else 'none'}.</p>")
     skips = metrics.dataset_skips(run)
     if skips and skips["skipped_empty"] + skips["skipped_malformed"]:
         n = skips["skipped_empty"] + skips["skipped_malformed"]

@@ -43,6 +43,7 @@ def test_report(samples, tmp_path, which):
         assert ("3 requests ended with error (non-finite target logits), 0 of them at the "
                 "prompt") in html
         assert "; 0 drafted tokens without a finite draft probability" in html
+        assert "Requests by stop reason: " in html and "error 3" in html
         # The dataset records the run skipped (options_json.dataset of the traced sample).
         assert ("Dataset: 3 of the 40 records read were skipped (1 empty, 2 malformed); the "
                 "first: questions.jsonl: line 7: record 6: invalid JSON: &#x27;]&#x27; "
