@@ -511,7 +511,8 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
                     (double)free_b / 1e9, (double)total_b / 1e9);
         else if (info.kind == DS_DEVICE_CUDA)
             cudaGetLastError();
-        if (info.why_cpu[0]) fprintf(info_f, "(cpu: %s)\n", info.why_cpu);
+        if (info.why_cpu[0]) // --device auto found no usable GPU: say why, once
+            fprintf(info_f, "device auto: the CPU reference (no usable GPU: %s)\n", info.why_cpu);
         fflush(info_f);
     }
 
