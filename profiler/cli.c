@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 bool ds_cli_parse_ll(const char *s, long long lo, long long hi, long long *out) {
@@ -196,4 +197,21 @@ json_t *ds_cli_json_text(const char *t) {
     j = st ? NULL : json_stringn(v.data ? v.data : "", v.n);
     ds_byte_vec_free(&v);
     return j ? j : json_string("?");
+}
+
+double ds_cli_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void ds_cli_bytes_progress(void *user, uint64_t done, uint64_t total) {
+    struct ds_cli_bytes_progress *p = user;
+    const double now = ds_cli_now_s(), dt = now - p->t0;
+    if (done < total && (!isatty(STDERR_FILENO) || now - p->last < 0.1)) return;
+    p->last = now;
+    fprintf(stderr, "\r%s: %3.0f%% (%.2f of %.2f GB, %.2f GB/s)", p->label,
+            total ? 100.0 * (double)done / (double)total : 100.0, (double)done / 1e9,
+            (double)total / 1e9, dt > 0 ? (double)done / 1e9 / dt : 0.0);
+    if (done >= total) fputc('\n', stderr);
 }

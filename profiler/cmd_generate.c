@@ -189,27 +189,6 @@ static enum ds_status lf_close(struct logits_file *lf, const char *path) {
     return bad ? ds_error_set(DS_ERR_IO, "%s: cannot write the file out", path) : DS_OK;
 }
 
-// ---- loading progress (uploading backends only) ----
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-// The progress bar and load rate on stderr, redrawn at most every 0.1 s (and at the end).
-static void load_progress(void *user, uint64_t done, uint64_t total) {
-    static double last_draw;
-    double t0 = *(double *)user, now = now_s(), dt = now - t0;
-    if (done < total && now - last_draw < 0.1 && last_draw >= t0) return;
-    if (done < total && !isatty(STDERR_FILENO)) return; // a log gets the final line alone
-    last_draw = now;
-    fprintf(stderr, "\rloading weights: %3.0f%% (%.2f of %.2f GB, %.2f GB/s)",
-            total ? 100.0 * (double)done / (double)total : 100.0, (double)done / 1e9,
-            (double)total / 1e9, dt > 0 ? (double)done / 1e9 / dt : 0.0);
-    if (done >= total) fputc('\n', stderr);
-}
-
 // Draws the token at `position` from softmax(logits / T) computed on the device (probs: V f32).
 static int32_t sample(const float *probs, int vocab, unsigned long long seed, int position) {
     double u = ds_rng_uniform(seed, 0, (uint64_t)position, DS_RNG_LANE_SAMPLE), acc = 0;
@@ -460,8 +439,9 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
 
     struct ds_device_info info;
     if ((s = open_backend(o, &g->be, &info)) != DS_OK) return fail(ds_error_last());
-    double t_load = now_s();
-    struct ds_load_progress prog = {load_progress, &t_load};
+    double t_load = ds_cli_now_s();
+    struct ds_cli_bytes_progress bar = {"loading weights", t_load, 0};
+    struct ds_load_progress prog = {ds_cli_bytes_progress, &bar};
     const int chunk = np < PREFILL_CHUNK ? (int)np : PREFILL_CHUNK;
     struct ds_gptoss_plan plan = {
         .max_slots = B,
@@ -475,7 +455,7 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
     else
         s = ds_gptoss_create(o->target, g->be, &plan, o->json ? NULL : &prog, &g->m);
     if (s != DS_OK) return fail(ds_error_last());
-    t_load = now_s() - t_load;
+    t_load = ds_cli_now_s() - t_load;
     const size_t BV = (size_t)B * (size_t)V;
     g->row = malloc(sizeof(float) * (size_t)V);
     g->probs_host = malloc(sizeof(float) * BV);
@@ -526,7 +506,7 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
 
     // Prefill: every copy's prompt but its last token alone in its slot, then the last token of
     // all copies as one batched step that gives the first logits of every copy.
-    double t0 = now_s();
+    double t0 = ds_cli_now_s();
     for (int c = 0; c < B; c++)
         for (long long p = 0; p < np - 1; p += PREFILL_CHUNK) {
             int n = np - 1 - p < PREFILL_CHUNK ? (int)(np - 1 - p) : PREFILL_CHUNK;
@@ -537,7 +517,7 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
         g->ids[c] = g->prompt.ids[np - 1];
     if ((s = step_batch(g->m, g->ids, B, (int)np - 1, g->seqs, g->rows)) != DS_OK)
         return fail(ds_error_last());
-    double t_prefill = now_s() - t0;
+    double t_prefill = ds_cli_now_s() - t0;
     const char *stop = "max_new_tokens";
     long long nonfinite_at = -1; // the position whose logits were not finite
     const enum ds_elem act = ds_gptoss_act(g->m);
@@ -604,7 +584,7 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
         if ((s = step_batch(g->m, g->ids, B, (int)pos, g->seqs, g->rows)) != DS_OK)
             return fail(ds_error_last());
     }
-    double t_decode = now_s() - t0 - t_prefill;
+    double t_decode = ds_cli_now_s() - t0 - t_prefill;
 
     // Output.
     struct ds_byte_vec text = {0}, esc = {0};

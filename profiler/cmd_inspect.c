@@ -22,8 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -243,37 +241,16 @@ struct inspect {
     bool scan;
 };
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-// The scan's progress on stderr: redrawn on a terminal at most every 0.2 s; a log gets the final
-// line alone.
-struct scan_progress {
-    const char *what;
-    double t0, last;
-};
-static void scan_progress(void *user, uint64_t done, uint64_t total) {
-    struct scan_progress *p = user;
-    const double now = now_s();
-    if (done < total && (!isatty(STDERR_FILENO) || now - p->last < 0.2)) return;
-    p->last = now;
-    fprintf(stderr, "\rscanning the %s's values: %3.0f%% (%.2f of %.2f GB, %.2f GB/s)", p->what,
-            total ? 100.0 * (double)done / (double)total : 100.0, (double)done / 1e9,
-            (double)total / 1e9, now > p->t0 ? (double)done / 1e9 / (now - p->t0) : 0.0);
-    if (done >= total) fputc('\n', stderr);
-}
-
 // --scan-values over one checkpoint: its problems join the report's, its counts go to o.values.
 static void scan_values(struct inspect *in, json_t *o, const ds_safetensors_t *st,
                         const char *what) {
     struct ds_value_scan v;
-    struct scan_progress p = {what, now_s(), 0};
-    const enum ds_status s = ds_values_scan(st, &v, scan_progress, &p, &in->problems);
+    char label[64];
+    snprintf(label, sizeof label, "scanning the %s's values", what);
+    struct ds_cli_bytes_progress p = {label, ds_cli_now_s(), 0};
+    const enum ds_status s = ds_values_scan(st, &v, ds_cli_bytes_progress, &p, &in->problems);
     if (s != DS_OK && s != DS_ERR_MISMATCH) ds_problems_add(&in->problems, "%s", ds_error_last());
-    const double secs = now_s() - p.t0;
+    const double secs = ds_cli_now_s() - p.t0;
     json_object_set_new(o, "values",
                         json_pack("{s:I, s:I, s:f, s:I, s:I, s:I, s:I}", "tensors",
                                   (json_int_t)v.tensors, "bytes", (json_int_t)v.bytes, "seconds",

@@ -187,6 +187,10 @@ _Static_assert(sizeof phase_names / sizeof *phase_names == DS_REC_PHASE_COUNT, "
 _Static_assert(sizeof status_names / sizeof *status_names == DS_REC_SESSION_COUNT, "names");
 _Static_assert(sizeof trace_names / sizeof *trace_names == DS_REC_TRACE_COUNT, "names");
 
+const char *ds_rec_stop_name(enum ds_rec_stop s) {
+    return (int)s >= 0 && s < DS_REC_STOP_COUNT ? stop_names[s] : NULL;
+}
+
 const char *ds_rec_table_name(enum ds_rec_table t) {
     if ((int)t < 0 || t >= DS_REC_TABLE_COUNT) return NULL;
     return tables[t].name;

@@ -35,10 +35,6 @@ static const char *const channel_names[DS_REC_CHANNEL_COUNT] = {
     "header", "analysis", "commentary", "final", "other",
 };
 
-static const char *const stop_names[DS_REC_STOP_COUNT] = {
-    "return", "call", "endoftext", "max_new_tokens", "context_limit", "error",
-};
-
 static const char *const session_names[DS_REC_SESSION_COUNT] = {
     "running",
     "closed",
@@ -1258,7 +1254,9 @@ enum ds_status ds_summary_print_text(const struct ds_summary *s, FILE *f) {
     if (s->rows_requests) { // how the finished requests ended, the reasons that occur
         fprintf(f, "  requests by stop reason:");
         for (int i = 0; i < DS_REC_STOP_COUNT; i++)
-            if (s->stop_counts[i]) fprintf(f, " %s %" PRIu64, stop_names[i], s->stop_counts[i]);
+            if (s->stop_counts[i])
+                fprintf(f, " %s %" PRIu64, ds_rec_stop_name((enum ds_rec_stop)i),
+                        s->stop_counts[i]);
         fputc('\n', f);
     }
     if (s->undrafted_steps)
@@ -1434,7 +1432,7 @@ enum ds_status ds_summary_print_json(const struct ds_summary *s, FILE *f) {
     json_object_set_new(rows, "nonfinite_q_drafts", u64(s->nonfinite_q_drafts));
     json_t *stops = json_object();
     for (int i = 0; i < DS_REC_STOP_COUNT; i++)
-        json_object_set_new(stops, stop_names[i], u64(s->stop_counts[i]));
+        json_object_set_new(stops, ds_rec_stop_name((enum ds_rec_stop)i), u64(s->stop_counts[i]));
     json_object_set_new(rows, "stop_reasons", stops);
     json_object_set_new(rows, "error_requests", u64(s->error_requests));
     json_object_set_new(rows, "error_requests_at_prompt", u64(s->error_requests_at_prompt));

@@ -8,7 +8,9 @@
 //     blocks, scales and biases; embedding rows, final norm, lm_head), which leaves the distinct
 //     experts per layer as the one unknown: exactly 4 at one decode row (top-4 picks 4 distinct
 //     experts), between 4 and min(4·rows, 32) otherwise, and a multiple of 1 / (layers · iters)
-//     because the figure is the mean over the timed steps' routings;
+//     (the bytes decompose into whole experts per layer and step). That form holds for one
+//     step's count as well: this test does not tell the mean over the timed steps from the last
+//     step's count (its device run printed 13.2222 = 119 / 9 for the batch-1 verify, a mean);
 //   - the same with --trace off,phases,kernels (the trace path replays the timed inputs too, with
 //     its traces paused), whose decode B = 1 bytes equal the untraced run's.
 // Both cases are large for the sanitizer pass (DS_GPU_TEST_SMALL: exit 77): the kernels they

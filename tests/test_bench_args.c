@@ -261,6 +261,36 @@ static void step_byte_counts(void) {
     EXPECT(ds_bench_draft_weight_bytes(arena, fc, false, 2, 2880) == arena + 2 * 5760.0);
 }
 
+// The shared byte-count progress line (weight loading, inspect --scan-values): with stderr not a
+// terminal only the final line is written, once, with its label, sizes in GB and the rate.
+static void bytes_progress_in_a_log(void) {
+    struct ds_cli_bytes_progress p = {"scanning the target's values", ds_cli_now_s() - 1.0, 0};
+    const int saved = ds_t_redirect(2, err_path);
+    ds_cli_bytes_progress(&p, 1000000000ull, 3000000000ull);
+    ds_cli_bytes_progress(&p, 2000000000ull, 3000000000ull);
+    ds_cli_bytes_progress(&p, 3000000000ull, 3000000000ull);
+    struct ds_cli_bytes_progress empty = {"loading weights", ds_cli_now_s(), 0};
+    ds_cli_bytes_progress(&empty, 0, 0); // nothing to read: still one final line
+    ds_t_restore(2, saved);
+    FILE *f = fopen(err_path, "r");
+    char text[512] = "";
+    const size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = 0;
+    if (f) fclose(f);
+    const char *first = "\rscanning the target's values: 100% (3.00 of 3.00 GB, ";
+    EXPECT(!strncmp(text, first, strlen(first)));
+    EXPECT(strstr(text, "\rloading weights: 100% (0.00 of 0.00 GB, 0.00 GB/s)\n") != NULL);
+    int lines = 0, returns = 0;
+    for (size_t i = 0; i < n; i++)
+        lines += text[i] == '\n', returns += text[i] == '\r';
+    EXPECT_EQ_INT(lines, 2);
+    EXPECT_EQ_INT(returns, 2);
+    // 3 GB over about one second: a rate between 1 and 3 GB/s (the second is a lower bound).
+    double rate = 0;
+    const char *r = strstr(text, "GB, ");
+    EXPECT(r && sscanf(r, "GB, %lf GB/s", &rate) == 1 && rate > 1.0 && rate <= 3.0);
+}
+
 int main(void) {
     snprintf(err_path, sizeof err_path, "%s/test_bench_args.%d.err", DS_BINARY_DIR, (int)getpid());
     DS_RUN(parse_ll_bounds);
@@ -273,6 +303,7 @@ int main(void) {
     DS_RUN(device_errors_say_the_runtime_reason);
     DS_RUN(step_byte_counts);
     DS_RUN(output_in_readonly_directory);
+    DS_RUN(bytes_progress_in_a_log);
     unlink(err_path);
     return ds_test_end();
 }

@@ -298,6 +298,23 @@ def baseline(run):
     return {int(b["batch_size"]): float(b["median_ns"]) for b in _baseline_entries(run)}
 
 
+def ending_counts(run):
+    """How the run's finished requests ended and what the draft's numbers did, as the C
+    summary's rows count them: drafts without a finite draft probability (q_draft NaN, Inf or 0:
+    the draft's logits held NaN or Inf; kept in the metrics as they happened), the requests by
+    stop reason (every reason listed), and those that ended with error (non-finite target
+    logits), of them the ones with no step (the prompt's last logits failed)."""
+    qd = run.drafts["q_draft"].to_numpy()
+    stop = run.requests["stop_reason"]
+    errored = (stop == "error").to_numpy()
+    return {
+        "nonfinite_q_drafts": int((~(np.isfinite(qd) & (qd > 0))).sum()),
+        "stop_reasons": {name: int((stop == name).sum()) for name in schema.ENUMS["stop_reason"]},
+        "error_requests": int(errored.sum()),
+        "error_requests_at_prompt": int((errored & (run.requests["steps"] == 0).to_numpy()).sum()),
+    }
+
+
 def dataset_skips(run):
     """What the run read of its dataset and what it skipped, from options_json.dataset:
     {records_read, skipped_empty, skipped_malformed, first_skip (None if nothing was skipped)};
@@ -363,8 +380,6 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
     overhead = opts.get("trace_overhead")
     meta = run.meta
     status = run.sessions["status"].iloc[-1] if len(run.sessions) else "running"
-    errored = (requests["stop_reason"] == "error").to_numpy()
-    qd = drafts["q_draft"].to_numpy()
     return {
         "file": run.path,
         "schema_version": int(meta.get("schema_version")),
@@ -396,16 +411,7 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
             "undrafted_steps": run.dropped["undrafted_steps"],
             "nonfinite_steps": run.dropped["nonfinite_steps"],
             "nonfinite_drafts": run.dropped["nonfinite_drafts"],
-            # Kept drafts whose q_draft is not a positive number (the draft's logits held NaN
-            # or Inf): in the metrics as they happened, their expected acceptance NaN.
-            "nonfinite_q_drafts": int((~(np.isfinite(qd) & (qd > 0))).sum()),
-            # Finished requests by stop reason, every reason listed.
-            "stop_reasons": {name: int((requests["stop_reason"] == name).sum())
-                             for name in schema.ENUMS["stop_reason"]},
-            # Requests that ended with error (non-finite target logits); of them, those that
-            # ended at the prompt's last logits, before any step.
-            "error_requests": int(errored.sum()),
-            "error_requests_at_prompt": int((errored & (requests["steps"] == 0)).sum()),
+            **ending_counts(run),
         },
         "groups": groups,
         "all": _group_dict(k, None, "all", len(requests), all_g),

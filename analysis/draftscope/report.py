@@ -6,7 +6,6 @@ import html
 import io
 
 import matplotlib.pyplot as plt
-import numpy as np
 
 from . import metrics, plots
 
@@ -63,12 +62,10 @@ def build_html(run, n_boot=200, seed=0):
     if len(run.sessions):
         s = run.sessions[["session", "status", "trace_level", "trace_overhead"]]
         parts.append("<h2>Writer sessions</h2>" + _table(s.set_index("session"), "session"))
-    errored = run.requests["stop_reason"] == "error"
-    n_err, n_err_prompt = int(errored.sum()), int((errored & (run.requests["steps"] == 0)).sum())
-    stops = ", ".join(f"{name} {n}" for name, n in run.requests["stop_reason"].value_counts(
-        sort=False).items() if n)
-    q = run.drafts["q_draft"].to_numpy()
-    n_q = int((~(np.isfinite(q) & (q > 0))).sum())
+    ends = metrics.ending_counts(run)
+    n_err, n_err_prompt = ends["error_requests"], ends["error_requests_at_prompt"]
+    n_q = ends["nonfinite_q_drafts"]
+    stops = ", ".join(f"{name} {n}" for name, n in ends["stop_reasons"].items() if n)
     parts.append(f"<p class='note'>{len(run.steps)} verify-step rows, {len(run.drafts)} drafted "
                  f"tokens, {len(run.requests)} finished requests; left out (request not "
                  f"finished): {run.dropped['steps']} step rows, {run.dropped['drafts']} "

@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ds/device.h"
 #include "ds/status.h"
@@ -85,6 +86,17 @@ enum ds_status ds_cli_parse_ids(const char *opt, const char *s, long long limit,
 // decode(errors="replace") reads it (exactly so for a character cut at the end). Never NULL
 // (json_string's NULL for invalid UTF-8 made keys silently disappear from objects).
 json_t *ds_cli_json_text(const char *t);
+
+// A byte-count progress line on stderr ("LABEL: 42% (1.20 of 2.86 GB, 3.10 GB/s)"), for a
+// ds_load_progress-style callback: redrawn on a terminal at most every 0.1 s, and only the final
+// line when stderr is a log. Set label and t0 (ds_cli_now_s()) before the first call.
+struct ds_cli_bytes_progress {
+    const char *label;
+    double t0, last;
+};
+void ds_cli_bytes_progress(void *user, uint64_t done, uint64_t total);
+// CLOCK_MONOTONIC in seconds.
+double ds_cli_now_s(void);
 
 #ifdef __cplusplus
 }

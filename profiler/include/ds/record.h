@@ -239,6 +239,8 @@ enum ds_rec_table {
 
 // Dataset name of a table ("drafts", ...); NULL for an invalid value.
 const char *ds_rec_table_name(enum ds_rec_table t);
+// The file's name of a stop reason ("max_new_tokens", ...); NULL for an invalid value.
+const char *ds_rec_stop_name(enum ds_rec_stop s);
 
 // ---- run metadata ----
 
