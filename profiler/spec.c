@@ -807,8 +807,8 @@ static enum ds_status step_impl(ds_spec_t *sp, int n, struct ds_spec_seq *const 
         memset(r, 0, sizeof *r);
         r->drafted = k;
         r->context_len = (uint32_t)C;
-        // One NaN logit makes every p of the row NaN, which neither the argmax (it skips NaN)
-        // nor the entropy (a sum over p > 0) shows: p's top-1 must be a positive number too.
+        // One NaN logit makes every p of the row NaN, which the argmax skips: p's top-1 must be
+        // a positive number too, and the entropy (NaN for a NaN p) finite.
         for (int j = 0; j <= k; j++)
             if (!isfinite(arg_val[r0 + j]) || !isfinite(ent_p[r0 + j]) ||
                 !(top_val[2 * (r0 + j)] > 0.0f))
@@ -881,7 +881,7 @@ static enum ds_status step_impl(ds_spec_t *sp, int n, struct ds_spec_seq *const 
             d->margin = top_val[2 * row] - (V >= 2 ? top_val[2 * row + 1] : 0.0f);
             d->expected_accept = ovl[row];
             d->entropy_target = ent_p[row];
-            // A sum over q > 0 reads 0 for a NaN row of q: no entropy then, as no q.
+            // No q for the drafted token (NaN or not positive): no draft entropy either.
             d->entropy_draft = qd[row] > 0.0f && isfinite(qd[row]) ? ent_q[row] : NAN;
             d->context_len = (uint32_t)(C + j + 1);
             d->position = (uint8_t)(j + 1);

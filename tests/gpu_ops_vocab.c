@@ -221,6 +221,28 @@ static void entropy_overlap_scatter_case(int D, int V) {
     snprintf(name, sizeof name, "overlap identity V=%d", V);
     g_compare(name, got, want, ROWS, 0, 0.0, 2.4e-7);
 
+    // A NaN in a row must reach its sums on both sides (a plain min or a p > 0 test drops it):
+    // p's row 1 at the target id of draft entry D/2, q's row 2 at draft entry 0.
+    p[(size_t)V + (size_t)map[D / 2]] = NAN;
+    q[2 * (size_t)D] = NAN;
+    g_free(d_p), g_free(d_q);
+    d_p = g_upload(p, (size_t)ROWS * V * 4), d_q = g_upload(q, (size_t)ROWS * D * 4);
+    er.probs = p, eg.probs = d_p;
+    EXPECT_OK(ds_entropy_ref(&er));
+    EXPECT(!isnan(want[0]) && isnan(want[1]) && !isnan(want[2]));
+    EXPECT_OK(ds_entropy_cuda(&eg, NULL));
+    g_download(got, d_out, sizeof got);
+    snprintf(name, sizeof name, "entropy with NaN V=%d", V);
+    g_compare(name, got, want, ROWS, 0, 0.0, 2.4e-7);
+    orr.vocab_q = D, orr.q = q, orr.q_to_p = map;
+    og.vocab_q = D, og.p = d_p, og.q = d_q, og.q_to_p = d_map;
+    EXPECT_OK(ds_overlap_ref(&orr));
+    EXPECT(!isnan(want[0]) && isnan(want[1]) && isnan(want[2]));
+    EXPECT_OK(ds_overlap_cuda(&og, NULL));
+    g_download(got, d_out, sizeof got);
+    snprintf(name, sizeof name, "overlap with NaN V=%d D=%d", V, D);
+    g_compare(name, got, want, ROWS, 0, 0.0, 2.4e-7);
+
     // Scatter: a copy plus a fill, bitwise, in both dtypes.
     for (int ai = 0; ai < 2; ai++) {
         float *wdst = t_alloc((size_t)ROWS * V * 4);

@@ -174,6 +174,19 @@ static void entropy_and_overlap(void) {
     EXPECT_NEAR(o, 0.5 + 0.2, 1e-7);
     ov.q_to_p = NULL;
     EXPECT_STATUS(ds_overlap_ref(&ov), DS_ERR_MISMATCH);
+
+    // A NaN entry is not a zero: it reaches the sum, whichever side holds it.
+    p[2] = NAN;
+    EXPECT_OK(ds_entropy_ref(&e));
+    EXPECT(isnan(h[0]));
+    EXPECT_NEAR(h[1], log(2.0), 1e-7);
+    ov.vocab_q = 3, ov.q = tq;
+    tp[1] = NAN;
+    EXPECT_OK(ds_overlap_ref(&ov));
+    EXPECT(isnan(o));
+    tp[1] = 0.3f, tq[2] = NAN;
+    EXPECT_OK(ds_overlap_ref(&ov));
+    EXPECT(isnan(o));
 }
 
 // d2t offsets [0, 0, 2, 5] → target ids [0, 1, 4, 8] (spec eagle3 §5: target = draft + d2t).

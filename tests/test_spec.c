@@ -477,6 +477,14 @@ static void test_nan_logit(void) {
                      "(accepted %d)", ds_spec_rule_name((enum ds_spec_rule)rule), res.accepted);
         EXPECT_EQ_INT(res.n_emitted, 0);
         EXPECT_EQ_INT(s.committed, 10); // left as it was
+        // The drafts are recorded as they happened; their p-side figures must read NaN, not
+        // the 0 a sum that skips NaN entries would give.
+        for (int j = 0; j < res.drafted; j++)
+            if (!isnan(res.drafts[j].entropy_target) || !isnan(res.drafts[j].expected_accept))
+                DS_FAILF("rule %s: draft %d of a NaN row records entropy_target %g, "
+                         "expected_accept %g (want NaN)",
+                         ds_spec_rule_name((enum ds_spec_rule)rule), j,
+                         res.drafts[j].entropy_target, res.drafts[j].expected_accept);
         close_pair(&p);
     }
     T_DIR = saved;

@@ -772,7 +772,7 @@ __global__ void __cluster_dims__(VCL, 1, 1) __launch_bounds__(VT)
         const bool pv = aligned16(p);
         double h = 0.0;
         for_each_entry(p, c, pv, [&](int, float v) {
-            if (v > 0.0f) h -= (double)v * log((double)v);
+            if (!(v <= 0.0f)) h -= (double)v * log((double)v); // NaN not skipped, as the ref
         });
         h = cl_sum_d(h, sh.scratch, &sh.slot);
         if (vrank() == 0 && threadIdx.x == 0) a.out[r] = (float)h;
@@ -806,7 +806,7 @@ __global__ void __cluster_dims__(VCL, 1, 1) __launch_bounds__(VT)
             const int j = a.q_to_p ? a.q_to_p[i] : i;
             if (j < 0 || j >= a.vocab_p) return;
             const float pj = p[j];
-            s += pj < qi ? pj : qi;
+            s += pj < qi || isnan(pj) ? pj : qi; // a NaN on either side reaches the sum
         });
         s = cl_sum_d(s, sh.scratch, &sh.slot);
         if (vrank() == 0 && threadIdx.x == 0) a.out[r] = (float)s;

@@ -172,8 +172,9 @@ enum ds_status ds_entropy_ref(const struct ds_entropy_args *a) {
     for (int r = 0; r < a->n_rows; r++) {
         const float *p = a->probs + (size_t)r * V;
         double h = 0.0;
+        // 0·log 0 = 0 skips the zeros; a NaN entry is not skipped, so the row's NaN shows.
         for (int v = 0; v < V; v++)
-            if (p[v] > 0.0f) h -= (double)p[v] * log((double)p[v]);
+            if (!(p[v] <= 0.0f)) h -= (double)p[v] * log((double)p[v]);
         a->out[r] = (float)h;
     }
     return DS_OK;
@@ -200,7 +201,7 @@ enum ds_status ds_overlap_ref(const struct ds_overlap_args *a) {
         double s = 0.0;
         for (int i = 0; i < VQ; i++) {
             float pv = p[a->q_to_p ? a->q_to_p[i] : i];
-            s += pv < q[i] ? pv : q[i];
+            s += pv < q[i] || isnan(pv) ? pv : q[i]; // a NaN on either side reaches the sum
         }
         a->out[r] = (float)s;
     }

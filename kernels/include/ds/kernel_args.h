@@ -414,7 +414,7 @@ struct ds_topk_args {
     float *values;    // (rows, k) f32
 };
 
-// out[r] = −Σ_v p log p in nats (0·log 0 = 0), accumulated in double.
+// out[r] = −Σ_v p log p in nats (0·log 0 = 0), accumulated in double; NaN if any p is NaN.
 struct ds_entropy_args {
     int n_rows;
     int vocab;
@@ -425,6 +425,7 @@ struct ds_entropy_args {
 // out[r] = Σ_i min(p[r][map(i)], q[r][i]): the expected acceptance of rejection sampling. With
 // q_to_p == NULL, q is over the same vocabulary as p (vocab_q == vocab_p, map = identity);
 // otherwise q_to_p[i] is the p-index of q's entry i (the draft→target map of ds_d2t_to_map).
+// NaN if any summed entry of p or q is NaN (a plain min would drop one side's NaN).
 struct ds_overlap_args {
     int n_rows;
     int vocab_p;
