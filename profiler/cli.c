@@ -213,5 +213,11 @@ void ds_cli_bytes_progress(void *user, uint64_t done, uint64_t total) {
     fprintf(stderr, "\r%s: %3.0f%% (%.2f of %.2f GB, %.2f GB/s)", p->label,
             total ? 100.0 * (double)done / (double)total : 100.0, (double)done / 1e9,
             (double)total / 1e9, dt > 0 ? (double)done / 1e9 / dt : 0.0);
-    if (done >= total) fputc('\n', stderr);
+    p->open = done < total;
+    if (!p->open) fputc('\n', stderr);
+}
+
+void ds_cli_bytes_progress_end(struct ds_cli_bytes_progress *p) {
+    if (p->open) fputc('\n', stderr);
+    p->open = 0;
 }

@@ -440,7 +440,8 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
     struct ds_device_info info;
     if ((s = open_backend(o, &g->be, &info)) != DS_OK) return fail(ds_error_last());
     double t_load = ds_cli_now_s();
-    struct ds_cli_bytes_progress bar = {"loading weights", t_load, 0};
+    struct ds_cli_bytes_progress bar = {
+        o->synthetic ? "making synthetic weights" : "loading weights", t_load, 0, 0};
     struct ds_load_progress prog = {ds_cli_bytes_progress, &bar};
     const int chunk = np < PREFILL_CHUNK ? (int)np : PREFILL_CHUNK;
     struct ds_gptoss_plan plan = {
@@ -454,7 +455,7 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
         s = ds_synthetic_target_create(&spec, g->be, &plan, o->json ? NULL : &prog, &g->m);
     else
         s = ds_gptoss_create(o->target, g->be, &plan, o->json ? NULL : &prog, &g->m);
-    if (s != DS_OK) return fail(ds_error_last());
+    if (s != DS_OK) return ds_cli_bytes_progress_end(&bar), fail(ds_error_last());
     t_load = ds_cli_now_s() - t_load;
     const size_t BV = (size_t)B * (size_t)V;
     g->row = malloc(sizeof(float) * (size_t)V);

@@ -247,8 +247,9 @@ static void scan_values(struct inspect *in, json_t *o, const ds_safetensors_t *s
     struct ds_value_scan v;
     char label[64];
     snprintf(label, sizeof label, "scanning the %s's values", what);
-    struct ds_cli_bytes_progress p = {label, ds_cli_now_s(), 0};
+    struct ds_cli_bytes_progress p = {label, ds_cli_now_s(), 0, 0};
     const enum ds_status s = ds_values_scan(st, &v, ds_cli_bytes_progress, &p, &in->problems);
+    ds_cli_bytes_progress_end(&p);
     if (s != DS_OK && s != DS_ERR_MISMATCH) ds_problems_add(&in->problems, "%s", ds_error_last());
     const double secs = ds_cli_now_s() - p.t0;
     json_object_set_new(o, "values",

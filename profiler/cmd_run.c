@@ -128,8 +128,8 @@ static void usage(FILE *f) {
         "                              and stored. Without a GPU: one line, and tracing is off\n"
         "      --baseline              time plain target decoding (no draft) at each batch size\n"
         "                              first; the summary then shows the predicted speedup\n"
-        "  -q, --quiet                 no progress line, no memory plan (skips, caps and\n"
-        "                              dropped trace records are still said)\n"
+        "  -q, --quiet                 no load or progress lines, no memory plan (skips, caps\n"
+        "                              and dropped trace records are still said)\n"
         "  -j, --json                  print the summary as one JSON object\n"
         "  -h, --help                  this text\n"
         "\n"
@@ -448,14 +448,25 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     ds_spec_plan(&o->spec, (int)max_b, (int)P, &tp, &dp);
     ds_gptoss_plan_aux(&tp, &aux);
     tp.act = o->act; // the draft follows the target's activation dtype
-    if (o->synthetic) {
-        if ((s = ds_synthetic_target_create(&o->synth, g->be, &tp, NULL, &g->target)) ||
-            (s = ds_synthetic_draft_create(&o->synth, g->target, g->be, &dp, NULL, &g->draft)))
-            return fail(ds_error_last());
-    } else if ((s = ds_gptoss_create(o->target, g->be, &tp, NULL, &g->target)) ||
-               (s = ds_eagle3_create(o->draft, g->target, g->be, &dp, NULL, &g->draft))) {
-        return fail(ds_error_last());
-    }
+    // One progress line per model on stderr; its last state is the load rate (kept in a log).
+    const char *what = o->synthetic ? "making synthetic" : "loading";
+    char tlabel[48], dlabel[48];
+    snprintf(tlabel, sizeof tlabel, "%s target weights", what);
+    snprintf(dlabel, sizeof dlabel, "%s draft weights", what);
+    struct ds_cli_bytes_progress tbar = {tlabel, ds_cli_now_s(), 0, 0}, dbar = {dlabel, 0, 0, 0};
+    const struct ds_load_progress tprog = {ds_cli_bytes_progress, &tbar},
+                                  dprog = {ds_cli_bytes_progress, &dbar};
+    const struct ds_load_progress *tpp = o->quiet ? NULL : &tprog, *dpp = o->quiet ? NULL : &dprog;
+    s = o->synthetic ? ds_synthetic_target_create(&o->synth, g->be, &tp, tpp, &g->target)
+                     : ds_gptoss_create(o->target, g->be, &tp, tpp, &g->target);
+    ds_cli_bytes_progress_end(&tbar);
+    if (s) return fail(ds_error_last());
+    dbar.t0 = ds_cli_now_s();
+    s = o->synthetic
+            ? ds_synthetic_draft_create(&o->synth, g->target, g->be, &dp, dpp, &g->draft)
+            : ds_eagle3_create(o->draft, g->target, g->be, &dp, dpp, &g->draft);
+    ds_cli_bytes_progress_end(&dbar);
+    if (s) return fail(ds_error_last());
     if ((s = ds_spec_create(g->target, g->draft, &o->spec, &g->spec)))
         return fail(ds_error_last());
     if (info.kind == DS_DEVICE_CUDA &&

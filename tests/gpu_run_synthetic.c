@@ -2,9 +2,10 @@
 // shapes (128 experts, vocabulary 201,088, the synthetic EAGLE-3 draft of 32,000 ids) replays the
 // first 2 Spec-Bench questions, tokenized with the real o200k tokenizer, at B = 1,2 with
 // --trace kernels --baseline. Then the run file is checked:
-//   - the run says at start that acceptance will be near zero and prints its memory plan with
-//     the device memory left free, then the baseline, the trace overhead and the summary's
-//     predicted speedup;
+//   - the run says at start that acceptance will be near zero, shows each model's weights being
+//     made (one final progress line each, with the rate), prints its memory plan with the device
+//     memory left free, then the baseline, the trace overhead and the summary's predicted
+//     speedup;
 //   - target_path / draft_path are "synthetic:120b:0:4" / "synthetic-draft:120b:0:4" and the
 //     config digests are the SHA-256 of those texts (a preset has no config file: docs/cli.md);
 //     options_json holds {"layers":4,"seed":0,"source":"120b"} and activations bf16;
@@ -112,6 +113,17 @@ static void run_synthetic(void) {
     const char *dm = strstr(out_text, "device memory: ");
     EXPECT(dm && sscanf(dm, "device memory: %lf GB free of %lf GB", &free_gb, &total_gb) == 2);
     EXPECT(free_gb > 0 && free_gb < total_gb);
+    // The loads' progress lines: stderr is a file here, so each model's final line alone, with
+    // the bytes made and the rate.
+    for (int m = 0; m < 2; m++) {
+        const char *label = m ? "making synthetic draft weights: 100% (" :
+                                "making synthetic target weights: 100% (";
+        const char *l = strstr(err_text, label);
+        double done = 0, total = 0, rate = 0;
+        EXPECT(l && sscanf(l + strlen(label), "%lf of %lf GB, %lf GB/s", &done, &total,
+                           &rate) == 3);
+        EXPECT(done == total && total > 0.1 && rate > 0);
+    }
     if (rc) return;
 
     // Identity: a preset's digest is the SHA-256 of the identity text alone (docs/cli.md).

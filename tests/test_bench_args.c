@@ -1,6 +1,8 @@
 // draftscope bench's option checks (no GPU needed: every case here is refused before the device
 // is touched, or by the device check itself) and the shared number parsers of ds/cli.h.
+#define _XOPEN_SOURCE 700 // posix_openpt, for the progress line on a terminal
 #include <cuda_runtime.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -264,12 +266,12 @@ static void step_byte_counts(void) {
 // The shared byte-count progress line (weight loading, inspect --scan-values): with stderr not a
 // terminal only the final line is written, once, with its label, sizes in GB and the rate.
 static void bytes_progress_in_a_log(void) {
-    struct ds_cli_bytes_progress p = {"scanning the target's values", ds_cli_now_s() - 1.0, 0};
+    struct ds_cli_bytes_progress p = {"scanning the target's values", ds_cli_now_s() - 1.0, 0, 0};
     const int saved = ds_t_redirect(2, err_path);
     ds_cli_bytes_progress(&p, 1000000000ull, 3000000000ull);
     ds_cli_bytes_progress(&p, 2000000000ull, 3000000000ull);
     ds_cli_bytes_progress(&p, 3000000000ull, 3000000000ull);
-    struct ds_cli_bytes_progress empty = {"loading weights", ds_cli_now_s(), 0};
+    struct ds_cli_bytes_progress empty = {"loading weights", ds_cli_now_s(), 0, 0};
     ds_cli_bytes_progress(&empty, 0, 0); // nothing to read: still one final line
     ds_t_restore(2, saved);
     FILE *f = fopen(err_path, "r");
@@ -291,6 +293,45 @@ static void bytes_progress_in_a_log(void) {
     EXPECT(r && sscanf(r, "GB, %lf GB/s", &rate) == 1 && rate > 1.0 && rate <= 3.0);
 }
 
+// On a terminal the line is redrawn without a newline until the end; a load that fails part way
+// ends the partial line (ds_cli_bytes_progress_end), once, so that its error starts a line.
+static void bytes_progress_on_a_terminal(void) {
+    const int m = posix_openpt(O_RDWR | O_NOCTTY);
+    const char *slave = m >= 0 && !grantpt(m) && !unlockpt(m) ? ptsname(m) : NULL;
+    if (!slave) {
+        printf("  (no pseudo-terminal here: the terminal case is not run)\n");
+        if (m >= 0) close(m);
+        return;
+    }
+    const int saved = ds_t_redirect(2, slave);
+    EXPECT(isatty(2));
+    struct ds_cli_bytes_progress p = {"loading target weights", ds_cli_now_s(), 0, 0};
+    ds_cli_bytes_progress(&p, 1000000000ull, 3000000000ull);
+    EXPECT_EQ_INT(p.open, 1);
+    fputs("|", stderr); // marks where the partial line ends
+    ds_cli_bytes_progress_end(&p);
+    ds_cli_bytes_progress_end(&p); // a second end adds nothing
+    EXPECT_EQ_INT(p.open, 0);
+    fputs("#", stderr);
+    ds_t_restore(2, saved);
+    char text[512];
+    size_t n = 0;
+    fcntl(m, F_SETFL, O_NONBLOCK);
+    for (ssize_t k; n < sizeof text - 1 && (k = read(m, text + n, sizeof text - 1 - n)) > 0;)
+        n += (size_t)k;
+    text[n] = 0;
+    close(m);
+    EXPECT(strstr(text, "\rloading target weights:  33% (1.00 of 3.00 GB, ") != NULL);
+    // One newline between the mark and the next output (the terminal may send it as \r\n).
+    const char *bar = strchr(text, '|'), *hash = strchr(text, '#');
+    EXPECT(bar && hash && hash > bar);
+    if (bar && hash && hash > bar) {
+        int nl = 0;
+        for (const char *c = bar; c < hash; c++) nl += *c == '\n';
+        EXPECT_EQ_INT(nl, 1);
+    }
+}
+
 int main(void) {
     snprintf(err_path, sizeof err_path, "%s/test_bench_args.%d.err", DS_BINARY_DIR, (int)getpid());
     DS_RUN(parse_ll_bounds);
@@ -304,6 +345,7 @@ int main(void) {
     DS_RUN(step_byte_counts);
     DS_RUN(output_in_readonly_directory);
     DS_RUN(bytes_progress_in_a_log);
+    DS_RUN(bytes_progress_on_a_terminal);
     unlink(err_path);
     return ds_test_end();
 }

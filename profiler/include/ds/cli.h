@@ -93,8 +93,11 @@ json_t *ds_cli_json_text(const char *t);
 struct ds_cli_bytes_progress {
     const char *label;
     double t0, last;
+    int open; // a partial line is on the terminal (no newline yet)
 };
 void ds_cli_bytes_progress(void *user, uint64_t done, uint64_t total);
+// Ends a partial line (a load or scan that failed part way), so that the error starts a line.
+void ds_cli_bytes_progress_end(struct ds_cli_bytes_progress *p);
 // CLOCK_MONOTONIC in seconds.
 double ds_cli_now_s(void);
 
