@@ -2,59 +2,92 @@
 // float conversion or compiler flag (-ffast-math's finite-math assumptions) can hide one.
 #include "ds/values.h"
 
+#include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 // Elements per parallel chunk: large enough that a thread's share streams, small enough that the
 // first bad element is found in order (chunks are combined by index, not by arrival).
 #define VALUES_CHUNK ((uint64_t)1 << 20)
 
-// 0 finite, 1 NaN, 2 Inf: one element of a float dtype (e8m0: the byte is a scale).
-static inline int classify(const unsigned char *p, uint64_t i, enum ds_dtype t, int e8m0) {
+// An element's magnitude bits (the sign cleared) and where its dtype's specials start: at or
+// above `inf` an element is Inf (equal) or NaN (above); E4M3 (fn) has no Inf, so its inf is the
+// NaN pattern itself and equality counts as NaN there. Finite magnitudes order like the values.
+struct fmt {
+    uint64_t inf;
+    int bytes, no_inf;
+};
+
+static struct fmt fmt_of(enum ds_dtype t, int e8m0) {
     switch (t) {
-    case DS_DTYPE_BF16: {
-        uint16_t b;
-        memcpy(&b, p + 2 * i, 2);
-        return ((b >> 7) & 0xff) != 0xff ? 0 : (b & 0x7f) ? 1 : 2;
+    case DS_DTYPE_BF16: return (struct fmt){0x7f80, 2, 0};
+    case DS_DTYPE_F16: return (struct fmt){0x7c00, 2, 0};
+    case DS_DTYPE_F32: return (struct fmt){0x7f800000u, 4, 0};
+    case DS_DTYPE_F64: return (struct fmt){0x7ff0000000000000ull, 8, 0};
+    case DS_DTYPE_F8_E4M3: return (struct fmt){0x7f, 1, 1}; // S.1111.111 is NaN, no Inf
+    case DS_DTYPE_F8_E5M2: return (struct fmt){0x7c, 1, 0};
+    case DS_DTYPE_U8: return (struct fmt){e8m0 ? 0xff : 0, e8m0 ? 1 : 0, 1}; // 0xFF: NaN scale
+    default: return (struct fmt){0, 0, 0};
     }
+}
+
+static inline uint64_t magnitude(const unsigned char *p, uint64_t i, enum ds_dtype t) {
+    switch (t) {
+    case DS_DTYPE_BF16:
     case DS_DTYPE_F16: {
         uint16_t b;
         memcpy(&b, p + 2 * i, 2);
-        return ((b >> 10) & 0x1f) != 0x1f ? 0 : (b & 0x3ff) ? 1 : 2;
+        return b & 0x7fffu;
     }
     case DS_DTYPE_F32: {
         uint32_t b;
         memcpy(&b, p + 4 * i, 4);
-        return ((b >> 23) & 0xff) != 0xff ? 0 : (b & 0x7fffff) ? 1 : 2;
+        return b & 0x7fffffffu;
     }
     case DS_DTYPE_F64: {
         uint64_t b;
         memcpy(&b, p + 8 * i, 8);
-        return ((b >> 52) & 0x7ff) != 0x7ff ? 0 : (b & 0xfffffffffffffull) ? 1 : 2;
+        return b & 0x7fffffffffffffffull;
     }
-    case DS_DTYPE_F8_E4M3: // float8_e4m3fn: S.1111.111 is NaN, there is no Inf
-        return (p[i] & 0x7f) == 0x7f;
-    case DS_DTYPE_F8_E5M2:
-        return ((p[i] >> 2) & 0x1f) != 0x1f ? 0 : (p[i] & 3) ? 1 : 2;
-    case DS_DTYPE_U8: // an E8M0 scale: 0xFF is NaN (OCP MX), every other byte a power of two
-        return e8m0 && p[i] == 0xff;
-    default:
-        return 0;
+    case DS_DTYPE_F8_E4M3:
+    case DS_DTYPE_F8_E5M2: return p[i] & 0x7fu;
+    default: return p[i]; // an E8M0 scale byte: no sign
     }
 }
 
-static int scanned(enum ds_dtype t, int e8m0) {
+// The value of a finite magnitude (E8M0: the scale's exponent is in the byte, not converted here).
+static double value_of(uint64_t m, enum ds_dtype t) {
     switch (t) {
-    case DS_DTYPE_BF16:
-    case DS_DTYPE_F16:
-    case DS_DTYPE_F32:
-    case DS_DTYPE_F64:
-    case DS_DTYPE_F8_E4M3:
-    case DS_DTYPE_F8_E5M2:
-        return 1;
-    case DS_DTYPE_U8:
-        return e8m0;
-    default:
-        return 0;
+    case DS_DTYPE_BF16: {
+        const uint32_t u = (uint32_t)m << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    case DS_DTYPE_F32: {
+        const uint32_t u = (uint32_t)m;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    case DS_DTYPE_F64: {
+        double d;
+        memcpy(&d, &m, 8);
+        return d;
+    }
+    case DS_DTYPE_F16: { // 5 exponent bits (bias 15), 10 mantissa bits
+        const int e = (int)(m >> 10), f = (int)(m & 0x3ff);
+        return e ? ldexp(1024 + f, e - 25) : ldexp(f, -24);
+    }
+    case DS_DTYPE_F8_E4M3: { // 4 exponent bits (bias 7), 3 mantissa bits
+        const int e = (int)(m >> 3), f = (int)(m & 7);
+        return e ? ldexp(8 + f, e - 10) : ldexp(f, -9);
+    }
+    case DS_DTYPE_F8_E5M2: { // 5 exponent bits (bias 15), 2 mantissa bits
+        const int e = (int)(m >> 2), f = (int)(m & 3);
+        return e ? ldexp(4 + f, e - 17) : ldexp(f, -16);
+    }
+    default: return 0.0;
     }
 }
 
@@ -62,29 +95,49 @@ int ds_values_count(const void *data, uint64_t numel, enum ds_dtype dtype, int e
                     struct ds_value_count *out) {
     memset(out, 0, sizeof *out);
     out->first = -1;
-    if (!scanned(dtype, e8m0)) return 0;
+    out->scale_min = out->scale_max = INT32_MIN;
+    const struct fmt fm = fmt_of(dtype, e8m0);
+    if (!fm.bytes) return 0;
     const unsigned char *p = data;
-    const uint64_t n_chunks = (numel + VALUES_CHUNK - 1) / VALUES_CHUNK;
-    uint64_t nan = 0, inf = 0;
+    const uint64_t n_chunks = (numel + VALUES_CHUNK - 1) / VALUES_CHUNK, inf = fm.inf;
+    uint64_t n_nan = 0, n_inf = 0, zeros = 0, top = 0, low = UINT64_MAX;
     int64_t first = INT64_MAX;
-#pragma omp parallel for schedule(static) reduction(+ : nan, inf) reduction(min : first) \
-    if (n_chunks > 1)
+#pragma omp parallel for schedule(static) reduction(+ : n_nan, n_inf, zeros) \
+    reduction(min : first, low) reduction(max : top) if (n_chunks > 1)
     for (uint64_t c = 0; c < n_chunks; c++) {
         const uint64_t lo = c * VALUES_CHUNK;
         const uint64_t hi = lo + VALUES_CHUNK < numel ? lo + VALUES_CHUNK : numel;
-        uint64_t cn = 0, ci = 0;
+        uint64_t cn = 0, ci = 0, cz = 0, ct = 0, cl = UINT64_MAX;
+        int64_t cf = INT64_MAX;
         for (uint64_t i = lo; i < hi; i++) {
-            const int k = classify(p, i, dtype, e8m0);
-            cn += k == 1;
-            ci += k == 2;
-            if (k && (int64_t)i < first) first = (int64_t)i;
+            const uint64_t m = magnitude(p, i, dtype);
+            if (m >= inf) {
+                const int is_inf = m == inf && !fm.no_inf;
+                cn += !is_inf, ci += is_inf;
+                if (cf == INT64_MAX) cf = (int64_t)i;
+                continue;
+            }
+            cz += m == 0;
+            ct = m > ct ? m : ct;
+            cl = m < cl ? m : cl;
         }
-        nan += cn;
-        inf += ci;
+        n_nan += cn, n_inf += ci, zeros += cz;
+        top = ct > top ? ct : top;
+        low = cl < low ? cl : low;
+        first = cf < first ? cf : first;
     }
-    out->nan = nan;
-    out->inf = inf;
+    out->nan = n_nan;
+    out->inf = n_inf;
     out->first = first == INT64_MAX ? -1 : first;
+    const uint64_t finite = numel - n_nan - n_inf;
+    if (e8m0) {
+        out->zeros = 0; // byte 0 is 2^-127, not zero
+        if (finite) out->scale_min = (int)low - 127, out->scale_max = (int)top - 127;
+    } else {
+        out->zeros = zeros;
+        out->max_abs = finite ? value_of(top, dtype) : 0.0;
+    }
+    out->finite = finite;
     return 1;
 }
 
@@ -97,11 +150,13 @@ enum ds_status ds_values_scan(const ds_safetensors_t *st, struct ds_value_scan *
                               void (*progress)(void *user, uint64_t done, uint64_t total),
                               void *user, struct ds_problems *problems) {
     memset(out, 0, sizeof *out);
+    out->max_abs_tensor = out->first_zero_tensor = -1;
+    out->scale_min = out->scale_max = INT32_MIN;
     const size_t n = ds_safetensors_count(st), before = problems->count;
     uint64_t total = 0, done = 0;
     for (size_t i = 0; i < n; i++) {
         const struct ds_tensor_info *t = ds_safetensors_at(st, i);
-        if (scanned(t->dtype, ends_with(t->name, "_scales"))) total += t->nbytes;
+        if (fmt_of(t->dtype, ends_with(t->name, "_scales")).bytes) total += t->nbytes;
     }
     for (size_t i = 0; i < n; i++) {
         const struct ds_tensor_info *t = ds_safetensors_at(st, i);
@@ -111,6 +166,17 @@ enum ds_status ds_values_scan(const ds_safetensors_t *st, struct ds_value_scan *
         out->tensors++;
         out->bytes += t->nbytes;
         done += t->nbytes;
+        if (e8m0 && c.finite) {
+            if (out->scale_min == INT32_MIN || c.scale_min < out->scale_min)
+                out->scale_min = c.scale_min;
+            if (out->scale_max == INT32_MIN || c.scale_max > out->scale_max)
+                out->scale_max = c.scale_max;
+        } else if (!e8m0) {
+            if (c.finite && (out->max_abs_tensor < 0 || c.max_abs > out->max_abs))
+                out->max_abs = c.max_abs, out->max_abs_tensor = (int64_t)i;
+            if (t->numel && c.zeros == t->numel && !out->zero_tensors++)
+                out->first_zero_tensor = (int64_t)i;
+        }
         if (c.first >= 0) {
             out->bad_tensors++;
             const char *file = ds_safetensors_file_path(st, t->file);

@@ -258,6 +258,19 @@ static void scan_values(struct inspect *in, json_t *o, const ds_safetensors_t *s
                                   secs, "bad_tensors", (json_int_t)v.bad_tensors, "nan",
                                   (json_int_t)v.nan, "inf", (json_int_t)v.inf, "nan_scales",
                                   (json_int_t)v.nan_scales));
+    // What the finite values span (null where there is nothing to say).
+    json_t *vo = json_object_get(o, "values");
+    const struct ds_tensor_info *mt =
+        v.max_abs_tensor >= 0 ? ds_safetensors_at(st, (size_t)v.max_abs_tensor) : NULL;
+    const struct ds_tensor_info *zt =
+        v.first_zero_tensor >= 0 ? ds_safetensors_at(st, (size_t)v.first_zero_tensor) : NULL;
+    json_object_set_new(vo, "max_abs", mt ? json_real(v.max_abs) : json_null());
+    json_object_set_new(vo, "max_abs_tensor", mt ? ds_cli_json_text(mt->name) : json_null());
+    json_object_set_new(vo, "zero_tensors", json_integer((json_int_t)v.zero_tensors));
+    json_object_set_new(vo, "first_zero_tensor", zt ? ds_cli_json_text(zt->name) : json_null());
+    const bool sc = v.scale_min != INT32_MIN;
+    json_object_set_new(vo, "scale_exponent_min", sc ? json_integer(v.scale_min) : json_null());
+    json_object_set_new(vo, "scale_exponent_max", sc ? json_integer(v.scale_max) : json_null());
 }
 
 static json_t *inspect_target(struct inspect *in) {
@@ -412,6 +425,22 @@ static void print_table(FILE *f, const json_t *o) {
                     jint(vals, "nan_scales"));
         else
             fprintf(f, "no NaN, no Inf, no NaN scale\n");
+        const json_t *mx_t = json_object_get(vals, "max_abs_tensor");
+        fprintf(f, "  %-16s ", "value range");
+        if (json_is_string(mx_t))
+            fprintf(f, "largest |x| %.4g (%s)",
+                    json_real_value(json_object_get(vals, "max_abs")), json_string_value(mx_t));
+        else
+            fprintf(f, "no finite float value");
+        if (json_is_integer(json_object_get(vals, "scale_exponent_min")))
+            fprintf(f, "; MXFP4 scales 2^%lld .. 2^%lld", jint(vals, "scale_exponent_min"),
+                    jint(vals, "scale_exponent_max"));
+        const long long nz = jint(vals, "zero_tensors");
+        if (nz)
+            fprintf(f, "; %lld all-zero tensor%s (the first: %s)\n", nz, nz == 1 ? "" : "s",
+                    json_string_value(json_object_get(vals, "first_zero_tensor")));
+        else
+            fprintf(f, "; no all-zero tensor\n");
     }
 }
 

@@ -6,6 +6,7 @@
 // one NaN scale, through ds_values_scan and `draftscope inspect --scan-values`.
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -41,8 +42,9 @@ static void bf16_f32_f64_against_libm(void) {
         free(b), free(f), free(d);
         return;
     }
-    uint64_t want[3][2] = {{0}};
+    uint64_t want[3][2] = {{0}}, zeros[3] = {0};
     int64_t first[3] = {-1, -1, -1};
+    double top[3] = {0, 0, 0}; // the largest finite |x|, by libm
     for (uint64_t i = 0; i < N_BIG; i++) {
         uint64_t r = rnd(&seed);
         b[i] = (uint16_t)r;
@@ -66,6 +68,9 @@ static void bf16_f32_f64_against_libm(void) {
                 want[k][bad[k]]++;
                 if (first[k] < 0) first[k] = (int64_t)i;
             }
+        const double x[3] = {xb, xf, xd};
+        for (int k = 0; k < 3; k++)
+            if (bad[k] < 0) top[k] = fmax(top[k], fabs(x[k])), zeros[k] += x[k] == 0.0;
     }
     const void *data[3] = {b, f, d};
     const enum ds_dtype types[3] = {DS_DTYPE_BF16, DS_DTYPE_F32, DS_DTYPE_F64};
@@ -76,6 +81,10 @@ static void bf16_f32_f64_against_libm(void) {
         EXPECT_EQ_INT(c.inf, want[k][1]);
         EXPECT_EQ_INT(c.first, first[k]);
         EXPECT(want[k][0] > 1000 && want[k][1] > 500); // the case tests something
+        EXPECT_EQ_INT(c.finite, N_BIG - want[k][0] - want[k][1]);
+        if (c.max_abs != top[k])
+            DS_FAILF("dtype %d: max |x| %.17g, libm %.17g", k, c.max_abs, top[k]);
+        EXPECT_EQ_INT(c.zeros, zeros[k]);
     }
     // A clean array: nothing, first -1; one bad element in the last chunk only: found there.
     for (uint64_t i = 0; i < N_BIG; i++)
@@ -87,6 +96,12 @@ static void bf16_f32_f64_against_libm(void) {
     b[N_BIG - 1] = 0xff80; // -Inf
     EXPECT_EQ_INT(ds_values_count(b, N_BIG, DS_DTYPE_BF16, 0, &c), 1);
     EXPECT(c.nan == 1 && c.inf == 1 && c.first == (int64_t)N_BIG - 2);
+    EXPECT(c.max_abs == 1.0 && c.zeros == 0); // the specials are not values
+    // All ±0 (0x8000 is -0): every element a zero, the largest |x| 0.
+    for (uint64_t i = 0; i < N_BIG; i++)
+        b[i] = i % 2 ? 0x8000 : 0;
+    EXPECT_EQ_INT(ds_values_count(b, N_BIG, DS_DTYPE_BF16, 0, &c), 1);
+    EXPECT(c.zeros == N_BIG && c.finite == N_BIG && c.max_abs == 0.0);
     free(b), free(f), free(d);
 }
 
@@ -97,18 +112,34 @@ static void f16_f8_e8m0_patterns(void) {
     struct ds_value_count c;
     EXPECT_EQ_INT(ds_values_count(h, 7, DS_DTYPE_F16, 0, &c), 1);
     EXPECT(c.nan == 2 && c.inf == 2 && c.first == 2);
+    EXPECT(c.max_abs == 65504.0 && c.finite == 3); // IEEE 754 binary16's largest finite
+    const uint16_t h_small[] = {0x8001, 0x0000}; // -2^-24, the smallest subnormal, and +0
+    EXPECT_EQ_INT(ds_values_count(h_small, 2, DS_DTYPE_F16, 0, &c), 1);
+    EXPECT(c.max_abs == 0x1p-24 && c.zeros == 1);
     // F8 E4M3 (fn): S.1111.111 is NaN (0x7f, 0xff), 0x7e (448) finite, no Inf exists.
     const uint8_t e4[] = {0x7e, 0xfe, 0x7f, 0xff, 0x78, 0x00};
     EXPECT_EQ_INT(ds_values_count(e4, 6, DS_DTYPE_F8_E4M3, 0, &c), 1);
     EXPECT(c.nan == 2 && c.inf == 0 && c.first == 2);
+    EXPECT(c.max_abs == 448.0 && c.zeros == 1); // the OCP FP8 spec's E4M3 maximum
+    const uint8_t e4_small[] = {0x81, 0x08}; // -2^-9 (smallest subnormal), 2^-6 (smallest normal)
+    EXPECT_EQ_INT(ds_values_count(e4_small, 2, DS_DTYPE_F8_E4M3, 0, &c), 1);
+    EXPECT(c.max_abs == 0x1p-6);
+    EXPECT_EQ_INT(ds_values_count(e4_small, 1, DS_DTYPE_F8_E4M3, 0, &c), 1);
+    EXPECT(c.max_abs == 0x1p-9);
     // F8 E5M2: 0x7c / 0xfc Inf, 0x7d..0x7f NaN, 0x7b (57344) finite.
     const uint8_t e5[] = {0x7b, 0x7c, 0xfc, 0x7d, 0x7e, 0xff, 0x01};
     EXPECT_EQ_INT(ds_values_count(e5, 7, DS_DTYPE_F8_E5M2, 0, &c), 1);
     EXPECT(c.nan == 3 && c.inf == 2 && c.first == 1);
+    EXPECT(c.max_abs == 57344.0); // the OCP FP8 spec's E5M2 maximum
+    EXPECT_EQ_INT(ds_values_count(e5 + 6, 1, DS_DTYPE_F8_E5M2, 0, &c), 1);
+    EXPECT(c.max_abs == 0x1p-16); // 0x01: the smallest subnormal
     // U8: an E8M0 scale of 0xFF is NaN; 0xFE (2^127) is not. Codes (not scales) are not scanned.
     const uint8_t sc[] = {0x7f, 0xfe, 0xff, 0x00, 0xff};
     EXPECT_EQ_INT(ds_values_count(sc, 5, DS_DTYPE_U8, 1, &c), 1);
     EXPECT(c.nan == 2 && c.first == 2);
+    EXPECT(c.scale_min == -127 && c.scale_max == 127 && c.zeros == 0 && c.max_abs == 0.0);
+    EXPECT_EQ_INT(ds_values_count(sc + 4, 1, DS_DTYPE_U8, 1, &c), 1); // only a NaN scale
+    EXPECT(c.scale_min == INT32_MIN && c.scale_max == INT32_MIN && c.finite == 0);
     EXPECT_EQ_INT(ds_values_count(sc, 5, DS_DTYPE_U8, 0, &c), 0);
     EXPECT(c.nan == 0 && c.first == -1);
     const int64_t ids[] = {-1, 0x7ff0000000000000ll};
@@ -139,7 +170,7 @@ static int copy_target(const char *dir, const char *tensor, uint64_t at, uint64_
     return ok;
 }
 
-static char dir_clean[512], dir_nan[512], dir_scale[512];
+static char dir_clean[512], dir_nan[512], dir_scale[512], dir_zero[512];
 
 static void scan_checkpoints(void) {
     // The clean golden target: every float and scale tensor read, nothing found.
@@ -149,17 +180,58 @@ static void scan_checkpoints(void) {
     EXPECT_OK(ds_safetensors_open_dir(dir_clean, &st));
     if (!st) return;
     uint64_t want_tensors = 0, want_bytes = 0;
+    struct ds_value_scan w = {.max_abs_tensor = -1, .first_zero_tensor = -1,
+                              .scale_min = 255, .scale_max = -1};
     for (size_t i = 0; i < ds_safetensors_count(st); i++) {
         const struct ds_tensor_info *t = ds_safetensors_at(st, i);
         const size_t n = strlen(t->name);
         const int scales = n > 7 && !strcmp(t->name + n - 7, "_scales");
         if (t->dtype == DS_DTYPE_BF16 || (t->dtype == DS_DTYPE_U8 && scales))
             want_tensors++, want_bytes += t->nbytes;
+        // The span, element by element: bf16 widened to float; scale bytes as they are.
+        const unsigned char *d = t->data;
+        int all_zero = 1;
+        for (uint64_t e = 0; t->dtype == DS_DTYPE_BF16 && e < t->numel; e++) {
+            uint16_t b;
+            memcpy(&b, d + 2 * e, 2);
+            const uint32_t u = (uint32_t)b << 16;
+            float x;
+            memcpy(&x, &u, 4);
+            all_zero &= x == 0.0f;
+            if (w.max_abs_tensor < 0 || fabsf(x) > w.max_abs)
+                w.max_abs = fabsf(x), w.max_abs_tensor = (int64_t)i;
+        }
+        if (t->dtype == DS_DTYPE_BF16 && all_zero && !w.zero_tensors++)
+            w.first_zero_tensor = (int64_t)i;
+        for (uint64_t e = 0; t->dtype == DS_DTYPE_U8 && scales && e < t->numel; e++)
+            if (d[e] != 0xff) {
+                if (d[e] < w.scale_min) w.scale_min = d[e];
+                if (d[e] > w.scale_max) w.scale_max = d[e];
+            }
     }
     EXPECT_OK(ds_values_scan(st, &v, NULL, NULL, &p));
     EXPECT_EQ_INT(v.tensors, want_tensors);
     EXPECT_EQ_INT(v.bytes, want_bytes);
     EXPECT(v.bad_tensors == 0 && v.nan == 0 && v.inf == 0 && v.nan_scales == 0 && p.count == 0);
+    EXPECT(w.max_abs > 0 && w.scale_max >= 0); // the fixture has values and scales
+    EXPECT(v.max_abs == w.max_abs);
+    EXPECT_EQ_INT(v.max_abs_tensor, w.max_abs_tensor);
+    EXPECT_EQ_INT(v.zero_tensors, w.zero_tensors);
+    EXPECT_EQ_INT(v.first_zero_tensor, w.first_zero_tensor);
+    EXPECT_EQ_INT(v.scale_min, w.scale_min - 127);
+    EXPECT_EQ_INT(v.scale_max, w.scale_max - 127);
+    const uint64_t clean_zero = w.zero_tensors;
+    ds_safetensors_close(st);
+
+    // model.norm.weight set to zero: one all-zero tensor more, and the first one unless an
+    // earlier tensor of the table was already all zero.
+    EXPECT_OK(ds_safetensors_open_dir(dir_zero, &st));
+    if (!st) return;
+    EXPECT_OK(ds_values_scan(st, &v, NULL, NULL, &p));
+    EXPECT_EQ_INT(v.zero_tensors, clean_zero + 1);
+    const struct ds_tensor_info *zt =
+        v.first_zero_tensor >= 0 ? ds_safetensors_at(st, (size_t)v.first_zero_tensor) : NULL;
+    if (!clean_zero) EXPECT(zt && !strcmp(zt->name, "model.norm.weight"));
     ds_safetensors_close(st);
 
     // lm_head row 3 all NaN (bf16 0xFFFF: a NaN with the sign set): one line naming file and
@@ -217,6 +289,13 @@ static void inspect_scan_values(void) {
     json_t *v = json_object_get(json_object_get(r, "target"), "values");
     EXPECT(v && json_integer_value(json_object_get(v, "tensors")) > 0 &&
            json_integer_value(json_object_get(v, "bad_tensors")) == 0);
+    // The span's fields: a positive largest |x| with its tensor, scale exponents in E8M0's range.
+    EXPECT(v && json_real_value(json_object_get(v, "max_abs")) > 0 &&
+           json_is_string(json_object_get(v, "max_abs_tensor")) &&
+           json_is_integer(json_object_get(v, "zero_tensors")));
+    const json_int_t s_lo = json_integer_value(json_object_get(v, "scale_exponent_min")),
+                     s_hi = json_integer_value(json_object_get(v, "scale_exponent_max"));
+    EXPECT(s_lo >= -127 && s_lo <= s_hi && s_hi <= 127);
     json_decref(r);
     EXPECT_EQ_INT(inspect(dir_nan, 1, out), 1);
     r = json_load_file(out, 0, NULL);
@@ -235,25 +314,29 @@ int main(void) {
     snprintf(dir_clean, sizeof dir_clean, "%s/test_values.%d.clean", DS_BINARY_DIR, (int)getpid());
     snprintf(dir_nan, sizeof dir_nan, "%s/test_values.%d.nan", DS_BINARY_DIR, (int)getpid());
     snprintf(dir_scale, sizeof dir_scale, "%s/test_values.%d.scale", DS_BINARY_DIR, (int)getpid());
+    snprintf(dir_zero, sizeof dir_zero, "%s/test_values.%d.zero", DS_BINARY_DIR, (int)getpid());
     ds_safetensors_t *st = NULL;
-    uint64_t row = 0;
+    uint64_t row = 0, norm = 0;
     if (ds_safetensors_open_file(GOLD "/model.safetensors", &st) == DS_OK) {
         const struct ds_tensor_info *lm = ds_safetensors_find(st, "lm_head.weight");
+        const struct ds_tensor_info *nw = ds_safetensors_find(st, "model.norm.weight");
         row = lm ? (uint64_t)lm->shape[1] * 2 : 0;
+        norm = nw ? nw->nbytes : 0;
         ds_safetensors_close(st);
     }
     const int ok = row && copy_target(dir_clean, NULL, 0, 0, 0) &&
                    copy_target(dir_nan, "lm_head.weight", 3 * row, row, 0xff) &&
                    copy_target(dir_scale, "model.layers.1.mlp.experts.down_proj_scales", 5, 1,
-                               0xff);
+                               0xff) &&
+                   norm && copy_target(dir_zero, "model.norm.weight", 0, norm, 0);
     if (!ok) {
         fprintf(stderr, "cannot copy %s into %s\n", GOLD, DS_BINARY_DIR);
         return 1;
     }
     DS_RUN(scan_checkpoints);
     DS_RUN(inspect_scan_values);
-    const char *dirs[] = {dir_clean, dir_nan, dir_scale};
-    for (int i = 0; i < 3; i++) {
+    const char *dirs[] = {dir_clean, dir_nan, dir_scale, dir_zero};
+    for (int i = 0; i < 4; i++) {
         char f[600];
         snprintf(f, sizeof f, "%s/config.json", dirs[i]);
         unlink(f);

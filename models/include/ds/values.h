@@ -5,7 +5,8 @@
 //
 // The loaders never read tensor data this way: a scan reads every byte of the scanned tensors
 // once through the read-only mapping (`draftscope inspect --scan-values`), at the speed of the
-// page cache or the disk. One problem line per tensor that holds any, naming its file.
+// page cache or the disk. One problem line per tensor that holds any, naming its file. The same
+// pass measures what the finite values span (largest |x|, all-zero tensors, scale exponents).
 #ifndef DS_VALUES_H
 #define DS_VALUES_H
 
@@ -25,13 +26,26 @@ struct ds_value_scan {
     uint64_t bad_tensors; // of them, tensors holding at least one NaN, Inf or NaN scale
     uint64_t nan, inf;    // NaN and Inf values over all float tensors
     uint64_t nan_scales;  // E8M0 scale bytes 0xFF over all "*_scales" U8 tensors
+    // What the finite values span, for a reader judging a checkpoint that has no NaN: the largest
+    // |x| of the float tensors and its tensor (ds_safetensors_at index, -1 when none), the float
+    // tensors whose every element is ±0 (the first's index, -1 when none), and the E8M0 scales'
+    // smallest and largest exponent (byte − 127; INT32_MIN when no scale is finite).
+    double max_abs;
+    int64_t max_abs_tensor;
+    uint64_t zero_tensors;
+    int64_t first_zero_tensor;
+    int scale_min, scale_max;
 };
 
 // Counts of one tensor's data (exposed for the tests): NaN, Inf and the first such element (-1
-// when none). For U8 the "NaN" count is the 0xFF bytes when `e8m0` is set, else nothing.
+// when none); the finite elements, the largest finite |x| (0 when none) and the ±0 elements. For
+// U8 with `e8m0` set the bytes are scales: "NaN" counts the 0xFF bytes, scale_min / scale_max are
+// the finite scales' exponents (INT32_MIN when none) and max_abs, zeros stay 0.
 struct ds_value_count {
-    uint64_t nan, inf;
+    uint64_t nan, inf, finite, zeros;
     int64_t first;
+    double max_abs;
+    int scale_min, scale_max;
 };
 // 1 when the dtype is scanned (for U8 only with e8m0), 0 otherwise (*out zeroed either way).
 int ds_values_count(const void *data, uint64_t numel, enum ds_dtype dtype, int e8m0,
