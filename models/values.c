@@ -91,6 +91,75 @@ static double value_of(uint64_t m, enum ds_dtype t) {
     }
 }
 
+// One chunk's figures. The fast pass is branch-free over one element width (so that it
+// vectorises): the largest and smallest magnitude, the zeros and the elements at or above `inf`.
+// Only a chunk that holds such specials takes the exact pass, which tells NaN from Inf, finds the
+// first, and leaves the specials out of the largest and smallest magnitude.
+struct part {
+    uint64_t nan, inf, zeros, top, low;
+    int64_t first;
+};
+
+#define DEFINE_FAST(NAME, T)                                                                   \
+    static void NAME(const unsigned char *p, uint64_t lo, uint64_t hi, T mask, T inf,          \
+                     struct part *o) {                                                         \
+        T top = 0, low = (T)~(T)0;                                                             \
+        uint64_t zeros = 0, specials = 0;                                                      \
+        for (uint64_t i = lo; i < hi; i++) {                                                   \
+            T b;                                                                               \
+            memcpy(&b, p + sizeof(T) * i, sizeof(T));                                          \
+            const T m = b & mask;                                                              \
+            top = m > top ? m : top;                                                           \
+            low = m < low ? m : low;                                                           \
+            zeros += m == 0;                                                                   \
+            specials += m >= inf;                                                              \
+        }                                                                                      \
+        o->top = top, o->low = low, o->zeros = zeros, o->nan = specials;                       \
+    }
+DEFINE_FAST(fast8, uint8_t)
+DEFINE_FAST(fast16, uint16_t)
+DEFINE_FAST(fast32, uint32_t)
+DEFINE_FAST(fast64, uint64_t)
+
+static void exact_pass(const unsigned char *p, uint64_t lo, uint64_t hi, enum ds_dtype dtype,
+                       struct fmt fm, struct part *o) {
+    uint64_t top = 0, low = UINT64_MAX;
+    o->nan = o->inf = 0;
+    o->first = INT64_MAX;
+    for (uint64_t i = lo; i < hi; i++) {
+        const uint64_t m = magnitude(p, i, dtype);
+        if (m >= fm.inf) {
+            const int is_inf = m == fm.inf && !fm.no_inf;
+            o->nan += !is_inf, o->inf += is_inf;
+            if (o->first == INT64_MAX) o->first = (int64_t)i;
+            continue;
+        }
+        top = m > top ? m : top;
+        low = m < low ? m : low;
+    }
+    o->top = top, o->low = low;
+}
+
+static void chunk(const unsigned char *p, uint64_t lo, uint64_t hi, enum ds_dtype dtype,
+                  struct fmt fm, struct part *o) {
+    const uint64_t sign = (uint64_t)1 << (8 * fm.bytes - 1);
+    const uint64_t mask = dtype == DS_DTYPE_U8 ? 0xff : sign - 1; // E8M0 has no sign bit
+    switch (fm.bytes) {
+    case 1: fast8(p, lo, hi, (uint8_t)mask, (uint8_t)fm.inf, o); break;
+    case 2: fast16(p, lo, hi, (uint16_t)mask, (uint16_t)fm.inf, o); break;
+    case 4: fast32(p, lo, hi, (uint32_t)mask, (uint32_t)fm.inf, o); break;
+    default: fast64(p, lo, hi, mask, fm.inf, o); break;
+    }
+    o->first = INT64_MAX;
+    if (o->nan) { // specials here (counted in nan by the fast pass): the exact pass
+        const uint64_t zeros = o->zeros;
+        exact_pass(p, lo, hi, dtype, fm, o);
+        o->zeros = zeros;
+    } else {
+        o->inf = 0;
+    }
+}
+
 int ds_values_count(const void *data, uint64_t numel, enum ds_dtype dtype, int e8m0,
                     struct ds_value_count *out) {
     memset(out, 0, sizeof *out);
@@ -99,7 +168,7 @@ int ds_values_count(const void *data, uint64_t numel, enum ds_dtype dtype, int e
     const struct fmt fm = fmt_of(dtype, e8m0);
     if (!fm.bytes) return 0;
     const unsigned char *p = data;
-    const uint64_t n_chunks = (numel + VALUES_CHUNK - 1) / VALUES_CHUNK, inf = fm.inf;
+    const uint64_t n_chunks = (numel + VALUES_CHUNK - 1) / VALUES_CHUNK;
     uint64_t n_nan = 0, n_inf = 0, zeros = 0, top = 0, low = UINT64_MAX;
     int64_t first = INT64_MAX;
 #pragma omp parallel for schedule(static) reduction(+ : n_nan, n_inf, zeros) \
@@ -107,24 +176,13 @@ int ds_values_count(const void *data, uint64_t numel, enum ds_dtype dtype, int e
     for (uint64_t c = 0; c < n_chunks; c++) {
         const uint64_t lo = c * VALUES_CHUNK;
         const uint64_t hi = lo + VALUES_CHUNK < numel ? lo + VALUES_CHUNK : numel;
-        uint64_t cn = 0, ci = 0, cz = 0, ct = 0, cl = UINT64_MAX;
-        int64_t cf = INT64_MAX;
-        for (uint64_t i = lo; i < hi; i++) {
-            const uint64_t m = magnitude(p, i, dtype);
-            if (m >= inf) {
-                const int is_inf = m == inf && !fm.no_inf;
-                cn += !is_inf, ci += is_inf;
-                if (cf == INT64_MAX) cf = (int64_t)i;
-                continue;
-            }
-            cz += m == 0;
-            ct = m > ct ? m : ct;
-            cl = m < cl ? m : cl;
-        }
-        n_nan += cn, n_inf += ci, zeros += cz;
-        top = ct > top ? ct : top;
-        low = cl < low ? cl : low;
-        first = cf < first ? cf : first;
+        struct part o;
+        chunk(p, lo, hi, dtype, fm, &o);
+        n_nan += o.nan, n_inf += o.inf, zeros += o.zeros;
+        const int any = hi - lo > o.nan + o.inf; // a finite element in this chunk
+        top = any && o.top > top ? o.top : top;
+        low = any && o.low < low ? o.low : low;
+        first = o.first < first ? o.first : first;
     }
     out->nan = n_nan;
     out->inf = n_inf;
