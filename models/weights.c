@@ -90,7 +90,20 @@ enum ds_status ds_wl_finish(struct ds_weight_loader *wl) {
     return DS_OK;
 }
 
-// Copies one tensor host → device through the staging buffers: the memcpy into buffer i (which
+// The copy out of the mapping, in pieces over the OpenMP threads: one thread's memcpy (with the
+// page faults that read the file) ran at 1.7 GB/s cold and 4.8 GB/s from the page cache on the
+// H200's host for gpt-oss-120b's 65 GB, below what the DMA takes.
+#define DS_WL_PIECE ((size_t)2 << 20)
+static void copy_pieces(char *dst, const char *src, size_t n) {
+    const long pieces = (long)((n + DS_WL_PIECE - 1) / DS_WL_PIECE);
+#pragma omp parallel for schedule(static) if (pieces > 1)
+    for (long k = 0; k < pieces; k++) {
+        const size_t off = (size_t)k * DS_WL_PIECE;
+        memcpy(dst + off, src + off, n - off < DS_WL_PIECE ? n - off : DS_WL_PIECE);
+    }
+}
+
+// Copies one tensor host → device through the staging buffers: the copy into buffer i (which
 // reads the mmapped file) overlaps the DMA out of the other buffer.
 static enum ds_status stage_upload(struct ds_weight_loader *wl, struct ds_wl_stage *g, char *dst,
                                    const char *src, size_t bytes, size_t done_before) {
@@ -101,7 +114,7 @@ static enum ds_status stage_upload(struct ds_weight_loader *wl, struct ds_wl_sta
         if (g->pending[i] && cudaEventSynchronize(g->done[i]) != cudaSuccess)
             return ds_error_set(DS_ERR_IO, "%s: staged copy failed: %s", wl->label,
                                 cudaGetErrorString(cudaGetLastError()));
-        memcpy(g->buf[i], src + off, n);
+        copy_pieces(g->buf[i], src + off, n);
         if (cudaMemcpyAsync(dst + off, g->buf[i], n, cudaMemcpyHostToDevice, g->stream) !=
                 cudaSuccess ||
             cudaEventRecord(g->done[i], g->stream) != cudaSuccess)

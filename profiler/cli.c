@@ -208,13 +208,15 @@ double ds_cli_now_s(void) {
 void ds_cli_bytes_progress(void *user, uint64_t done, uint64_t total) {
     struct ds_cli_bytes_progress *p = user;
     const double now = ds_cli_now_s(), dt = now - p->t0;
+    if (p->ended) return; // the final line is written once (a loader may report the total twice)
     if (done < total && (!isatty(STDERR_FILENO) || now - p->last < 0.1)) return;
     p->last = now;
     fprintf(stderr, "\r%s: %3.0f%% (%.2f of %.2f GB, %.2f GB/s)", p->label,
             total ? 100.0 * (double)done / (double)total : 100.0, (double)done / 1e9,
             (double)total / 1e9, dt > 0 ? (double)done / 1e9 / dt : 0.0);
     p->open = done < total;
-    if (!p->open) fputc('\n', stderr);
+    p->ended = !p->open;
+    if (p->ended) fputc('\n', stderr);
 }
 
 void ds_cli_bytes_progress_end(struct ds_cli_bytes_progress *p) {

@@ -441,7 +441,7 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
     if ((s = open_backend(o, &g->be, &info)) != DS_OK) return fail(ds_error_last());
     double t_load = ds_cli_now_s();
     struct ds_cli_bytes_progress bar = {
-        o->synthetic ? "making synthetic weights" : "loading weights", t_load, 0, 0};
+        .label = o->synthetic ? "making synthetic weights" : "loading weights", .t0 = t_load};
     struct ds_load_progress prog = {ds_cli_bytes_progress, &bar};
     const int chunk = np < PREFILL_CHUNK ? (int)np : PREFILL_CHUNK;
     struct ds_gptoss_plan plan = {

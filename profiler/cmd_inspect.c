@@ -247,7 +247,7 @@ static void scan_values(struct inspect *in, json_t *o, const ds_safetensors_t *s
     struct ds_value_scan v;
     char label[64];
     snprintf(label, sizeof label, "scanning the %s's values", what);
-    struct ds_cli_bytes_progress p = {label, ds_cli_now_s(), 0, 0};
+    struct ds_cli_bytes_progress p = {.label = label, .t0 = ds_cli_now_s()};
     const enum ds_status s = ds_values_scan(st, &v, ds_cli_bytes_progress, &p, &in->problems);
     ds_cli_bytes_progress_end(&p);
     if (s != DS_OK && s != DS_ERR_MISMATCH) ds_problems_add(&in->problems, "%s", ds_error_last());

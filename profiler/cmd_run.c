@@ -453,7 +453,8 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     char tlabel[48], dlabel[48];
     snprintf(tlabel, sizeof tlabel, "%s target weights", what);
     snprintf(dlabel, sizeof dlabel, "%s draft weights", what);
-    struct ds_cli_bytes_progress tbar = {tlabel, ds_cli_now_s(), 0, 0}, dbar = {dlabel, 0, 0, 0};
+    struct ds_cli_bytes_progress tbar = {.label = tlabel, .t0 = ds_cli_now_s()},
+                                 dbar = {.label = dlabel};
     const struct ds_load_progress tprog = {ds_cli_bytes_progress, &tbar},
                                   dprog = {ds_cli_bytes_progress, &dbar};
     const struct ds_load_progress *tpp = o->quiet ? NULL : &tprog, *dpp = o->quiet ? NULL : &dprog;

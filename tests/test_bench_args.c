@@ -264,14 +264,17 @@ static void step_byte_counts(void) {
 }
 
 // The shared byte-count progress line (weight loading, inspect --scan-values): with stderr not a
-// terminal only the final line is written, once, with its label, sizes in GB and the rate.
+// terminal only the final line is written, once (also when the total is reported twice, as the
+// staged loader does), with its label, sizes in GB and the rate.
 static void bytes_progress_in_a_log(void) {
-    struct ds_cli_bytes_progress p = {"scanning the target's values", ds_cli_now_s() - 1.0, 0, 0};
+    struct ds_cli_bytes_progress p = {.label = "scanning the target's values",
+                                      .t0 = ds_cli_now_s() - 1.0};
     const int saved = ds_t_redirect(2, err_path);
     ds_cli_bytes_progress(&p, 1000000000ull, 3000000000ull);
     ds_cli_bytes_progress(&p, 2000000000ull, 3000000000ull);
     ds_cli_bytes_progress(&p, 3000000000ull, 3000000000ull);
-    struct ds_cli_bytes_progress empty = {"loading weights", ds_cli_now_s(), 0, 0};
+    ds_cli_bytes_progress(&p, 3000000000ull, 3000000000ull); // the total again: no second line
+    struct ds_cli_bytes_progress empty = {.label = "loading weights", .t0 = ds_cli_now_s()};
     ds_cli_bytes_progress(&empty, 0, 0); // nothing to read: still one final line
     ds_t_restore(2, saved);
     FILE *f = fopen(err_path, "r");
@@ -305,7 +308,7 @@ static void bytes_progress_on_a_terminal(void) {
     }
     const int saved = ds_t_redirect(2, slave);
     EXPECT(isatty(2));
-    struct ds_cli_bytes_progress p = {"loading target weights", ds_cli_now_s(), 0, 0};
+    struct ds_cli_bytes_progress p = {.label = "loading target weights", .t0 = ds_cli_now_s()};
     ds_cli_bytes_progress(&p, 1000000000ull, 3000000000ull);
     EXPECT_EQ_INT(p.open, 1);
     fputs("|", stderr); // marks where the partial line ends

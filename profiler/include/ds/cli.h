@@ -93,7 +93,8 @@ json_t *ds_cli_json_text(const char *t);
 struct ds_cli_bytes_progress {
     const char *label;
     double t0, last;
-    int open; // a partial line is on the terminal (no newline yet)
+    int open;  // a partial line is on the terminal (no newline yet)
+    int ended; // the final line is written: later calls print nothing
 };
 void ds_cli_bytes_progress(void *user, uint64_t done, uint64_t total);
 // Ends a partial line (a load or scan that failed part way), so that the error starts a line.
