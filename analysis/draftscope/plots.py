@@ -138,7 +138,9 @@ def expected_vs_realized(run, n_bins=10):
     if not len(run.drafts):
         return _no_data(ax, "no drafts of a finished request")
     d = metrics.reached_drafts(run)
-    d = d[d["reached"]]
+    # A draft without a finite Σ min(p, q) (its q held NaN) has no bin: np.digitize would put it
+    # in the last one and count its acceptance there.
+    d = d[d["reached"] & np.isfinite(d["expected_accept"])]
     if not len(d):
         return _no_data(ax, "no evaluated drafts")
     edges = np.linspace(0, 1, n_bins + 1)

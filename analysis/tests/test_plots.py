@@ -107,3 +107,26 @@ def test_channel_acceptance_compares_reached_drafts(samples):
         assert expected == pytest.approx([by["expected_accept"].mean()[c] for c in names],
                                          rel=1e-6)
         plt.close(fig)
+
+
+def test_expected_vs_realized_leaves_out_drafts_without_a_finite_expectation(samples):
+    """A reached draft whose q held NaN has expected_accept NaN: it belongs in no bin. Before,
+    np.digitize put it in the last bin, where its acceptance counted."""
+    import numpy as np
+
+    with draftscope.open(samples["sample"]) as run:
+        d = metrics.reached_drafts(run)
+        i = d.index[d["reached"] & (d["accepted"] == 1)][0]
+        run.drafts.loc[i, "expected_accept"] = np.nan
+        fig = plots.expected_vs_realized(run)
+        d = metrics.reached_drafts(run)
+        d = d[d["reached"] & np.isfinite(d["expected_accept"])]
+        edges = np.linspace(0, 1, 11)
+        drawn = [ln for ln in fig.axes[0].lines if ln.get_label().startswith("position")]
+        assert len(drawn) == d["position"].nunique()
+        for ln, (pos, g) in zip(drawn, d.groupby("position")):
+            b = np.clip(np.digitize(g["expected_accept"], edges) - 1, 0, 9)
+            want = g.groupby(b)["accepted"].mean().to_numpy()
+            assert ln.get_label() == f"position {pos}"
+            assert np.array_equal(np.asarray(ln.get_ydata(), dtype=float), want)
+        plt.close(fig)
