@@ -879,6 +879,8 @@ static enum ds_status step_impl(ds_spec_t *sp, int n, struct ds_spec_seq *const 
             d->target_token = arg_id[row];
             d->p_target = top_val[2 * row];
             d->margin = top_val[2 * row] - (V >= 2 ? top_val[2 * row + 1] : 0.0f);
+            if (!(d->p_target >= 0.0f)) // a row of NaN p: top-k found no entry (its -Inf fill)
+                d->p_target = d->margin = NAN;
             d->expected_accept = ovl[row];
             d->entropy_target = ent_p[row];
             // No q for the drafted token (NaN or not positive): no draft entropy either.

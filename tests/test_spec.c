@@ -480,11 +480,13 @@ static void test_nan_logit(void) {
         // The drafts are recorded as they happened; their p-side figures must read NaN, not
         // the 0 a sum that skips NaN entries would give.
         for (int j = 0; j < res.drafted; j++)
-            if (!isnan(res.drafts[j].entropy_target) || !isnan(res.drafts[j].expected_accept))
+            if (!isnan(res.drafts[j].entropy_target) || !isnan(res.drafts[j].expected_accept) ||
+                !isnan(res.drafts[j].p_target) || !isnan(res.drafts[j].margin))
                 DS_FAILF("rule %s: draft %d of a NaN row records entropy_target %g, "
-                         "expected_accept %g (want NaN)",
+                         "expected_accept %g, p_target %g, margin %g (want NaN)",
                          ds_spec_rule_name((enum ds_spec_rule)rule), j,
-                         res.drafts[j].entropy_target, res.drafts[j].expected_accept);
+                         res.drafts[j].entropy_target, res.drafts[j].expected_accept,
+                         res.drafts[j].p_target, res.drafts[j].margin);
         close_pair(&p);
     }
     T_DIR = saved;
