@@ -91,8 +91,8 @@ enum ds_status ds_wl_finish(struct ds_weight_loader *wl) {
 }
 
 // The copy out of the mapping, in pieces over the OpenMP threads: one thread's memcpy (with the
-// page faults that read the file) ran at 1.7 GB/s cold and 4.8 GB/s from the page cache on the
-// H200's host for gpt-oss-120b's 65 GB, below what the DMA takes.
+// page faults that read the file) moved gpt-oss-120b's 65 GB at 4.8 GB/s from the page cache on
+// the H200's host, a tenth of what the DMA takes; 16 threads 43-45 GB/s (docs/performance.md).
 #define DS_WL_PIECE ((size_t)2 << 20)
 static void copy_pieces(char *dst, const char *src, size_t n) {
     const long pieces = (long)((n + DS_WL_PIECE - 1) / DS_WL_PIECE);
