@@ -211,9 +211,14 @@ void ds_cli_bytes_progress(void *user, uint64_t done, uint64_t total) {
     if (p->ended) return; // the final line is written once (a loader may report the total twice)
     if (done < total && (!isatty(STDERR_FILENO) || now - p->last < 0.1)) return;
     p->last = now;
-    fprintf(stderr, "\r%s: %3.0f%% (%.2f of %.2f GB, %.2f GB/s)", p->label,
-            total ? 100.0 * (double)done / (double)total : 100.0, (double)done / 1e9,
-            (double)total / 1e9, dt > 0 ? (double)done / 1e9 / dt : 0.0);
+    const double pct = total ? 100.0 * (double)done / (double)total : 100.0;
+    if (p->unit)
+        fprintf(stderr, "\r%s: %3.0f%% (%llu of %llu %s, %.1f %s/s)", p->label, pct,
+                (unsigned long long)done, (unsigned long long)total, p->unit,
+                dt > 0 ? (double)done / dt : 0.0, p->unit);
+    else
+        fprintf(stderr, "\r%s: %3.0f%% (%.2f of %.2f GB, %.2f GB/s)", p->label, pct,
+                (double)done / 1e9, (double)total / 1e9, dt > 0 ? (double)done / 1e9 / dt : 0.0);
     p->open = done < total;
     p->ended = !p->open;
     if (p->ended) fputc('\n', stderr);

@@ -508,16 +508,26 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
     // Prefill: every copy's prompt but its last token alone in its slot, then the last token of
     // all copies as one batched step that gives the first logits of every copy.
     double t0 = ds_cli_now_s();
+    // On a terminal a line counts the prefilled tokens (a long prompt, or --batch copies, on the
+    // CPU take minutes); a log gets the prefill time in the summary line instead.
+    struct ds_cli_bytes_progress pre = {.label = "prefill", .t0 = t0, .unit = "tokens"};
+    const bool show = !o->json && isatty(STDERR_FILENO);
+    const uint64_t pre_total = (uint64_t)B * (uint64_t)np; // the last tokens come in one step
     for (int c = 0; c < B; c++)
         for (long long p = 0; p < np - 1; p += PREFILL_CHUNK) {
             int n = np - 1 - p < PREFILL_CHUNK ? (int)(np - 1 - p) : PREFILL_CHUNK;
             if ((s = step(g->m, g->prompt.ids + p, n, (int)p, false, c)) != DS_OK)
-                return fail(ds_error_last());
+                return ds_cli_bytes_progress_end(&pre), fail(ds_error_last());
+            if (show)
+                ds_cli_bytes_progress(&pre, (uint64_t)c * (uint64_t)(np - 1) + (uint64_t)(p + n),
+                                      pre_total);
         }
     for (int c = 0; c < B; c++)
         g->ids[c] = g->prompt.ids[np - 1];
-    if ((s = step_batch(g->m, g->ids, B, (int)np - 1, g->seqs, g->rows)) != DS_OK)
-        return fail(ds_error_last());
+    s = step_batch(g->m, g->ids, B, (int)np - 1, g->seqs, g->rows);
+    if (show && s == DS_OK) ds_cli_bytes_progress(&pre, pre_total, pre_total);
+    ds_cli_bytes_progress_end(&pre);
+    if (s != DS_OK) return fail(ds_error_last());
     double t_prefill = ds_cli_now_s() - t0;
     const char *stop = "max_new_tokens";
     long long nonfinite_at = -1; // the position whose logits were not finite

@@ -316,6 +316,10 @@ static void bytes_progress_on_a_terminal(void) {
     ds_cli_bytes_progress_end(&p); // a second end adds nothing
     EXPECT_EQ_INT(p.open, 0);
     fputs("#", stderr);
+    // Counts of a unit (generate's prefill): integers and the unit's rate.
+    struct ds_cli_bytes_progress t = {.label = "prefill", .t0 = ds_cli_now_s(), .unit = "tokens"};
+    ds_cli_bytes_progress(&t, 5, 10);
+    ds_cli_bytes_progress_end(&t);
     ds_t_restore(2, saved);
     char text[512];
     size_t n = 0;
@@ -325,6 +329,7 @@ static void bytes_progress_on_a_terminal(void) {
     text[n] = 0;
     close(m);
     EXPECT(strstr(text, "\rloading target weights:  33% (1.00 of 3.00 GB, ") != NULL);
+    EXPECT(strstr(text, "\rprefill:  50% (5 of 10 tokens, ") != NULL);
     // One newline between the mark and the next output (the terminal may send it as \r\n).
     const char *bar = strchr(text, '|'), *hash = strchr(text, '#');
     EXPECT(bar && hash && hash > bar);

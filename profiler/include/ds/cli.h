@@ -89,12 +89,14 @@ json_t *ds_cli_json_text(const char *t);
 
 // A byte-count progress line on stderr ("LABEL: 42% (1.20 of 2.86 GB, 3.10 GB/s)"), for a
 // ds_load_progress-style callback: redrawn on a terminal at most every 0.1 s, and only the final
-// line when stderr is a log. Set label and t0 (ds_cli_now_s()) before the first call.
+// line when stderr is a log. Set label and t0 (ds_cli_now_s()) before the first call. With
+// `unit` set it counts that unit instead ("LABEL: 42% (420 of 1000 tokens, 35.0 tokens/s)").
 struct ds_cli_bytes_progress {
     const char *label;
     double t0, last;
-    int open;  // a partial line is on the terminal (no newline yet)
-    int ended; // the final line is written: later calls print nothing
+    int open;         // a partial line is on the terminal (no newline yet)
+    int ended;        // the final line is written: later calls print nothing
+    const char *unit; // NULL: bytes, shown in GB; else counts of this unit
 };
 void ds_cli_bytes_progress(void *user, uint64_t done, uint64_t total);
 // Ends a partial line (a load or scan that failed part way), so that the error starts a line.
