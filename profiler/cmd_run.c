@@ -458,14 +458,18 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     const struct ds_load_progress tprog = {ds_cli_bytes_progress, &tbar},
                                   dprog = {ds_cli_bytes_progress, &dbar};
     const struct ds_load_progress *tpp = o->quiet ? NULL : &tprog, *dpp = o->quiet ? NULL : &dprog;
+    // Each model's create (open, check, allocate, upload or generate), timed for options_json.load.
+    double load_s[2];
     s = o->synthetic ? ds_synthetic_target_create(&o->synth, g->be, &tp, tpp, &g->target)
                      : ds_gptoss_create(o->target, g->be, &tp, tpp, &g->target);
+    load_s[0] = ds_cli_now_s() - tbar.t0;
     ds_cli_bytes_progress_end(&tbar);
     if (s) return fail(ds_error_last());
     dbar.t0 = ds_cli_now_s();
     s = o->synthetic
             ? ds_synthetic_draft_create(&o->synth, g->target, g->be, &dp, dpp, &g->draft)
             : ds_eagle3_create(o->draft, g->target, g->be, &dp, dpp, &g->draft);
+    load_s[1] = ds_cli_now_s() - dbar.t0;
     ds_cli_bytes_progress_end(&dbar);
     if (s) return fail(ds_error_last());
     if ((s = ds_spec_create(g->target, g->draft, &o->spec, &g->spec)))
@@ -591,6 +595,20 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
         json_object_set_new(sw, "seed", json_integer((json_int_t)o->synth.seed));
         json_object_set_new(sw, "layers", json_integer(n_layers));
         json_object_set_new(opt, "synthetic_weights", sw);
+    }
+    { // What loading took (the progress lines' last state, kept): bytes placed and seconds.
+        json_t *lj = json_object();
+        const size_t bytes[2] = {tm.weights, dm.weights};
+        for (int i = 0; i < 2; i++) {
+            json_t *e = json_object();
+            json_object_set_new(e, "bytes", json_integer((json_int_t)bytes[i]));
+            json_object_set_new(e, "seconds", json_real(load_s[i]));
+            // The CPU reference maps a checkpoint in place: no copy, so no rate to speak of.
+            json_object_set_new(e, "uploaded",
+                                json_boolean(o->synthetic || info.kind == DS_DEVICE_CUDA));
+            json_object_set_new(lj, i ? "draft" : "target", e);
+        }
+        json_object_set_new(opt, "load", lj);
     }
     if (o->baseline) {
         json_t *arr = json_array();

@@ -338,6 +338,7 @@ static enum ds_status read_options(struct ctx *c) {
     s->trace_overhead = NAN;
     s->n_baseline = 0;
     s->has_dataset = 0;
+    s->has_load = 0;
     char *text = ds_h5_attr_strdup(c->file, "options_json");
     if (!text || !text[0]) {
         free(text);
@@ -375,6 +376,27 @@ static enum ds_status read_options(struct ctx *c) {
         s->dataset_skipped_malformed = (uint64_t)json_integer_value(sm);
         const char *first = json_string_value(json_object_get(dj, "first_skip"));
         snprintf(s->dataset_first_skip, sizeof s->dataset_first_skip, "%s", first ? first : "");
+    }
+    json_t *lj = json_object_get(o, "load");
+    if (lj) {
+        static const char *const names[2] = {"target", "draft"};
+        for (int i = 0; i < 2; i++) {
+            json_t *e = json_object_get(lj, names[i]);
+            json_t *b = json_object_get(e, "bytes"), *sec = json_object_get(e, "seconds");
+            json_t *up = json_object_get(e, "uploaded");
+            if (!json_is_object(lj) || !json_is_integer(b) || json_integer_value(b) < 0 ||
+                !json_is_number(sec) || !(json_number_value(sec) >= 0) || !json_is_boolean(up)) {
+                st = ds_error_set(DS_ERR_FORMAT,
+                                  "%s: options_json.load.%s needs bytes (a count), seconds (a "
+                                  "number >= 0) and uploaded (true or false)",
+                                  c->path, names[i]);
+                goto cleanup;
+            }
+            s->load_bytes[i] = (uint64_t)json_integer_value(b);
+            s->load_seconds[i] = json_number_value(sec);
+            s->load_uploaded[i] = json_is_true(up);
+        }
+        s->has_load = 1;
     }
     json_t *base = json_object_get(o, "baseline");
     if (!base) goto cleanup;
@@ -1288,6 +1310,21 @@ enum ds_status ds_summary_print_text(const struct ds_summary *s, FILE *f) {
                 100.0 * s->trace_overhead);
     if (!isnan(s->trace_overhead) || s->trace_dropped)
         fprintf(f, "  trace records dropped by CUPTI: %" PRIu64 "\n", s->trace_dropped);
+    if (s->has_load) {
+        fprintf(f, "  weights:");
+        for (int i = 0; i < 2; i++) {
+            fprintf(f, "%s %s %.3f GB ", i ? ";" : "", i ? "draft" : "target",
+                    (double)s->load_bytes[i] / 1e9);
+            if (!s->load_uploaded[i]) // mapped in place: the time is the checks', not a copy's
+                fprintf(f, "mapped in place (%.2f s)", s->load_seconds[i]);
+            else if (s->load_seconds[i] > 0)
+                fprintf(f, "in %.2f s (%.2f GB/s)", s->load_seconds[i],
+                        (double)s->load_bytes[i] / 1e9 / s->load_seconds[i]);
+            else
+                fprintf(f, "in %.2f s", s->load_seconds[i]);
+        }
+        fprintf(f, " (the creating run's load)\n");
+    }
     char note[512];
     if (s->has_dataset &&
         ds_dataset_skip_text(note, sizeof note, s->dataset_records_read, s->dataset_skipped_empty,
@@ -1406,6 +1443,19 @@ enum ds_status ds_summary_print_json(const struct ds_summary *s, FILE *f) {
         json_object_set_new(run, "dataset", dj);
     } else {
         json_object_set_new(run, "dataset", json_null());
+    }
+    if (s->has_load) {
+        json_t *lj = json_object();
+        for (int i = 0; i < 2; i++) {
+            json_t *e = json_object();
+            json_object_set_new(e, "bytes", u64(s->load_bytes[i]));
+            json_object_set_new(e, "seconds", real_or_null(s->load_seconds[i]));
+            json_object_set_new(e, "uploaded", json_boolean(s->load_uploaded[i]));
+            json_object_set_new(lj, i ? "draft" : "target", e);
+        }
+        json_object_set_new(run, "load", lj);
+    } else {
+        json_object_set_new(run, "load", json_null());
     }
     json_t *base = json_array();
     for (size_t i = 0; i < s->n_baseline; i++) {

@@ -627,6 +627,22 @@ static void test_bad_records(void) {
         EXPECT_EQ_INT(s->dataset_skipped_empty, 0);
         EXPECT_EQ_INT(s->dataset_skipped_malformed, 2);
         EXPECT(strstr(s->dataset_first_skip, "line 2: record 1: invalid JSON") != NULL);
+        // options_json.load: the CPU reference maps the target in place, every tensor of its one
+        // file: the file's data section (its size less the 8-byte length and the header).
+        EXPECT(s->has_load);
+        EXPECT(!s->load_uploaded[0] && !s->load_uploaded[1]);
+        EXPECT(s->load_seconds[0] >= 0 && s->load_seconds[1] >= 0);
+        EXPECT(s->load_bytes[1] > 0);
+        FILE *tf = fopen(RU_TARGET "/model.safetensors", "rb");
+        uint8_t len8[8] = {0};
+        EXPECT(tf && fread(len8, 1, 8, tf) == 8);
+        if (tf) {
+            uint64_t header = 0;
+            for (int i = 7; i >= 0; i--) header = header << 8 | len8[i]; // little-endian
+            fseek(tf, 0, SEEK_END);
+            EXPECT_EQ_INT(s->load_bytes[0], (uint64_t)ftell(tf) - 8 - header);
+            fclose(tf);
+        }
         char *printed = NULL;
         size_t len = 0;
         FILE *mf = open_memstream(&printed, &len);

@@ -922,7 +922,10 @@ static enum ds_status write_timed_run(const char *path, const char *options_json
 
 static const char *timed_options = "{\"baseline\":[{\"batch_size\":1,\"mean_ns\":2100000,"
                                    "\"median_ns\":2000000,\"min_ns\":1900000,\"steps\":20}],"
-                                   "\"trace\":\"phases\",\"trace_overhead\":0.025}";
+                                   "\"trace\":\"phases\",\"trace_overhead\":0.025,"
+                                   "\"load\":{\"target\":{\"bytes\":6000000000,\"seconds\":2.5,"
+                                   "\"uploaded\":true},\"draft\":{\"bytes\":500000000,"
+                                   "\"seconds\":0,\"uploaded\":false}}}";
 
 static void step_times_and_speedup(void) {
     const char *path = tmp_path("timed.h5"), *out = tmp_path("timed.txt");
@@ -949,6 +952,10 @@ static void step_times_and_speedup(void) {
     EXPECT(isnan(ds_summary_predicted_speedup(&s->all)));
     EXPECT_NEAR(s->trace_overhead, 0.025, 0);
     EXPECT_EQ_INT(s->trace_dropped, 7); // written by write_timed_run's set_end
+    EXPECT(s->has_load);
+    EXPECT_EQ_INT(s->load_bytes[0], 6000000000);
+    EXPECT_NEAR(s->load_seconds[0], 2.5, 0);
+    EXPECT(s->load_uploaded[0] && !s->load_uploaded[1]);
     FILE *f = fopen(out, "w");
     EXPECT(f != NULL);
     if (f) {
@@ -962,6 +969,9 @@ static void step_times_and_speedup(void) {
         text[n ? n - 1 : 0] = '\0';
         EXPECT(strstr(text, "trace overhead: 2.50%") != NULL);
         EXPECT(strstr(text, "trace records dropped by CUPTI: 7\n") != NULL);
+        // 6 GB in 2.5 s; the draft mapped in place has no rate.
+        EXPECT(strstr(text, "weights: target 6.000 GB in 2.50 s (2.40 GB/s); draft 0.500 GB "
+                            "mapped in place (0.00 s)") != NULL);
         EXPECT(strstr(text, "(draft + verify, 2 timed steps)  0.5000 + 1.1000 ms") != NULL);
         EXPECT(strstr(text, "3.750  (base decode step 2.0000 ms)") != NULL);
         EXPECT(strstr(text, "no baseline for this batch size (run with --baseline)") != NULL);
@@ -988,6 +998,9 @@ static void step_times_and_speedup(void) {
         EXPECT(json_is_integer(json_object_get(run, "trace_dropped")));
         EXPECT_EQ_INT(json_integer_value(json_object_get(run, "trace_dropped")), 7);
         EXPECT_EQ_INT(json_array_size(json_object_get(run, "baseline")), 1);
+        json_t *lt = json_object_get(json_object_get(run, "load"), "target");
+        EXPECT_EQ_INT(json_integer_value(json_object_get(lt, "bytes")), 6000000000);
+        EXPECT(json_is_true(json_object_get(lt, "uploaded")));
         json_decref(j);
     }
     // Untimed file: the text says how to get step times.
@@ -1022,6 +1035,24 @@ static void step_times_and_speedup(void) {
         EXPECT_OK(write_timed_run(path, bad_dataset[i]));
         EXPECT_STATUS(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
         EXPECT_ERROR_HAS("timed.h5: options_json.dataset needs records_read");
+    }
+    // options_json.load (the creating run's loads) with a field missing or of the wrong type.
+    static const char *bad_load[] = {
+        "{\"load\":[1]}",
+        "{\"load\":{\"target\":{\"bytes\":1,\"seconds\":1,\"uploaded\":true}}}",
+        "{\"load\":{\"target\":{\"bytes\":1,\"seconds\":-1,\"uploaded\":true},"
+        "\"draft\":{\"bytes\":1,\"seconds\":1,\"uploaded\":true}}}",
+        "{\"load\":{\"target\":{\"bytes\":1.5,\"seconds\":1,\"uploaded\":true},"
+        "\"draft\":{\"bytes\":1,\"seconds\":1,\"uploaded\":true}}}",
+        "{\"load\":{\"target\":{\"bytes\":1,\"seconds\":1,\"uploaded\":1},"
+        "\"draft\":{\"bytes\":1,\"seconds\":1,\"uploaded\":true}}}",
+    };
+    for (size_t i = 0; i < sizeof bad_load / sizeof bad_load[0]; i++) {
+        path = tmp_path("timed.h5"); // removes the previous file
+        EXPECT_OK(write_timed_run(path, bad_load[i]));
+        EXPECT_STATUS(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
+        EXPECT_ERROR_HAS(i == 1 ? "timed.h5: options_json.load.draft needs bytes"
+                                : "timed.h5: options_json.load.target needs bytes");
     }
     path = tmp_path("timed.h5"); // removes the previous file
     EXPECT_OK(write_timed_run(path, "[1,2]"));
@@ -1253,8 +1284,8 @@ static int write_sample(const char *path, int traced) {
     meta.batch_sizes = batches;
     meta.n_batch_sizes = 3;
     meta.trace_level = traced ? DS_REC_TRACE_KERNELS : DS_REC_TRACE_OFF;
-    // A baseline for B 1 and 4 only, so that B 8 shows "no baseline", and dataset skips (as
-    // cmd_run.c writes them).
+    // A baseline for B 1 and 4 only, so that B 8 shows "no baseline", dataset skips and the
+    // model loads (as cmd_run.c writes them).
     if (traced)
         meta.options_json = "{\"baseline\":[{\"batch_size\":1,\"mean_ns\":1010000,"
                             "\"median_ns\":1000000,\"min_ns\":990000,\"steps\":50},"
@@ -1263,7 +1294,10 @@ static int write_sample(const char *path, int traced) {
                             "\"trace_overhead\":0.031,\"dataset\":{\"format\":\"question\","
                             "\"records_read\":40,\"conversations\":37,\"requests\":37,"
                             "\"skipped_empty\":1,\"skipped_malformed\":2,\"first_skip\":"
-                            "\"questions.jsonl: line 7: record 6: invalid JSON: ']' expected\"}}";
+                            "\"questions.jsonl: line 7: record 6: invalid JSON: ']' expected\"},"
+                            "\"load\":{\"target\":{\"bytes\":65250000000,\"seconds\":1.5,"
+                            "\"uploaded\":true},\"draft\":{\"bytes\":1930000000,"
+                            "\"seconds\":0.125,\"uploaded\":true}}}";
     ds_recorder_t *rec = NULL;
     uint32_t cats[3 + SAMPLE_CONVS], kname[3];
     static const char *cat_names[3] = {"coding", "math", "writing"};

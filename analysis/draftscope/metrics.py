@@ -335,6 +335,26 @@ def dataset_skips(run):
             "first_skip": first if isinstance(first, str) and first else None}
 
 
+def load_info(run):
+    """The creating run's model loads, from options_json.load: {"target": {bytes, seconds,
+    uploaded}, "draft": {...}} (uploaded False: the CPU reference mapped the checkpoint in place,
+    so bytes / seconds is no copy rate); None for files written before the run recorded it."""
+    d = run_options(run).get("load")
+    if d is None:
+        return None
+    out = {}
+    for name in ("target", "draft"):
+        e = d.get(name) if isinstance(d, dict) else None
+        b, sec, up = (e.get(k) for k in ("bytes", "seconds", "uploaded")) \
+            if isinstance(e, dict) else (None, None, None)
+        if not (_is_int(b) and b >= 0 and _is_num(sec) and sec >= 0 and isinstance(up, bool)):
+            raise DraftscopeFormatError(
+                f"{run.path}: options_json.load.{name} needs bytes (a count), seconds (a "
+                "number >= 0) and uploaded (true or false)")
+        out[name] = {"bytes": b, "seconds": float(sec), "uploaded": up}
+    return out
+
+
 def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
     """The summary as `draftscope summary --json` prints it (see docs/metrics.md)."""
     _check_by(by)
@@ -394,6 +414,7 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
             "trace_overhead": _num(overhead) if _is_num(overhead) else None,
             "trace_dropped": int(run.sessions["trace_dropped"].sum()) if len(run.sessions) else 0,
             "dataset": dataset_skips(run),
+            "load": load_info(run),
             "baseline": [{"batch_size": int(b["batch_size"]),
                           "steps": b["steps"] if _is_int(b.get("steps")) else 0,
                           "median_ns": _num(b["median_ns"]),

@@ -85,6 +85,16 @@ def build_html(run, n_boot=200, seed=0):
         parts.append(f"<p class='note'>Dataset: {n} of the {skips['records_read']} records read "
                      f"{'was' if n == 1 else 'were'} skipped ({skips['skipped_empty']} empty, "
                      f"{skips['skipped_malformed']} malformed){html.escape(first)}.</p>")
+    load = metrics.load_info(run)
+    if load:
+        def _one(name, e):
+            gb = e["bytes"] / 1e9
+            if not e["uploaded"]:
+                return f"{name} {gb:.3f} GB mapped in place ({e['seconds']:.2f} s)"
+            rate = f" ({gb / e['seconds']:.2f} GB/s)" if e["seconds"] > 0 else ""
+            return f"{name} {gb:.3f} GB in {e['seconds']:.2f} s{rate}"
+        parts.append(f"<p class='note'>Weights (the creating run's load): "
+                     f"{_one('target', load['target'])}; {_one('draft', load['draft'])}.</p>")
     parts.append("<h2>Summary by batch size</h2><p class='note'>τ = mean acceptance length "
                  "(vLLM/EAGLE, 1 + accepted/steps); SGLang = completion tokens/verify steps; "
                  "draft rate = accepted/drafted; joint_i = P(accepted ≥ i); conditional_i = "

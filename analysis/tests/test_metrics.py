@@ -343,7 +343,16 @@ def test_options_json_checked_as_c_checks_it(samples):
                           ('{"baseline": 5}', "baseline is not a list"),
                           ('{"baseline": [{"batch_size": 1.0, "median_ns": 5}]}', "needs"),
                           ('{"baseline": [{"batch_size": 1, "median_ns": -5}]}', "needs"),
-                          ('{"trace_overhead": NaN}', "options_json is not a JSON object")):
+                          ('{"trace_overhead": NaN}', "options_json is not a JSON object"),
+                          ('{"load": [1]}', r"load\.target needs"),
+                          ('{"load": {"target": {"bytes": 1, "seconds": 1, "uploaded": true}}}',
+                           r"load\.draft needs"),
+                          ('{"load": {"target": {"bytes": 1, "seconds": -1, "uploaded": true}, '
+                           '"draft": {"bytes": 1, "seconds": 1, "uploaded": true}}}',
+                           r"load\.target needs"),
+                          ('{"load": {"target": {"bytes": 1, "seconds": 1, "uploaded": 1}, '
+                           '"draft": {"bytes": 1, "seconds": 1, "uploaded": true}}}',
+                           r"load\.target needs")):
             run.meta["options_json"] = bad
             with pytest.raises(draftscope.DraftscopeFormatError, match=says):
                 metrics.summary_dict(run, "batch")

@@ -159,6 +159,13 @@ struct ds_summary {
     int has_dataset;
     uint64_t dataset_records_read, dataset_skipped_empty, dataset_skipped_malformed;
     char dataset_first_skip[320];
+    // options_json.load: the creating run's model loads (target, draft): weight bytes placed,
+    // seconds of the create, and whether the bytes were copied (false: mapped in place by the
+    // CPU reference); has_load = 0 in files written before it.
+    int has_load;
+    uint64_t load_bytes[2];
+    double load_seconds[2];
+    int load_uploaded[2];
     // /sessions: CUPTI records dropped, summed over the sessions (0 in schema-v1 files).
     uint64_t trace_dropped;
     size_t n_baseline;
