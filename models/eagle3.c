@@ -145,14 +145,15 @@ static enum ds_status bind_all(ds_eagle3_t *d, struct ds_weight_loader *wl) {
     if ((s = bind(wl, &d->down_w, NAME("mlp.down_proj.weight"), H * I, false))) return s;
     if ((s = bind(wl, &d->final_norm, "norm.weight", H, false))) return s;
 #undef NAME
+    // Borrowed tables (not in the draft's weights); a measure has no target to borrow from.
     if (c->lm_head_from_target) {
-        d->lm_head.p = ds_gptoss_lm_head(d->target, &d->lm_head.e);
+        if (d->target) d->lm_head.p = ds_gptoss_lm_head(d->target, &d->lm_head.e);
     } else if ((s = bind(wl, &d->lm_head, "lm_head.weight", (uint64_t)d->Dv * H, false))) {
         return s;
     }
     if (d->plan.own_embed) {
         if ((s = bind(wl, &d->embed, "embed_tokens.weight", (uint64_t)d->V * H, false))) return s;
-    } else {
+    } else if (d->target) {
         d->embed.p = ds_gptoss_embed_table(d->target, &d->embed.e);
     }
     return DS_OK;
@@ -320,20 +321,31 @@ static enum ds_status build_map(ds_eagle3_t *d, const struct ds_weight_gen *gen)
     return s;
 }
 
+// What a draft takes from its target: the model (NULL when only measuring), its config, its
+// activation dtype and whether it runs CUDA graphs.
+struct target_view {
+    const ds_gptoss_t *model;
+    const struct ds_target_config *cfg;
+    enum ds_elem act;
+    bool graphs;
+};
+
 // Creates a draft from DIR (gen NULL: config.json + safetensors) or from a config and a weight
-// generator (dir is then only the label).
+// generator (dir is then only the label). With `measure` (draft_out NULL, tv->model NULL) it
+// stops after the checks and the measure pass: *measure is what create would allocate.
 static enum ds_status create_impl(const char *dir, const struct ds_draft_config *gen_cfg,
-                                  const struct ds_weight_gen *gen, const ds_gptoss_t *target,
+                                  const struct ds_weight_gen *gen, const struct target_view *tv,
                                   struct ds_backend *be, const struct ds_eagle3_plan *plan,
                                   const struct ds_load_progress *progress,
-                                  ds_eagle3_t **draft_out) {
+                                  ds_eagle3_t **draft_out, struct ds_gptoss_memory *measure) {
     enum ds_status s = ds_backend_check(be);
     if (s != DS_OK) return s;
-    if (be != ds_gptoss_backend(target))
+    if (tv->model && be != ds_gptoss_backend(tv->model))
         return ds_error_set(DS_ERR_ARG, "%s: the draft must use the target's backend", dir);
     if (plan->max_slots < 1 || plan->max_pos < 1 || plan->max_rows < 1 || plan->max_logit_rows < 0)
         return ds_error_set(DS_ERR_ARG, "%s: plan needs max_slots, max_pos, max_rows >= 1", dir);
-    const struct ds_target_config *tc = ds_gptoss_config(target);
+    const ds_gptoss_t *target = tv->model;
+    const struct ds_target_config *tc = tv->cfg;
 
     ds_eagle3_t *d = calloc(1, sizeof *d);
     if (!d) return ds_error_set(DS_ERR_NOMEM, "%s: out of memory", dir);
@@ -345,10 +357,10 @@ static enum ds_status create_impl(const char *dir, const struct ds_draft_config 
     d->plan = *plan;
     if (!d->plan.max_logit_rows) d->plan.max_logit_rows = d->plan.max_rows;
     // The draft reads the target's aux states and shares its numerics: the target's act.
-    d->act = ds_gptoss_act(target);
+    d->act = tv->act;
     d->esz = ds_elem_size(d->act);
     ds_graph_init(&d->graphs, be);
-    d->graphs.enabled = ds_gptoss_plan_of(target)->graphs;
+    d->graphs.enabled = tv->graphs;
 
     if (gen) {
         d->cfg = *gen_cfg;
@@ -389,11 +401,16 @@ static enum ds_status create_impl(const char *dir, const struct ds_draft_config 
     // Weights measured and their arena allocated, then every other buffer of the plan (a plan
     // that does not fit is refused before the upload or generation), then the load pass.
     if ((s = bind_all(d, &wl)) != DS_OK) goto fail;
-    if ((s = ds_wl_begin_load(&wl, &d->weight_arena)) != DS_OK) goto fail;
-
     size_t per = ds_align256((size_t)d->plan.max_slots * (size_t)d->plan.max_pos * (size_t)d->NKV *
                              (size_t)d->D * d->esz);
     d->mem.kv = 2 * per;
+    if (measure) { // the plan only: the bytes the passes below would allocate and place
+        *measure = (struct ds_gptoss_memory){.weights = wl.bytes,
+                                             .kv = d->mem.kv,
+                                             .activations = carve_activations(d, NULL)};
+        goto fail; // s is DS_OK: the shared cleanup
+    }
+    if ((s = ds_wl_begin_load(&wl, &d->weight_arena)) != DS_OK) goto fail;
     if ((s = be->alloc(be, d->mem.kv, &d->kv_arena)) != DS_OK) {
         ds_error_set(s, "%s: cannot allocate %zu bytes of KV cache (%d slots x %d positions): %s",
                      d->label, d->mem.kv, d->plan.max_slots, d->plan.max_pos, ds_error_last());
@@ -451,7 +468,28 @@ enum ds_status ds_eagle3_create(const char *dir, const ds_gptoss_t *target, stru
     if (draft_out) *draft_out = NULL;
     if (!dir || !target || !plan || !draft_out)
         return ds_error_set(DS_ERR_ARG, "eagle3: create with a NULL argument");
-    return create_impl(dir, NULL, NULL, target, be, plan, progress, draft_out);
+    const struct target_view tv = {target, ds_gptoss_config(target), ds_gptoss_act(target),
+                                   ds_gptoss_plan_of(target)->graphs};
+    return create_impl(dir, NULL, NULL, &tv, be, plan, progress, draft_out, NULL);
+}
+
+// The view of a target that is not loaded yet: its config and the dtype its plan resolves to.
+static enum ds_status view_of_plan(const struct ds_target_config *tc,
+                                   const struct ds_gptoss_plan *target_plan, struct ds_backend *be,
+                                   const char *label, struct target_view *tv) {
+    *tv = (struct target_view){.cfg = tc, .graphs = target_plan->graphs};
+    enum ds_status s = ds_backend_check(be);
+    return s != DS_OK ? s : ds_act_resolve(be, (int)target_plan->act, label, &tv->act);
+}
+
+enum ds_status ds_eagle3_measure(const char *dir, const struct ds_target_config *target_cfg,
+                                 const struct ds_gptoss_plan *target_plan, struct ds_backend *be,
+                                 const struct ds_eagle3_plan *plan, struct ds_gptoss_memory *out) {
+    if (!dir || !target_cfg || !target_plan || !plan || !out)
+        return ds_error_set(DS_ERR_ARG, "eagle3: measure with a NULL argument");
+    struct target_view tv;
+    enum ds_status s = view_of_plan(target_cfg, target_plan, be, dir, &tv);
+    return s != DS_OK ? s : create_impl(dir, NULL, NULL, &tv, be, plan, NULL, NULL, out);
 }
 
 enum ds_status ds_eagle3_create_gen(const struct ds_draft_config *cfg,
@@ -466,8 +504,24 @@ enum ds_status ds_eagle3_create_gen(const struct ds_draft_config *cfg,
     if (plan->own_embed)
         return ds_error_set(DS_ERR_ARG, "%s: generated drafts use the target's embedding",
                             label ? label : "synthetic draft");
-    return create_impl(label ? label : "synthetic draft", cfg, gen, target, be, plan, progress,
-                       draft_out);
+    const struct target_view tv = {target, ds_gptoss_config(target), ds_gptoss_act(target),
+                                   ds_gptoss_plan_of(target)->graphs};
+    return create_impl(label ? label : "synthetic draft", cfg, gen, &tv, be, plan, progress,
+                       draft_out, NULL);
+}
+
+enum ds_status ds_eagle3_measure_gen(const struct ds_draft_config *cfg,
+                                     const struct ds_weight_gen *gen, const char *label,
+                                     const struct ds_target_config *target_cfg,
+                                     const struct ds_gptoss_plan *target_plan,
+                                     struct ds_backend *be, const struct ds_eagle3_plan *plan,
+                                     struct ds_gptoss_memory *out) {
+    if (!cfg || !gen || !target_cfg || !target_plan || !plan || !out)
+        return ds_error_set(DS_ERR_ARG, "eagle3: measure with a NULL argument");
+    if (!label) label = "synthetic draft";
+    struct target_view tv;
+    enum ds_status s = view_of_plan(target_cfg, target_plan, be, label, &tv);
+    return s != DS_OK ? s : create_impl(label, cfg, gen, &tv, be, plan, NULL, NULL, out);
 }
 
 void ds_eagle3_release(ds_eagle3_t *d) {

@@ -292,12 +292,15 @@ static size_t carve_activations(ds_gptoss_t *m, char *base) {
 
 // Creates a model over a checkpoint (st) or a weight generator (gen, synthetic weights).
 // `label` names the checkpoint, `cfg_label` the config (DIR/config.json when read from DIR).
+// With `measure` (and out NULL) it stops after the checks and the measure pass: *measure is the
+// memory plan that create would allocate, and nothing is allocated on the backend.
 static enum ds_status create_impl(const struct ds_target_config *cfg, const ds_safetensors_t *st,
                                   const struct ds_weight_gen *gen, const char *label,
                                   const char *cfg_label, struct ds_backend *be,
                                   const struct ds_gptoss_plan *plan,
-                                  const struct ds_load_progress *progress, ds_gptoss_t **out) {
-    *out = NULL;
+                                  const struct ds_load_progress *progress, ds_gptoss_t **out,
+                                  struct ds_gptoss_memory *measure) {
+    if (out) *out = NULL;
     enum ds_status s = ds_backend_check(be);
     if (s != DS_OK) return s;
     if (!plan) return ds_error_set(DS_ERR_ARG, "%s: no memory plan given", label);
@@ -356,13 +359,18 @@ static enum ds_status create_impl(const struct ds_target_config *cfg, const ds_s
         ds_wl_init(&wl, be, st, m->label, progress ? progress->fn : NULL,
                    progress ? progress->user : NULL);
     if ((s = bind_all(m, &wl)) != DS_OK) goto fail;
-    if ((s = ds_wl_begin_load(&wl, &m->weight_arena)) != DS_OK) goto fail;
-
     // KV caches: (S, P, NKV, D) per layer for K and for V, in the activation dtype.
     size_t per = (size_t)m->plan.max_slots * (size_t)m->plan.max_pos * (size_t)m->NKV *
                  (size_t)m->D * m->esz;
     size_t per_al = ds_align256(per);
     m->mem.kv = 2 * per_al * (size_t)m->L;
+    if (measure) { // the plan only: the bytes the passes below would allocate and place
+        *measure = (struct ds_gptoss_memory){.weights = wl.bytes,
+                                             .kv = m->mem.kv,
+                                             .activations = carve_activations(m, NULL)};
+        goto fail; // s is DS_OK: the shared cleanup
+    }
+    if ((s = ds_wl_begin_load(&wl, &m->weight_arena)) != DS_OK) goto fail;
     s = be->alloc(be, m->mem.kv, &m->kv_arena);
     if (s != DS_OK) {
         ds_error_set(s, "%s: cannot allocate %zu bytes of KV cache (%d slots x %d positions): %s",
@@ -428,14 +436,14 @@ enum ds_status ds_gptoss_create_from(const struct ds_target_config *cfg, const d
     if (!cfg || !st || !model_out)
         return ds_error_set(DS_ERR_ARG, "gptoss: create with a NULL config, checkpoint or out");
     if (!label) label = "target";
-    return create_impl(cfg, st, NULL, label, label, be, plan, progress, model_out);
+    return create_impl(cfg, st, NULL, label, label, be, plan, progress, model_out, NULL);
 }
 
-enum ds_status ds_gptoss_create(const char *dir, struct ds_backend *be,
-                                const struct ds_gptoss_plan *plan,
-                                const struct ds_load_progress *progress, ds_gptoss_t **model_out) {
-    if (model_out) *model_out = NULL;
-    if (!dir || !model_out) return ds_error_set(DS_ERR_ARG, "gptoss: create with a NULL argument");
+// DIR opened (config.json, safetensors) and created or measured; a created model owns the set.
+static enum ds_status from_dir(const char *dir, struct ds_backend *be,
+                               const struct ds_gptoss_plan *plan,
+                               const struct ds_load_progress *progress, ds_gptoss_t **model_out,
+                               struct ds_gptoss_memory *measure) {
     struct ds_target_config cfg;
     enum ds_status s = ds_target_config_load(dir, &cfg);
     if (s != DS_OK) return s;
@@ -443,13 +451,21 @@ enum ds_status ds_gptoss_create(const char *dir, struct ds_backend *be,
     if ((s = ds_safetensors_open_dir(dir, &st)) != DS_OK) return s;
     char cfg_label[4096];
     snprintf(cfg_label, sizeof cfg_label, "%s/config.json", dir);
-    s = create_impl(&cfg, st, NULL, dir, cfg_label, be, plan, progress, model_out);
-    if (s != DS_OK) {
+    s = create_impl(&cfg, st, NULL, dir, cfg_label, be, plan, progress, model_out, measure);
+    if (s != DS_OK || measure) {
         ds_safetensors_close(st);
         return s;
     }
     (*model_out)->st_own = st;
     return DS_OK;
+}
+
+enum ds_status ds_gptoss_create(const char *dir, struct ds_backend *be,
+                                const struct ds_gptoss_plan *plan,
+                                const struct ds_load_progress *progress, ds_gptoss_t **model_out) {
+    if (model_out) *model_out = NULL;
+    if (!dir || !model_out) return ds_error_set(DS_ERR_ARG, "gptoss: create with a NULL argument");
+    return from_dir(dir, be, plan, progress, model_out, NULL);
 }
 
 enum ds_status ds_gptoss_create_gen(const struct ds_target_config *cfg,
@@ -461,7 +477,23 @@ enum ds_status ds_gptoss_create_gen(const struct ds_target_config *cfg,
     if (!cfg || !gen || !model_out)
         return ds_error_set(DS_ERR_ARG, "gptoss: create with a NULL config, generator or out");
     if (!label) label = "synthetic target";
-    return create_impl(cfg, NULL, gen, label, label, be, plan, progress, model_out);
+    return create_impl(cfg, NULL, gen, label, label, be, plan, progress, model_out, NULL);
+}
+
+enum ds_status ds_gptoss_measure(const char *dir, struct ds_backend *be,
+                                 const struct ds_gptoss_plan *plan, struct ds_gptoss_memory *out) {
+    if (!dir || !out) return ds_error_set(DS_ERR_ARG, "gptoss: measure with a NULL argument");
+    return from_dir(dir, be, plan, NULL, NULL, out);
+}
+
+enum ds_status ds_gptoss_measure_gen(const struct ds_target_config *cfg,
+                                     const struct ds_weight_gen *gen, const char *label,
+                                     struct ds_backend *be, const struct ds_gptoss_plan *plan,
+                                     struct ds_gptoss_memory *out) {
+    if (!cfg || !gen || !out)
+        return ds_error_set(DS_ERR_ARG, "gptoss: measure with a NULL config, generator or out");
+    if (!label) label = "synthetic target";
+    return create_impl(cfg, NULL, gen, label, label, be, plan, NULL, NULL, out);
 }
 
 void ds_gptoss_release(ds_gptoss_t *m) {

@@ -249,11 +249,11 @@ static enum ds_status synth_fill(void *user, struct ds_backend *be, const char *
     return DS_OK;
 }
 
-enum ds_status ds_synthetic_target_create(const struct ds_synthetic_spec *spec,
-                                          struct ds_backend *be, const struct ds_gptoss_plan *plan,
-                                          const struct ds_load_progress *progress,
-                                          ds_gptoss_t **model_out) {
-    *model_out = NULL;
+// The target of `spec`: created (model_out) or only measured (measure, model_out NULL).
+static enum ds_status target_build(const struct ds_synthetic_spec *spec, struct ds_backend *be,
+                                   const struct ds_gptoss_plan *plan,
+                                   const struct ds_load_progress *progress,
+                                   ds_gptoss_t **model_out, struct ds_gptoss_memory *measure) {
     struct ds_target_config cfg;
     enum ds_status s = ds_synthetic_target_config(spec, &cfg);
     if (s != DS_OK) return s;
@@ -269,17 +269,33 @@ enum ds_status ds_synthetic_target_create(const struct ds_synthetic_spec *spec,
     char label[1100];
     snprintf(label, sizeof label, "synthetic %s (seed %llu)", spec->source,
              (unsigned long long)spec->seed);
-    return ds_gptoss_create_gen(&cfg, &gen, label, be, plan, progress, model_out);
+    return measure ? ds_gptoss_measure_gen(&cfg, &gen, label, be, plan, measure)
+                   : ds_gptoss_create_gen(&cfg, &gen, label, be, plan, progress, model_out);
 }
 
-enum ds_status ds_synthetic_draft_create(const struct ds_synthetic_spec *spec,
-                                         const ds_gptoss_t *target, struct ds_backend *be,
-                                         const struct ds_eagle3_plan *plan,
-                                         const struct ds_load_progress *progress,
-                                         ds_eagle3_t **draft_out) {
-    *draft_out = NULL;
+enum ds_status ds_synthetic_target_create(const struct ds_synthetic_spec *spec,
+                                          struct ds_backend *be, const struct ds_gptoss_plan *plan,
+                                          const struct ds_load_progress *progress,
+                                          ds_gptoss_t **model_out) {
+    *model_out = NULL;
+    return target_build(spec, be, plan, progress, model_out, NULL);
+}
+
+enum ds_status ds_synthetic_target_measure(const struct ds_synthetic_spec *spec,
+                                           struct ds_backend *be, const struct ds_gptoss_plan *plan,
+                                           struct ds_gptoss_memory *out) {
+    return target_build(spec, be, plan, NULL, NULL, out);
+}
+
+// The draft of `spec` for a target: created for `target` (draft_out), or only measured against
+// the target's config and plan (measure; target and draft_out NULL).
+static enum ds_status draft_build(const struct ds_synthetic_spec *spec, const ds_gptoss_t *target,
+                                  const struct ds_target_config *tc,
+                                  const struct ds_gptoss_plan *target_plan, struct ds_backend *be,
+                                  const struct ds_eagle3_plan *plan,
+                                  const struct ds_load_progress *progress,
+                                  ds_eagle3_t **draft_out, struct ds_gptoss_memory *measure) {
     struct ds_draft_config cfg;
-    const struct ds_target_config *tc = ds_gptoss_config(target);
     enum ds_status s = ds_synthetic_draft_config(tc, &cfg);
     if (s != DS_OK) return s;
     const int Dv = (int)cfg.draft_vocab_size, V = (int)cfg.vocab_size;
@@ -303,7 +319,26 @@ enum ds_status ds_synthetic_draft_create(const struct ds_synthetic_spec *spec,
     char label[1100];
     snprintf(label, sizeof label, "synthetic draft for %s (seed %llu)", spec->source,
              (unsigned long long)spec->seed);
-    s = ds_eagle3_create_gen(&cfg, &gen, label, target, be, plan, progress, draft_out);
+    s = measure ? ds_eagle3_measure_gen(&cfg, &gen, label, tc, target_plan, be, plan, measure)
+                : ds_eagle3_create_gen(&cfg, &gen, label, target, be, plan, progress, draft_out);
     free(d2t);
     return s;
+}
+
+enum ds_status ds_synthetic_draft_create(const struct ds_synthetic_spec *spec,
+                                         const ds_gptoss_t *target, struct ds_backend *be,
+                                         const struct ds_eagle3_plan *plan,
+                                         const struct ds_load_progress *progress,
+                                         ds_eagle3_t **draft_out) {
+    *draft_out = NULL;
+    return draft_build(spec, target, ds_gptoss_config(target), ds_gptoss_plan_of(target), be,
+                       plan, progress, draft_out, NULL);
+}
+
+enum ds_status ds_synthetic_draft_measure(const struct ds_synthetic_spec *spec,
+                                          const struct ds_target_config *target_cfg,
+                                          const struct ds_gptoss_plan *target_plan,
+                                          struct ds_backend *be, const struct ds_eagle3_plan *plan,
+                                          struct ds_gptoss_memory *out) {
+    return draft_build(spec, NULL, target_cfg, target_plan, be, plan, NULL, NULL, out);
 }

@@ -219,6 +219,20 @@ enum ds_status ds_eagle3_create_gen(const struct ds_draft_config *cfg,
                                     const struct ds_load_progress *progress,
                                     struct ds_eagle3 **draft_out);
 
+// The memory plans those two would allocate, without allocating (ds_gptoss_measure,
+// ds_eagle3_measure).
+struct ds_gptoss_memory;
+enum ds_status ds_gptoss_measure_gen(const struct ds_target_config *cfg,
+                                     const struct ds_weight_gen *gen, const char *label,
+                                     struct ds_backend *be, const struct ds_gptoss_plan *plan,
+                                     struct ds_gptoss_memory *out);
+enum ds_status ds_eagle3_measure_gen(const struct ds_draft_config *cfg,
+                                     const struct ds_weight_gen *gen, const char *label,
+                                     const struct ds_target_config *target_cfg,
+                                     const struct ds_gptoss_plan *target_plan,
+                                     struct ds_backend *be, const struct ds_eagle3_plan *plan,
+                                     struct ds_gptoss_memory *out);
+
 // Element type of a safetensors dtype for the ops (BF16 / F32), DS_ELEM_COUNT otherwise.
 enum ds_elem ds_elem_of_dtype(enum ds_dtype t);
 

@@ -1,6 +1,7 @@
 // Shared by the subcommands' option parsers (ds/cli.h): number parsing, and the check of an output
 // path (never one of the inputs).
 #include "ds/cli.h"
+#include "ds/gptoss.h"
 #include "ds/status.h"
 
 #include <dirent.h>
@@ -227,4 +228,18 @@ void ds_cli_bytes_progress(void *user, uint64_t done, uint64_t total) {
 void ds_cli_bytes_progress_end(struct ds_cli_bytes_progress *p) {
     if (p->open) fputc('\n', stderr);
     p->open = 0;
+}
+
+enum ds_status ds_cli_plan_fits(const char *device, const struct ds_gptoss_memory *t,
+                                const struct ds_gptoss_memory *d, size_t free_bytes) {
+    const size_t tb = t->weights + t->kv + t->activations, db = d->weights + d->kv + d->activations;
+    if (tb + db <= free_bytes) return DS_OK;
+    return ds_error_set(DS_ERR_NOMEM,
+                        "%s: the plan does not fit: the target needs %.3f GB (weights %.3f, KV "
+                        "%.3f, activations %.3f) and the draft %.3f GB, %.3f GB in all, and %.3f "
+                        "GB is free; a lower --max-context or a smaller largest batch size "
+                        "shrinks the KV caches (%.3f GB of it)",
+                        device, (double)tb / 1e9, (double)t->weights / 1e9, (double)t->kv / 1e9,
+                        (double)t->activations / 1e9, (double)db / 1e9, (double)(tb + db) / 1e9,
+                        (double)free_bytes / 1e9, (double)(t->kv + d->kv) / 1e9);
 }

@@ -448,6 +448,37 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     ds_spec_plan(&o->spec, (int)max_b, (int)P, &tp, &dp);
     ds_gptoss_plan_aux(&tp, &aux);
     tp.act = o->act; // the draft follows the target's activation dtype
+
+    // Both models' memory plans, measured (the creates' own checks and sizes) before either
+    // loads: a plan the device cannot hold is refused now, not after the target's upload.
+    struct ds_gptoss_memory tm, dm;
+    s = o->synthetic ? ds_synthetic_target_measure(&o->synth, g->be, &tp, &tm)
+                     : ds_gptoss_measure(o->target, g->be, &tp, &tm);
+    if (!s)
+        s = o->synthetic ? ds_synthetic_draft_measure(&o->synth, &tc, &tp, g->be, &dp, &dm)
+                         : ds_eagle3_measure(o->draft, &tc, &tp, g->be, &dp, &dm);
+    if (s) return fail(ds_error_last());
+    FILE *info_f = o->json ? stderr : stdout;
+    if (!o->quiet) {
+        fprintf(info_f,
+                "draftscope run on %s: %zu requests x %zu batch sizes (max B %u), K %d, rule %s, "
+                "context %lld positions\n",
+                info.name, g->work.n, o->n_batch, max_b, o->spec.k,
+                ds_spec_rule_name(o->spec.rule), P);
+        fprintf(info_f,
+                "memory: target weights %.3f GB, KV %.3f GB, activations %.3f GB; draft weights "
+                "%.3f GB, KV %.3f GB, activations %.3f GB\n",
+                (double)tm.weights / 1e9, (double)tm.kv / 1e9, (double)tm.activations / 1e9,
+                (double)dm.weights / 1e9, (double)dm.kv / 1e9, (double)dm.activations / 1e9);
+        fflush(info_f);
+    }
+    size_t free_b = 0, total_b = 0;
+    if (info.kind == DS_DEVICE_CUDA) {
+        if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
+            cudaGetLastError(); // no figure: the creates' allocations are the check
+        else if ((s = ds_cli_plan_fits(info.name, &tm, &dm, free_b)))
+            return fail(ds_error_last());
+    }
     // One progress line per model on stderr; its last state is the load rate (kept in a log).
     const char *what = o->synthetic ? "making synthetic" : "loading";
     char tlabel[48], dlabel[48];
@@ -504,24 +535,13 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
                 o->batch_sizes[0]);
     }
 
-    struct ds_gptoss_memory tm, dm;
+    // The models placed what was measured (a difference would be a bug in a measure).
     ds_gptoss_memory_plan(g->target, &tm);
     ds_eagle3_memory_plan(g->draft, &dm);
-    FILE *info_f = o->json ? stderr : stdout;
     if (!o->quiet) {
-        fprintf(info_f,
-                "draftscope run on %s: %zu requests x %zu batch sizes (max B %u), K %d, rule %s, "
-                "context %lld positions\n",
-                info.name, g->work.n, o->n_batch, max_b, o->spec.k,
-                ds_spec_rule_name(o->spec.rule), P);
-        fprintf(info_f,
-                "memory: target weights %.3f GB, KV %.3f GB, activations %.3f GB; draft weights "
-                "%.3f GB, KV %.3f GB, activations %.3f GB; speculation buffers %.3f GB\n",
-                (double)tm.weights / 1e9, (double)tm.kv / 1e9, (double)tm.activations / 1e9,
-                (double)dm.weights / 1e9, (double)dm.kv / 1e9, (double)dm.activations / 1e9,
+        // What the plan leaves on the device (everything is allocated by now).
+        fprintf(info_f, "speculation buffers: %.3f GB\n",
                 (double)ds_spec_device_bytes(g->spec) / 1e9);
-        // What the plan leaves on the device (everything above is allocated by now).
-        size_t free_b = 0, total_b = 0;
         if (info.kind == DS_DEVICE_CUDA && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
             fprintf(info_f, "device memory: %.3f GB free of %.3f GB after the plan\n",
                     (double)free_b / 1e9, (double)total_b / 1e9);

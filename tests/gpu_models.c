@@ -276,9 +276,18 @@ static void golden_draft(const char *name, enum ds_act_choice act) {
     ds_gptoss_plan_aux(&tp, &aux);
     ds_gptoss_t *t = NULL;
     ds_eagle3_t *d = NULL;
-    EXPECT_OK(ds_gptoss_create(tdir, be, &tp, NULL, &t));
     struct ds_eagle3_plan dp = {.max_slots = 1, .max_pos = 128, .max_rows = 64};
+    // The measured plans (what `run` checks against the free memory before either model loads)
+    // are what the creates allocate on the device: weights in one arena, KV, activations.
+    struct ds_gptoss_memory mt = {0}, md = {0}, pt = {0}, pd = {0};
+    EXPECT_OK(ds_gptoss_measure(tdir, be, &tp, &mt));
+    EXPECT_OK(ds_eagle3_measure(ddir, &tc, &tp, be, &dp, &md));
+    EXPECT_OK(ds_gptoss_create(tdir, be, &tp, NULL, &t));
     if (t) EXPECT_OK(ds_eagle3_create(ddir, t, be, &dp, NULL, &d));
+    if (t) ds_gptoss_memory_plan(t, &pt);
+    if (d) ds_eagle3_memory_plan(d, &pd);
+    EXPECT(!memcmp(&mt, &pt, sizeof mt) && !memcmp(&md, &pd, sizeof md));
+    EXPECT(pt.weights > 0 && pd.weights > 0 && pd.activations > 0);
     if (!d) {
         ds_gptoss_release(t);
         ds_safetensors_close(g);

@@ -16,6 +16,7 @@
 //     path's contract, DESIGN §4; the counter-based generator does not depend on the batch).
 // Prints the acceptance, the row counts and the first differing row for the lead's log.
 // Under DS_GPU_TEST_SMALL the test skips (exit 77): its one case is the 120b slice.
+#include <cuda_runtime.h>
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -94,6 +95,9 @@ static size_t fates_of(const struct ds_rec_draft *d, size_t nd, uint32_t req, st
     return n;
 }
 
+// The memory line of run_synthetic's run: target weights, KV, activations; draft the same (GB).
+static double g_plan_gb[6];
+
 static void run_synthetic(void) {
     char *argv[] = {"run", "--synthetic-weights", "120b:0:4", "--tokenizer", TOKENIZER,
                     "--dataset", QUESTIONS, "--num-conversations", "2", "--batch-sizes", "1,2",
@@ -107,8 +111,12 @@ static void run_synthetic(void) {
     EXPECT(strstr(out_text, "baseline: B 2") != NULL);
     EXPECT(strstr(out_text, "overhead") != NULL);
     EXPECT(strstr(out_text, "speedup") != NULL); // the summary's predicted speedup
-    // The plan at start: the models' and engine's bytes, then what is left on the device.
-    EXPECT(strstr(out_text, "memory: target weights ") != NULL);
+    // The plan at start: the models' bytes, then what is left on the device.
+    const char *ml = strstr(out_text, "memory: target weights ");
+    EXPECT(ml && sscanf(ml, "memory: target weights %lf GB, KV %lf GB, activations %lf GB; draft "
+                            "weights %lf GB, KV %lf GB, activations %lf GB",
+                        &g_plan_gb[0], &g_plan_gb[1], &g_plan_gb[2], &g_plan_gb[3],
+                        &g_plan_gb[4], &g_plan_gb[5]) == 6);
     double free_gb = -1, total_gb = -1;
     const char *dm = strstr(out_text, "device memory: ");
     EXPECT(dm && sscanf(dm, "device memory: %lf GB free of %lf GB", &free_gb, &total_gb) == 2);
@@ -208,6 +216,38 @@ cleanup:
     free(fb);
 }
 
+// The same run on a device that holds the target's plan but not the draft's as well (the rest
+// taken by this process): refused before either model loads, in one line that names the plan,
+// and no file.
+static void run_refused_when_the_pair_does_not_fit(void) {
+    const double t_gb = g_plan_gb[0] + g_plan_gb[1] + g_plan_gb[2],
+                 d_gb = g_plan_gb[3] + g_plan_gb[4] + g_plan_gb[5];
+    if (!(t_gb > 0 && d_gb > 0.01)) {
+        DS_FAILF("no memory plan from run_synthetic (target %.3f GB, draft %.3f GB)", t_gb, d_gb);
+        return;
+    }
+    size_t free_b = 0, total_b = 0;
+    EXPECT(cudaMemGetInfo(&free_b, &total_b) == cudaSuccess);
+    const double leave = (t_gb + d_gb / 2) * 1e9; // the target fits, the pair does not
+    void *hog = NULL;
+    if (!(free_b > leave) || cudaMalloc(&hog, free_b - (size_t)leave) != cudaSuccess) {
+        DS_FAILF("cannot take %.3f GB of the %.3f GB free", (free_b - leave) / 1e9, free_b / 1e9);
+        return;
+    }
+    unlink(OUT);
+    char *argv[] = {"run", "--synthetic-weights", "120b:0:4", "--tokenizer", TOKENIZER,
+                    "--dataset", QUESTIONS, "--num-conversations", "2", "--batch-sizes", "1,2",
+                    "--max-new-tokens", "16", "--device", "cuda", "--out", OUT, NULL};
+    int rc = run_capture((int)(sizeof argv / sizeof *argv) - 1, argv);
+    printf("# draftscope run exit %d; stderr:\n%s", rc, err_text);
+    cudaFree(hog);
+    EXPECT_EQ_INT(rc, 1);
+    EXPECT(strstr(err_text, "the plan does not fit: the target needs ") != NULL);
+    EXPECT(strstr(err_text, "GB is free; a lower --max-context") != NULL);
+    EXPECT(strstr(err_text, "making synthetic target weights") == NULL); // nothing loaded
+    EXPECT(access(OUT, F_OK) != 0);
+}
+
 int main(void) {
     if (ds_cuda_device_count() == 0) DS_SKIP("no CUDA device");
     // No case of small shape to keep: skipped (77), not a pass that checked nothing.
@@ -215,6 +255,7 @@ int main(void) {
     if (access(TOKENIZER, R_OK) != 0 || access(QUESTIONS, R_OK) != 0)
         DS_SKIP("tests/data is missing the o200k tokenizer or the Spec-Bench questions");
     DS_RUN(run_synthetic);
+    DS_RUN(run_refused_when_the_pair_does_not_fit);
     unlink(OUT);
     return ds_test_end();
 }

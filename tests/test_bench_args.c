@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "ds/cli.h"
+#include "ds/gptoss.h"
 #include "harness.h"
 
 static char err_path[256], err_text[4096];
@@ -340,6 +341,26 @@ static void bytes_progress_on_a_terminal(void) {
     }
 }
 
+// run's fit check on the measured plans: the sum of the six figures against the free bytes,
+// equal fits; one byte less is refused with a line that names the device and the figures.
+static void plan_fit_check(void) {
+    const struct ds_gptoss_memory t = {.weights = 65250000000, .kv = 38660000000,
+                                       .activations = 330000000},
+                                  d = {.weights = 1930000000, .kv = 1070000000,
+                                       .activations = 60000000};
+    const size_t need = 65250000000 + 38660000000 + 330000000 + 1930000000 + 1070000000 +
+                        60000000; // 107.3 GB
+    EXPECT_OK(ds_cli_plan_fits("H200", &t, &d, need));
+    EXPECT_OK(ds_cli_plan_fits("H200", &t, &d, (size_t)150e9));
+    EXPECT_STATUS(ds_cli_plan_fits("H200", &t, &d, need - 1), DS_ERR_NOMEM);
+    EXPECT_ERROR_HAS("H200: the plan does not fit: the target needs 104.240 GB (weights 65.250, "
+                     "KV 38.660, activations 0.330) and the draft 3.060 GB, 107.300 GB in all, "
+                     "and 107.300 GB is free");
+    EXPECT_ERROR_HAS("shrinks the KV caches (39.730 GB of it)");
+    EXPECT_STATUS(ds_cli_plan_fits("H200", &t, &d, (size_t)100e9), DS_ERR_NOMEM);
+    EXPECT_ERROR_HAS("and 100.000 GB is free");
+}
+
 int main(void) {
     snprintf(err_path, sizeof err_path, "%s/test_bench_args.%d.err", DS_BINARY_DIR, (int)getpid());
     DS_RUN(parse_ll_bounds);
@@ -354,6 +375,7 @@ int main(void) {
     DS_RUN(output_in_readonly_directory);
     DS_RUN(bytes_progress_in_a_log);
     DS_RUN(bytes_progress_on_a_terminal);
+    DS_RUN(plan_fit_check);
     unlink(err_path);
     return ds_test_end();
 }

@@ -47,7 +47,19 @@ static int open_pair(const char *draft_dir, int slots, int pos, int trows, int d
                                 .max_rows = drows,
                                 .own_embed = own_embed,
                                 .full_vocab = true};
+    // What create places is what ds_eagle3_measure gives before any target exists (every pair
+    // the tests open checks it: each draft layout, own or borrowed embedding).
+    struct ds_gptoss_memory measured = {0};
+    EXPECT_OK(ds_eagle3_measure(draft_dir, &tc, &tp, be, &dp, &measured));
     if (p->target) EXPECT_OK(ds_eagle3_create(draft_dir, p->target, be, &dp, NULL, &p->draft));
+    if (p->draft) {
+        struct ds_gptoss_memory placed;
+        ds_eagle3_memory_plan(p->draft, &placed);
+        EXPECT_EQ_INT(measured.weights, placed.weights);
+        EXPECT_EQ_INT(measured.kv, placed.kv);
+        EXPECT_EQ_INT(measured.activations, placed.activations);
+        EXPECT(placed.weights > 0 && placed.kv > 0 && placed.activations > 0);
+    }
     EXPECT_OK(ds_safetensors_open_dir(CKPT "target", &p->tst));
     EXPECT_OK(ds_safetensors_open_dir(draft_dir, &p->dst));
     if (p->draft) p->dcfg = *ds_eagle3_config(p->draft);

@@ -217,6 +217,30 @@ static void memory_plan(void) {
     EXPECT_EQ_INT(mem.weights, ds_safetensors_tensor_bytes(st));
     EXPECT_EQ_INT(mem.kv, 2 * 4 * 3 * 40 * 2 * 32 * 4);
     EXPECT(mem.activations > 0);
+    // ds_gptoss_measure gives the same plan without creating a model (what `run` checks before
+    // anything loads), and refuses what create refuses, with the same message.
+    struct ds_gptoss_measure_case {
+        int slots, pos, rows;
+    } cases[] = {{3, 40, 8}, {1, 1, 1}, {8, 128, 200}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct ds_gptoss_plan p = {
+            .max_slots = cases[i].slots, .max_pos = cases[i].pos, .max_rows = cases[i].rows};
+        struct ds_gptoss_memory got = {0}, want = {0};
+        ds_gptoss_t *c = NULL;
+        EXPECT_OK(ds_gptoss_measure(TARGET, be, &p, &got));
+        EXPECT_OK(ds_gptoss_create(TARGET, be, &p, NULL, &c));
+        if (c) ds_gptoss_memory_plan(c, &want);
+        EXPECT_EQ_INT(got.weights, want.weights);
+        EXPECT_EQ_INT(got.kv, want.kv);
+        EXPECT_EQ_INT(got.activations, want.activations);
+        ds_gptoss_release(c);
+    }
+    struct ds_gptoss_plan too_long = {.max_slots = 1, .max_pos = 1 << 20, .max_rows = 4};
+    struct ds_gptoss_memory none;
+    EXPECT_STATUS(ds_gptoss_measure(TARGET, be, &too_long, &none), DS_ERR_RANGE);
+    EXPECT_ERROR_HAS("longer than the model allows");
+    EXPECT(ds_gptoss_measure(DS_SOURCE_DIR "/tests/fixtures/nope", be, &too_long, &none) != DS_OK);
+    EXPECT_ERROR_HAS("nope");
     ds_safetensors_close(st);
     ds_gptoss_release(m);
 }

@@ -200,6 +200,15 @@ static void pair_chain(void) {
         EXPECT_OK(ds_synthetic_target_create(&s, be, &tp, NULL, &t));
         if (t) EXPECT_OK(ds_synthetic_draft_create(&s, t, be, &dp, NULL, &d));
         if (d) EXPECT_OK(ds_chain_create(t, d, 3, &c));
+        if (run == 0 && t && d) { // the measures give what the creates placed
+            struct ds_gptoss_memory mt, md, pt, pd;
+            EXPECT_OK(ds_synthetic_target_measure(&s, be, &tp, &mt));
+            EXPECT_OK(ds_synthetic_draft_measure(&s, &tc, &tp, be, &dp, &md));
+            ds_gptoss_memory_plan(t, &pt);
+            ds_eagle3_memory_plan(d, &pd);
+            EXPECT(!memcmp(&mt, &pt, sizeof mt) && !memcmp(&md, &pd, sizeof md));
+            EXPECT(pt.weights > 0 && pd.weights > 0);
+        }
         if (c) {
             EXPECT_EQ_INT(ds_eagle3_draft_vocab(d), 512); // V < 32000: a full-vocabulary head
             int32_t prompt[10];

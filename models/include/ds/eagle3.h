@@ -85,6 +85,13 @@ enum ds_status ds_eagle3_create(const char *dir, const ds_gptoss_t *target, stru
                                 const struct ds_load_progress *progress, ds_eagle3_t **draft_out);
 void ds_eagle3_release(ds_eagle3_t *draft); // NULL is a no-op
 
+// The memory plan ds_eagle3_create would allocate for DIR (weights, KV, activations), measured
+// against the target's config and plan before the target exists (the activation dtype is the
+// one target_plan resolves to on `be`); nothing is allocated or loaded.
+enum ds_status ds_eagle3_measure(const char *dir, const struct ds_target_config *target_cfg,
+                                 const struct ds_gptoss_plan *target_plan, struct ds_backend *be,
+                                 const struct ds_eagle3_plan *plan, struct ds_gptoss_memory *out);
+
 // Extend: rows fed from target states. `rows` packs sequences exactly like a target batch
 // (tokens = the input token of each row, i.e. the token one position after the hidden state's
 // token; seqs give slot and position; logit_rows the rows whose logits are wanted). `hidden` is a

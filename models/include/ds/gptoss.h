@@ -107,6 +107,12 @@ enum ds_status ds_gptoss_create_from(const struct ds_target_config *cfg, const d
                                      const struct ds_load_progress *progress,
                                      ds_gptoss_t **model_out);
 
+// The memory plan ds_gptoss_create would allocate for DIR on `be` under `plan` (the same
+// checks, in the same order, and the same sizes), without allocating or loading anything: so a
+// command can check that the target and the draft both fit before either loads.
+enum ds_status ds_gptoss_measure(const char *dir, struct ds_backend *be,
+                                 const struct ds_gptoss_plan *plan, struct ds_gptoss_memory *out);
+
 struct ds_problems; // ds/checkpoint.h
 
 // The config values the constructors refuse whatever the backend: experts other than MXFP4, an

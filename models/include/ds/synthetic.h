@@ -84,6 +84,18 @@ enum ds_status ds_synthetic_draft_create(const struct ds_synthetic_spec *spec,
                                          const struct ds_load_progress *progress,
                                          ds_eagle3_t **draft_out);
 
+// The memory plans the two creates above would allocate (ds_gptoss_measure): nothing is
+// generated or allocated. The draft is measured against the target's config and plan (its
+// activation dtype follows the plan's), so both fit checks can run before the target exists.
+enum ds_status ds_synthetic_target_measure(const struct ds_synthetic_spec *spec,
+                                           struct ds_backend *be, const struct ds_gptoss_plan *plan,
+                                           struct ds_gptoss_memory *out);
+enum ds_status ds_synthetic_draft_measure(const struct ds_synthetic_spec *spec,
+                                          const struct ds_target_config *target_cfg,
+                                          const struct ds_gptoss_plan *target_plan,
+                                          struct ds_backend *be, const struct ds_eagle3_plan *plan,
+                                          struct ds_gptoss_memory *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -71,6 +71,14 @@ int ds_cli_synthetic(const char *arg, bool with_draft, struct ds_synthetic_spec 
 // --device cpu, which asks for the reference backend explicitly); DS_OK otherwise.
 enum ds_status ds_cli_synthetic_device(const char *arg, enum ds_device_kind want,
                                        const struct ds_device_info *info);
+// The two models' measured memory plans (ds_gptoss_measure, ds_eagle3_measure) against the
+// device's free bytes: DS_OK when they fit, else DS_ERR_NOMEM with one line naming the device,
+// what the plan needs, what is free and how to shrink the KV caches. Only what the models will
+// certainly allocate is counted (the step engine's buffers and CUDA's own come on top), so a
+// refusal is never wrong; a plan within a few hundred MB of the limit may still fail at create.
+struct ds_gptoss_memory;
+enum ds_status ds_cli_plan_fits(const char *device, const struct ds_gptoss_memory *target,
+                                const struct ds_gptoss_memory *draft, size_t free_bytes);
 // A command that needs CUDA device `device` (bench): 0 when ds_cuda_device_check finds it (no
 // context is made yet). Otherwise "draftscope CMD: <its message>" on stderr, the runtime's reason
 // included, and 1, the exit status for a problem outside the command line.
