@@ -111,6 +111,11 @@ static void run_synthetic(void) {
     EXPECT(strstr(out_text, "baseline: B 2") != NULL);
     EXPECT(strstr(out_text, "overhead") != NULL);
     EXPECT(strstr(out_text, "speedup") != NULL); // the summary's predicted speedup
+    // The summary's line from options_json.load: generated weights are placed, so a rate.
+    const char *wl = strstr(out_text, "  weights: target ");
+    double tw = 0, ts = 0, tr = 0;
+    EXPECT(wl && sscanf(wl, "  weights: target %lf GB in %lf s (%lf GB/s)", &tw, &ts, &tr) == 3);
+    EXPECT(tw > 0.1 && ts > 0 && fabs(tr - tw / ts) <= 0.01 * tr + 0.01);
     // The plan at start: the models' bytes, then what is left on the device.
     const char *ml = strstr(out_text, "memory: target weights ");
     EXPECT(ml && sscanf(ml, "memory: target weights %lf GB, KV %lf GB, activations %lf GB; draft "
