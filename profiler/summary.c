@@ -1315,13 +1315,14 @@ enum ds_status ds_summary_print_text(const struct ds_summary *s, FILE *f) {
         for (int i = 0; i < 2; i++) {
             fprintf(f, "%s %s %.3f GB ", i ? ";" : "", i ? "draft" : "target",
                     (double)s->load_bytes[i] / 1e9);
+            // Seconds to 3 significant digits: a generated or cached load takes milliseconds.
             if (!s->load_uploaded[i]) // mapped in place: the time is the checks', not a copy's
-                fprintf(f, "mapped in place (%.2f s)", s->load_seconds[i]);
+                fprintf(f, "mapped in place (%.3g s)", s->load_seconds[i]);
             else if (s->load_seconds[i] > 0)
-                fprintf(f, "in %.2f s (%.2f GB/s)", s->load_seconds[i],
+                fprintf(f, "in %.3g s (%.2f GB/s)", s->load_seconds[i],
                         (double)s->load_bytes[i] / 1e9 / s->load_seconds[i]);
             else
-                fprintf(f, "in %.2f s", s->load_seconds[i]);
+                fprintf(f, "in %.3g s", s->load_seconds[i]);
         }
         fprintf(f, " (the creating run's load)\n");
     }

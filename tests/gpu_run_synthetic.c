@@ -111,7 +111,8 @@ static void run_synthetic(void) {
     EXPECT(strstr(out_text, "baseline: B 2") != NULL);
     EXPECT(strstr(out_text, "overhead") != NULL);
     EXPECT(strstr(out_text, "speedup") != NULL); // the summary's predicted speedup
-    // The summary's line from options_json.load: generated weights are placed, so a rate.
+    // The summary's line from options_json.load: generated weights are placed, so a rate (the
+    // seconds are printed to 3 significant digits, the rate from the unrounded figures).
     const char *wl = strstr(out_text, "  weights: target ");
     double tw = 0, ts = 0, tr = 0;
     EXPECT(wl && sscanf(wl, "  weights: target %lf GB in %lf s (%lf GB/s)", &tw, &ts, &tr) == 3);

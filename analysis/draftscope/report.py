@@ -90,9 +90,9 @@ def build_html(run, n_boot=200, seed=0):
         def _one(name, e):
             gb = e["bytes"] / 1e9
             if not e["uploaded"]:
-                return f"{name} {gb:.3f} GB mapped in place ({e['seconds']:.2f} s)"
+                return f"{name} {gb:.3f} GB mapped in place ({e['seconds']:.3g} s)"
             rate = f" ({gb / e['seconds']:.2f} GB/s)" if e["seconds"] > 0 else ""
-            return f"{name} {gb:.3f} GB in {e['seconds']:.2f} s{rate}"
+            return f"{name} {gb:.3f} GB in {e['seconds']:.3g} s{rate}"
         parts.append(f"<p class='note'>Weights (the creating run's load): "
                      f"{_one('target', load['target'])}; {_one('draft', load['draft'])}.</p>")
     parts.append("<h2>Summary by batch size</h2><p class='note'>τ = mean acceptance length "

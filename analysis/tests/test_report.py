@@ -49,8 +49,8 @@ def test_report(samples, tmp_path, which):
                 "first: questions.jsonl: line 7: record 6: invalid JSON: &#x27;]&#x27; "
                 "expected.") in html  # the message's quotes escaped
         # options_json.load of the traced sample: 65.25 GB in 1.5 s, 1.93 GB in 0.125 s.
-        assert ("Weights (the creating run's load): target 65.250 GB in 1.50 s (43.50 GB/s); "
-                "draft 1.930 GB in 0.12 s (15.44 GB/s).") in html
+        assert ("Weights (the creating run's load): target 65.250 GB in 1.5 s (43.50 GB/s); "
+                "draft 1.930 GB in 0.125 s (15.44 GB/s).") in html
     else:
         assert "records read" not in html and "Weights (" not in html
     if which == "killed":
