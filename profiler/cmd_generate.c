@@ -7,7 +7,8 @@
 // not depend on anything but (seed, position). Stops on <|return|>, <|call|>, <|endoftext|> (the
 // config's eos ids when there is no tokenizer), after --max-new-tokens, or at the context limit.
 // --logits-out writes every generated position's logits to HDF5: `logits` [n, V] f32, `ids` [n]
-// i32 (the token chosen from each row) and `prompt_ids`.
+// i32 (the token chosen from each row), `prompt_ids` and the `stop` attribute; a stop at
+// non-finite logits keeps the file, with that row last (id -1) and `nonfinite_position`.
 //
 // --synthetic-weights 20b|120b[:SEED[:LAYERS]] (or a config.json) runs a model of real shapes with
 // weights generated on the device (ds/synthetic.h) instead of --target; without a prompt option it
@@ -179,6 +180,27 @@ static enum ds_status lf_append(struct logits_file *lf, const float *row, int32_
     return DS_OK;
 }
 
+// The file's end: `stop` (how the generation ended, as --json says) and, after a non-finite
+// stop, `nonfinite_position` (the last row is that position's logits, its id -1).
+static enum ds_status lf_set_stop(struct logits_file *lf, const char *stop,
+                                  long long nonfinite_at, const char *path) {
+    hid_t st = H5Tcopy(H5T_C_S1), as = H5Screate(H5S_SCALAR);
+    H5Tset_size(st, strlen(stop) + 1);
+    hid_t at = H5Acreate2(lf->file, "stop", st, as, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t e = at >= 0 ? H5Awrite(at, st, stop) : -1;
+    if (at >= 0) H5Aclose(at);
+    if (nonfinite_at >= 0) {
+        const int64_t v = nonfinite_at;
+        at = H5Acreate2(lf->file, "nonfinite_position", H5T_STD_I64LE, as, H5P_DEFAULT,
+                        H5P_DEFAULT);
+        e |= at >= 0 ? H5Awrite(at, H5T_NATIVE_INT64, &v) : -1;
+        if (at >= 0) H5Aclose(at);
+    }
+    H5Sclose(as);
+    H5Tclose(st);
+    return e < 0 ? ds_error_set(DS_ERR_IO, "%s: cannot write the stop attributes", path) : DS_OK;
+}
+
 // Closes the file; DS_ERR_IO when HDF5 could not write what it still held (a full disk).
 static enum ds_status lf_close(struct logits_file *lf, const char *path) {
     int bad = 0;
@@ -213,6 +235,7 @@ struct gen_state {
     struct ds_token_vec prompt, out;
     struct logits_file lf;
     bool lf_open;
+    bool lf_whole; // every row and the stop attributes written (kept even when the exit is 1)
     float *row;        // (V) host
     float *probs_host; // (B, V) host
     void *probs_dev;   // (B, V) f32 device
@@ -569,6 +592,12 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
             if (s != DS_ERR_RANGE) return fail(ds_error_last());
             stop = "error";
             nonfinite_at = pos;
+            // The row that failed goes into --logits-out too (id -1: no token was chosen), so
+            // the file shows where the NaN or Inf is; the file is kept (docs/cli.md).
+            if (g->lf_open &&
+                ((s = ds_gptoss_download_logits(g->m, 1, g->row)) != DS_OK ||
+                 (s = lf_append(&g->lf, g->row, -1, o->logits_out)) != DS_OK))
+                return fail(ds_error_last());
             break;
         }
         const int32_t id = g->ids[0];
@@ -596,6 +625,11 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
             return fail(ds_error_last());
     }
     double t_decode = ds_cli_now_s() - t0 - t_prefill;
+    if (g->lf_open) { // every row is in: the file is whole, a non-finite stop included
+        if ((s = lf_set_stop(&g->lf, stop, nonfinite_at, o->logits_out)) != DS_OK)
+            return fail(ds_error_last());
+        g->lf_whole = true;
+    }
 
     // Output.
     struct ds_byte_vec text = {0}, esc = {0};
@@ -671,7 +705,9 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
     ds_byte_vec_free(&raw);
     if (nonfinite_at >= 0) {
         fprintf(stderr, "draftscope generate: %s: non-finite logits (NaN or Inf) for position "
-                        "%lld; generation stopped there\n", model, nonfinite_at);
+                        "%lld; generation stopped there%s%s%s\n", model, nonfinite_at,
+                o->logits_out ? " (" : "", o->logits_out ? o->logits_out : "",
+                o->logits_out ? " keeps the rows up to it, its own last, id -1)" : "");
         return 1;
     }
     return 0;
@@ -821,9 +857,11 @@ int ds_cmd_generate(int argc, char **argv) {
     int rc = run(&g, &o);
     fflush(stdout);
     if (g.lf_open) {
-        // A file cut short by a failure is removed rather than left looking whole.
-        if (lf_close(&g.lf, o.logits_out) != DS_OK && rc == 0) rc = fail(ds_error_last());
-        if (rc != 0 && g.lf.created && unlink(o.logits_out) == 0)
+        // A file cut short by a failure is removed rather than left looking whole; one that
+        // ends at non-finite logits is whole (its stop attribute says so) and is kept.
+        const bool closed = lf_close(&g.lf, o.logits_out) == DS_OK;
+        if (!closed && rc == 0) rc = fail(ds_error_last());
+        if ((!closed || (rc != 0 && !g.lf_whole)) && g.lf.created && unlink(o.logits_out) == 0)
             fprintf(stderr, "draftscope generate: %s removed (incomplete)\n", o.logits_out);
     }
     if (g.be) {

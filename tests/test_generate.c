@@ -60,6 +60,26 @@ static int read_h5(const char *name, int rank, void *buf, hid_t type, hsize_t *d
     return ok ? 0 : -1;
 }
 
+// A scalar attribute of out_h5: a string (type H5T_C_S1) into buf of cap bytes, or a number.
+static int read_h5_attr(const char *name, hid_t type, void *buf, size_t cap) {
+    hid_t f = H5Fopen(out_h5, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return -1;
+    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+    int ok = a >= 0;
+    if (ok && type == H5T_C_S1) {
+        hid_t ft = H5Aget_type(a), mt = H5Tcopy(H5T_C_S1);
+        const size_t n = H5Tget_size(ft);
+        ok = H5Tget_class(ft) == H5T_STRING && n <= cap && H5Tset_size(mt, n) >= 0 &&
+             H5Aread(a, mt, buf) >= 0;
+        H5Tclose(mt), H5Tclose(ft);
+    } else if (ok) {
+        ok = H5Aread(a, type, buf) >= 0;
+    }
+    if (a >= 0) H5Aclose(a);
+    H5Fclose(f);
+    return ok ? 0 : -1;
+}
+
 static const char *const PROMPT = "5,17,300,42,7,99,256,3";
 
 // Greedy: 6 tokens, each the naive argmax given everything before it; logits rows match.
@@ -100,6 +120,11 @@ static void greedy_matches_naive(void) {
     EXPECT(read_h5("prompt_ids", 1, prompt, H5T_NATIVE_INT32, dims) == 0);
     EXPECT(!memcmp(h5ids, seq + 8, sizeof h5ids));
     EXPECT(!memcmp(prompt, seq, sizeof prompt));
+    char stop[32] = "";
+    EXPECT(read_h5_attr("stop", H5T_C_S1, stop, sizeof stop) == 0);
+    EXPECT_EQ_STR(stop, "max_new_tokens");
+    int64_t at = 0;
+    EXPECT(read_h5_attr("nonfinite_position", H5T_NATIVE_INT64, &at, sizeof at) != 0); // none
     double scale, err = nv_max_err(logits, ref + 7 * 512, 6 * 512, &scale);
     EXPECT(err <= LOGIT_RTOL * scale);
     free(ref), free(logits);
@@ -301,15 +326,49 @@ static void nonfinite_logits_stop(void) {
     ds_safetensors_close(st);
     const char *argv[] = {"generate", "--target",         dir,   "--prompt-ids",
                           PROMPT,     "--max-new-tokens", "4",   "--device",
-                          "cpu",      "--json",           "--temperature", "0.8"};
+                          "cpu",      "--json",           "--temperature", "0.8",
+                          "--logits-out", out_h5, "--overwrite"};
     for (int sampled = 0; ok && sampled < 2; sampled++) {
-        EXPECT_EQ_INT(gen(sampled ? 12 : 10, argv), 1);
+        // Greedy with --logits-out (argv up to --json, then the last three), sampled without.
+        const char *a[16];
+        int n = 0;
+        for (int i = 0; i < (sampled ? 12 : 10); i++)
+            a[n++] = argv[i];
+        for (int i = 12; !sampled && i < 15; i++)
+            a[n++] = argv[i];
+        unlink(out_h5);
+        // stderr's last line (the stdout report goes to the same place here: not read)
+        char err[2048];
+        EXPECT_EQ_INT(ru_capture(ds_cmd_generate, n, (char **)a, err, sizeof err), 1);
+        EXPECT(strstr(err, sampled ? "generation stopped there\n"
+                                   : "generation stopped there (") != NULL);
+        if (!sampled)
+            EXPECT(strstr(err, "keeps the rows up to it, its own last, id -1)\n") != NULL);
+        unlink(out_h5);
+        EXPECT_EQ_INT(gen(n, a), 1);
         json_t *r = report();
         if (!r) continue;
         EXPECT_EQ_STR(json_string_value(json_object_get(r, "stop")), "error");
         EXPECT_EQ_INT(json_integer_value(json_object_get(r, "nonfinite_position")), 8);
         EXPECT_EQ_INT(json_array_size(json_object_get(r, "ids")), 0);
         json_decref(r);
+        if (sampled) continue;
+        // The logits file is kept: the non-finite row (position 8) with id -1, NaN at id 7
+        // (the NaN lm_head row) and finite elsewhere, and the stop attributes.
+        float row[512];
+        int32_t id = 0;
+        hsize_t dims[2] = {0, 0};
+        EXPECT(read_h5("logits", 2, row, H5T_NATIVE_FLOAT, dims) == 0);
+        EXPECT(dims[0] == 1 && dims[1] == 512);
+        EXPECT(read_h5("ids", 1, &id, H5T_NATIVE_INT32, dims) == 0);
+        EXPECT_EQ_INT(id, -1);
+        EXPECT(isnan(row[7]) && isfinite(row[6]) && isfinite(row[8]));
+        char stop[16] = "";
+        int64_t at = -1;
+        EXPECT(read_h5_attr("stop", H5T_C_S1, stop, sizeof stop) == 0);
+        EXPECT_EQ_STR(stop, "error");
+        EXPECT(read_h5_attr("nonfinite_position", H5T_NATIVE_INT64, &at, sizeof at) == 0);
+        EXPECT_EQ_INT(at, 8);
     }
     argv[2] = NAN_SRC;
     EXPECT_EQ_INT(gen(10, argv), 0);
