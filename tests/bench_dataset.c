@@ -138,6 +138,7 @@ static int usage_error(const char *what, const char *arg) {
 int main(int argc, char **argv) {
     const char *file = NULL, *synth = "/tmp/ds_sharegpt_v3_synth.json";
     size_t n_conv = 94145;
+    bool conv_given = false;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
@@ -158,6 +159,7 @@ int main(int argc, char **argv) {
             synth = v;
         } else if (ds_cli_int_opt(o, v, 1, BENCH_MAX_CONVERSATIONS, &n, msg, sizeof msg)) {
             n_conv = (size_t)n;
+            conv_given = true;
         } else { // atol took "abc" as 0 and wrote an empty file
             char what[128];
             snprintf(what, sizeof what, "%s, got", msg);
@@ -167,6 +169,9 @@ int main(int argc, char **argv) {
     struct stat st;
     if (!file) {
         file = synth;
+        if (conv_given && !stat(file, &st)) // said, so a changed count is not silently ignored
+            printf("--conversations %zu ignored: %s exists and is used as it is (remove it to "
+                   "generate it again)\n", n_conv, file);
         if (stat(file, &st)) {
             double t0 = now();
             if (generate(file, n_conv)) {

@@ -65,6 +65,18 @@ else
     echo "not ok runs: exit $rc"
     cat "$work/out" "$work/err"
 fi
+# Run again with another count: the existing file is used, and the first line says so.
+check conversations_ignored 0 out \
+    "--conversations 5 ignored: $synth exists and is used as it is (remove it to generate it again)" \
+    --synth "$synth" --conversations 5
+if grep -q "^all, every turn .* records 3, " "$work/out"; then
+    passed=$((passed + 1))
+    echo "ok existing_file_used"
+else
+    failed=$((failed + 1))
+    echo "not ok existing_file_used"
+    cat "$work/out"
+fi
 rm -f "$synth" "$work/out" "$work/err"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
