@@ -69,14 +69,9 @@ fi
 check conversations_ignored 0 out \
     "--conversations 5 ignored: $synth exists and is used as it is (remove it to generate it again)" \
     --synth "$synth" --conversations 5
-if grep -q "^all, every turn .* records 3, " "$work/out"; then
-    passed=$((passed + 1))
-    echo "ok existing_file_used"
-else
-    failed=$((failed + 1))
-    echo "not ok existing_file_used"
-    cat "$work/out"
-fi
+grep -q "^all, every turn .* records 3, " "$work/out" && ok=1 || ok=0
+[ $ok -eq 1 ] && passed=$((passed + 1)) || failed=$((failed + 1))
+[ $ok -eq 1 ] && echo "ok existing_file_used" || { echo "not ok existing_file_used"; cat "$work/out"; }
 rm -f "$synth" "$work/out" "$work/err"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
