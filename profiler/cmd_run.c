@@ -111,8 +111,9 @@ static void usage(FILE *f) {
         "      --resume                continue an interrupted run in the same file (same\n"
         "                              models, dataset, seed, K, rule, temperature, top-p,\n"
         "                              max-new-tokens, turns, reasoning effort, shuffle,\n"
-        "                              activations, tokenizer file, --max-context as given and\n"
-        "                              aux boundaries; -N may grow, batch sizes may be added)\n"
+        "                              activations, tokenizer file, --max-context as given,\n"
+        "                              aux boundaries and numerics; -N may grow, batch sizes\n"
+        "                              may be added)\n"
         "      --aux-convention C      read the draft's aux layer ids as output-of (SpecForge),\n"
         "                              capture-before (vLLM) or boundary ids, instead of the\n"
         "                              convention its config implies (docs/checkpoints.md): feed\n"
@@ -121,6 +122,11 @@ static void usage(FILE *f) {
         "      --activations A         auto (default: the backend's own, f32 on the cpu, bf16 on\n"
         "                              cuda), f32 or bf16 (cuda only); f32 on cuda gives the\n"
         "                              cpu's records (same tool on either device)\n"
+        "      --numerics N            invariant (default: a sequence's bits never depend on\n"
+        "                              its batch) or batch-variant (cuda only: the attention\n"
+        "                              splits a row's keys by the call's size, as flash-decoding\n"
+        "                              engines do), to see how much acceptance moves across\n"
+        "                              batch sizes with numerics alone (docs/cli.md)\n"
         "tracing (docs/tracing.md):\n"
         "      --trace LEVEL           off (default), phases (per-phase GPU times in the steps\n"
         "                              rows and /ranges) or kernels (also CUPTI kernel records\n"
@@ -164,6 +170,7 @@ struct run_opts {
     enum ds_reasoning reasoning;
     enum ds_device_kind device;
     enum ds_act_choice act; // DS_ACT_DEFAULT = auto
+    bool batch_variant;     // --numerics batch-variant
     enum ds_rec_trace_level trace;
     bool baseline;
     bool aux_set;                     // --aux-convention given
@@ -339,6 +346,11 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
         return fail(ds_error_last());
     // Checked here, not at model create: auto may have resolved to the cpu, and the message
     // should name the flag rather than the op that lacks bf16.
+    if (o->batch_variant && info.kind != DS_DEVICE_CUDA) {
+        ds_error_set(DS_ERR_UNSUPPORTED, "--numerics batch-variant needs the cuda device "
+                     "(running on %s, whose reference ops have one order)", info.name);
+        return fail(ds_error_last());
+    }
     if (o->act == DS_ACT_BF16 && info.kind != DS_DEVICE_CUDA) {
         ds_error_set(DS_ERR_UNSUPPORTED, "--activations bf16 needs the cuda device (running on "
                      "%s, whose reference ops are f32 only)", info.name);
@@ -442,6 +454,7 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     if (s) return fail(ds_error_last());
     s = info.kind == DS_DEVICE_CUDA ? ds_backend_cuda_create(info.cuda_device, &g->be)
                                     : ds_backend_ref_create(&g->be);
+    if (!s && o->batch_variant) s = ds_backend_cuda_set_numerics(g->be, DS_NUMERICS_BATCH_VARIANT);
     if (s) return fail(ds_error_last());
     struct ds_gptoss_plan tp = {0};
     struct ds_eagle3_plan dp = {0};
@@ -594,6 +607,8 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     json_object_set_new(opt, "activations",
                         json_string(ds_gptoss_act(g->target) == DS_ELEM_F32 ? "f32" : "bf16"));
     json_object_set_new(opt, "trace", json_string(ds_trace_level_name(level)));
+    json_object_set_new(opt, "numerics",
+                        json_string(o->batch_variant ? "batch-variant" : "invariant"));
     if (!isnan(overhead)) json_object_set_new(opt, "trace_overhead", json_real(overhead));
     { // What the run read of its dataset and what it left out (the stderr line, kept).
         const struct ds_dataset_stats *dst = ds_dataset_stats(g->ds);
@@ -658,9 +673,11 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     // grow (the first N of the same order), --batch-sizes may add sizes, tracing may change.
     static const char *const resume_options[] = {
         "max_new_tokens", "turns",           "reasoning_effort", "shuffle",
-        "activations",    "tokenizer_sha256", "max_context_given", "aux_boundaries", NULL};
+        "activations",    "tokenizer_sha256", "max_context_given", "aux_boundaries",
+        "numerics",       NULL};
     struct ds_run_meta meta = {
         .resume_options = resume_options,
+        .resume_defaults = "{\"numerics\":\"invariant\"}", // files written before the option
         .command_line = g->cmdline,
         .gpu_name = info.name,
         .driver_version = drv,
@@ -825,7 +842,8 @@ int ds_cmd_run(int argc, char **argv) {
         O_TRACE,
         O_BASELINE,
         O_SYNTH,
-        O_AUXCONV
+        O_AUXCONV,
+        O_NUMERICS
     };
     static const struct option long_opts[] = {
         {"target", required_argument, NULL, 't'},
@@ -853,6 +871,7 @@ int ds_cmd_run(int argc, char **argv) {
         {"resume", no_argument, NULL, O_RESUME},
         {"device", required_argument, NULL, O_DEVICE},
         {"activations", required_argument, NULL, O_ACT},
+        {"numerics", required_argument, NULL, O_NUMERICS},
         {"trace", required_argument, NULL, O_TRACE},
         {"baseline", no_argument, NULL, O_BASELINE},
         {"quiet", no_argument, NULL, 'q'},
@@ -968,6 +987,11 @@ int ds_cmd_run(int argc, char **argv) {
             else if (!strcmp(optarg, "bf16")) o.act = DS_ACT_BF16;
             else return usage_error("--activations wants auto, f32 or bf16", optarg);
             break;
+        case O_NUMERICS:
+            if (!strcmp(optarg, "invariant")) o.batch_variant = false;
+            else if (!strcmp(optarg, "batch-variant")) o.batch_variant = true;
+            else return usage_error("--numerics wants invariant or batch-variant", optarg);
+            break;
         case O_TRACE:
             if (ds_trace_level_parse(optarg, &o.trace) != DS_OK)
                 return usage_error("--trace wants off, phases or kernels", optarg);
@@ -1005,6 +1029,9 @@ int ds_cmd_run(int argc, char **argv) {
     if (o.act == DS_ACT_BF16 && o.device == DS_DEVICE_CPU)
         return usage_error("--activations bf16 needs --device cuda (the cpu reference is f32 "
                            "only)", NULL);
+    if (o.batch_variant && o.device == DS_DEVICE_CPU)
+        return usage_error("--numerics batch-variant needs --device cuda (the cpu reference has "
+                           "one order)", NULL);
     if (o.synthetic) {
         const int src = check_synthetic(&o);
         if (src) return src;

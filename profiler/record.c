@@ -878,10 +878,12 @@ static enum ds_status check_resume_options(ds_recorder_t *rec, const struct ds_r
     char *text = ds_h5_attr_strdup(rec->file, "options_json");
     json_t *file = text ? json_loads(text, 0, NULL) : NULL;
     json_t *now = json_loads(m->options_json, 0, NULL);
+    json_t *defaults = m->resume_defaults ? json_loads(m->resume_defaults, 0, NULL) : NULL;
     free(text);
     enum ds_status st = DS_OK;
     for (const char *const *k = m->resume_options; *k && !st && json_is_object(file); k++) {
         json_t *fv = json_object_get(file, *k), *nv = json_object_get(now, *k);
+        if (!fv) fv = json_object_get(defaults, *k); // what a file without the key implies
         if (!fv || json_equal(fv, nv)) continue;
         char *fs = json_dumps(fv, JSON_ENCODE_ANY | JSON_COMPACT);
         char *ns = nv ? json_dumps(nv, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
@@ -892,6 +894,7 @@ static enum ds_status check_resume_options(ds_recorder_t *rec, const struct ds_r
     }
     json_decref(file);
     json_decref(now);
+    json_decref(defaults);
     return st;
 }
 

@@ -339,6 +339,7 @@ static enum ds_status read_options(struct ctx *c) {
     s->n_baseline = 0;
     s->has_dataset = 0;
     s->has_load = 0;
+    snprintf(s->numerics, sizeof s->numerics, "invariant");
     char *text = ds_h5_attr_strdup(c->file, "options_json");
     if (!text || !text[0]) {
         free(text);
@@ -376,6 +377,17 @@ static enum ds_status read_options(struct ctx *c) {
         s->dataset_skipped_malformed = (uint64_t)json_integer_value(sm);
         const char *first = json_string_value(json_object_get(dj, "first_skip"));
         snprintf(s->dataset_first_skip, sizeof s->dataset_first_skip, "%s", first ? first : "");
+    }
+    json_t *nj = json_object_get(o, "numerics");
+    if (nj) {
+        const char *v = json_string_value(nj);
+        if (!v || (strcmp(v, "invariant") && strcmp(v, "batch-variant"))) {
+            st = ds_error_set(DS_ERR_FORMAT,
+                              "%s: options_json.numerics is not \"invariant\" or \"batch-variant\"",
+                              c->path);
+            goto cleanup;
+        }
+        snprintf(s->numerics, sizeof s->numerics, "%s", v);
     }
     json_t *lj = json_object_get(o, "load");
     if (lj) {
@@ -1264,6 +1276,10 @@ enum ds_status ds_summary_print_text(const struct ds_summary *s, FILE *f) {
     fprintf(f, "draftscope summary: %s\n", s->path);
     fprintf(f, "  schema v%u, rule %s, K %u, temperature %g, top-p %g, seed %" PRIu64 "\n",
             s->schema_version, s->rule[0] ? s->rule : "?", s->k, s->temperature, s->top_p, s->seed);
+    if (strcmp(s->numerics, "invariant")) // said only when the batch may move the numbers
+        fprintf(f, "  numerics: %s (each call's attention split follows its size, as in "
+                   "flash-decoding engines: acceptance may differ between batch sizes)\n",
+                s->numerics);
     fprintf(f, "  %u writer session%s, the last %s%s\n", s->n_sessions,
             s->n_sessions == 1 ? "" : "s", session_name(s->last_session_status),
             s->last_session_status == DS_REC_SESSION_RUNNING
@@ -1433,6 +1449,7 @@ enum ds_status ds_summary_print_json(const struct ds_summary *s, FILE *f) {
                         json_string(session_name(s->last_session_status)));
     json_object_set_new(run, "trace_overhead", real_or_null(s->trace_overhead));
     json_object_set_new(run, "trace_dropped", u64(s->trace_dropped));
+    json_object_set_new(run, "numerics", json_string(s->numerics));
     if (s->has_dataset) {
         json_t *dj = json_object();
         json_object_set_new(dj, "records_read", u64(s->dataset_records_read));

@@ -9,7 +9,8 @@
 //
 // Also: CUDA-graph replay gives bitwise the logits of eager launches (decode and verify steps of
 // the target at batch 8, draft steps), and graphs were really captured and launched.
-// Under DS_GPU_TEST_SMALL the two 120b-slice cases are skipped; the fixture pair's three run.
+// Also: with the backend's batch-variant numerics the same decode row does change with its batch.
+// Under DS_GPU_TEST_SMALL the 120b-slice cases are skipped; the fixture pair's three run.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -409,6 +410,79 @@ static void graphs_real_shapes(void) {
     pair_release(&p);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Batch-variant numerics (run --numerics batch-variant): the backend then splits a row's keys by
+// the call's size, so s0's decode row at position 900 (29 key chunks) alone (1 row: 16 splits
+// at most, the invariant split's 8) and beside 15 one-row neighbours (16 rows: one split) gives
+// other bits, close to each other; with invariant numerics the two are equal, bit for bit.
+
+// s0's logits for its decode at 900 after a 900-row prefill, alone or beside 15 neighbours.
+static void variant_decode(ds_gptoss_t *t, int V, bool beside, float *out) {
+    enum { N0 = 900, NB = 15 };
+    int32_t *tok = malloc(sizeof(int32_t) * N0), last = N0 - 1;
+    for (int i = 0; i < N0; i++)
+        tok[i] = s0_token(i, V);
+    struct ds_attn_seq pre = {.row0 = 0, .n_rows = N0, .pos0 = 0, .slot = 0};
+    struct ds_batch b = {.n_rows = N0, .tokens = tok, .n_seq = 1, .seqs = &pre,
+                         .n_logit_rows = 1, .logit_rows = &last};
+    EXPECT_OK(ds_gptoss_forward(t, &b));
+    struct ds_attn_seq seqs[1 + NB];
+    int32_t dtok[1 + NB], rows[1 + NB];
+    const int n = beside ? 1 + NB : 1;
+    for (int i = 0; i < n; i++) { // s0 first, then neighbours at position 0 of their own slots
+        seqs[i] = (struct ds_attn_seq){.row0 = i, .n_rows = 1, .pos0 = i ? 0 : N0, .slot = i};
+        dtok[i] = i ? (int32_t)(7 * i) : s0_token(N0, V);
+        rows[i] = i;
+    }
+    b = (struct ds_batch){.n_rows = n, .tokens = dtok, .n_seq = n, .seqs = seqs,
+                          .n_logit_rows = 1, .logit_rows = rows};
+    EXPECT_OK(ds_gptoss_forward(t, &b));
+    EXPECT_OK(ds_gptoss_download_logits(t, 1, out));
+    free(tok);
+}
+
+static void batch_variant_numerics(void) {
+    struct ds_synthetic_spec s;
+    struct ds_target_config tc;
+    EXPECT_OK(ds_synthetic_parse("120b:5:4", &s));
+    EXPECT_OK(ds_synthetic_target_config(&s, &tc));
+    struct ds_gptoss_plan tp = {.max_slots = 16, .max_pos = 1024, .max_rows = 900,
+                                .max_logit_rows = 16};
+    ds_gptoss_t *t = NULL;
+    EXPECT_OK(ds_synthetic_target_create(&s, be, &tp, NULL, &t));
+    if (!t) return;
+    const int V = (int)tc.vocab_size;
+    float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
+    for (int variant = 0; variant < 2; variant++) {
+        EXPECT_OK(ds_backend_cuda_set_numerics(
+            be, variant ? DS_NUMERICS_BATCH_VARIANT : DS_NUMERICS_INVARIANT));
+        variant_decode(t, V, false, a);
+        variant_decode(t, V, true, b);
+        double mx = 0, diff = 0;
+        int differ = 0;
+        for (int v = 0; v < V; v++) {
+            mx = fmax(mx, fabs(a[v]));
+            diff = fmax(diff, fabs((double)a[v] - b[v]));
+            differ += memcmp(&a[v], &b[v], sizeof(float)) != 0;
+        }
+        printf("  %s: s0's decode logits alone vs beside 15: %d of %d differ, max |diff| %.3g "
+               "(max |logit| %.3g)\n", variant ? "batch-variant" : "invariant", differ, V, diff,
+               mx);
+        if (!variant) {
+            EXPECT_EQ_INT(differ, 0);
+        } else {
+            EXPECT(differ > 0); // the split moved with the batch: the mode does what it says
+            // A merge order changes attention outputs in fp32 rounding (~1e-7 relative), which
+            // bf16 activations round to at most an ulp (2^-8 relative) per element and layer:
+            // over 4 layers and the lm_head a few ulps of the logits' scale, far below 2^-4.
+            EXPECT(diff <= 0x1p-4 * mx && mx > 0);
+        }
+    }
+    EXPECT_OK(ds_backend_cuda_set_numerics(be, DS_NUMERICS_INVARIANT)); // for the tests after
+    free(a), free(b);
+    ds_gptoss_release(t);
+}
+
 int main(void) {
     G_REQUIRE_GPU();
     if (ds_backend_cuda_create(0, &be) != DS_OK) {
@@ -420,6 +494,7 @@ int main(void) {
     G_RUN_LARGE(real_shapes_120b_slice);
     DS_RUN(graphs_fixture);
     G_RUN_LARGE(graphs_real_shapes);
+    G_RUN_LARGE(batch_variant_numerics);
     ds_backend_release(be);
     return ds_test_end();
 }

@@ -97,6 +97,7 @@ static void *g_upload_skewed(const float *x, size_t n, enum ds_elem e, int skew,
 // cache_settled of the next gpu_run calls: the inputs are uploaded by synchronous copies, so the
 // op may copy cached keys before its grid dependency (it must give the same bits either way).
 static int g_settled;
+static int g_max_splits; // ds_attention_args.max_splits of every gpu_run (0: the invariant 16)
 
 // Runs the CUDA op with the given dtypes, with a workspace (split path) or without; returns out
 // (as floats and as raw bytes) and the caches after the call as floats. skew 1 misaligns k and v,
@@ -109,6 +110,7 @@ static void gpu_run(const struct aprob *p, enum ds_elem act, enum ds_elem cdt, e
     void *k_base, *v_base;
     a.act = act, a.cache_dtype = cdt, a.sinks_dtype = sdt;
     a.cache_settled = g_settled;
+    a.max_splits = g_max_splits;
     a.seqs = g_upload(p->seqs, sizeof(struct ds_attn_seq) * p->n_seq);
     a.q = g_upload_as(p->q, nq, act), a.k = g_upload_skewed(p->k, nkv, act, skew, &k_base);
     a.v = g_upload_skewed(p->v, nkv, act, skew, &v_base);
@@ -348,6 +350,61 @@ static void attention_decode_split_repeats(void) {
         }
         aprob_free(&p);
     }
+}
+
+// The batch-variant split (max_splits 1, 2, 5: what ds_attention_variant_splits gives calls of
+// 14+, 9..13 and 4 rows on an H200) on the long-context rows (up to 9000 keys) and a deep decode:
+// each checked against the reference like the invariant split (check_case: both paths, same
+// bits, caches), since only the merge order moves; 16 is the invariant split bit for bit, and a
+// smaller cap gives other bits on the 9000-key row (the knob acts).
+static void attention_split_cap(void) {
+    struct aprob p = {.name = "long context, split cap", .T = 10, .NH = 64, .NKV = 8, .D = 64,
+                      .S = 3, .P = 9000, .window = 0, .n_seq = 3};
+    p.seqs[0] = (struct ds_attn_seq){.row0 = 0, .n_rows = 1, .pos0 = 8999, .slot = 0};
+    p.seqs[1] = (struct ds_attn_seq){.row0 = 1, .n_rows = 4, .pos0 = 6141, .slot = 2};
+    p.seqs[2] = (struct ds_attn_seq){.row0 = 5, .n_rows = 5, .pos0 = 4094, .slot = 1};
+    aprob_fill(&p, 530, 1);
+    static const int caps[] = {1, 2, 5};
+    for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+        g_max_splits = caps[c];
+        printf("  max_splits %d\n", caps[c]);
+        check_case(&p);
+    }
+    const size_t n0 = (size_t)p.NH * p.D; // row 0: the 9000-key decode row
+    for (int ai = 0; ai < 2; ai++) {
+        const enum ds_elem act = ai ? DS_ELEM_BF16 : DS_ELEM_F32;
+        unsigned char *raw[3];
+        float *o, *kc, *vc;
+        static const int runs[3] = {0, 16, 2};
+        for (int r = 0; r < 3; r++) {
+            g_max_splits = runs[r];
+            gpu_run(&p, act, act, act, 1, 0, &o, &raw[r], &kc, &vc);
+            free(o), free(kc), free(vc);
+        }
+        char what[160];
+        snprintf(what, sizeof what, "act %s: max_splits 16 vs 0 (the invariant split)",
+                 dt_name(act));
+        g_same_bytes(what, raw[1], raw[0], n0 * esize(act), esize(act));
+        if (!memcmp(raw[2], raw[0], n0 * esize(act)))
+            DS_FAILF("act %s: max_splits 2 gave the invariant split's bits on a 9000-key row",
+                     dt_name(act));
+        for (int r = 0; r < 3; r++) free(raw[r]);
+    }
+    g_max_splits = 0;
+    aprob_free(&p);
+}
+
+// The batch-variant split choice, by hand (H200: 132 SMs, gpt-oss: 8 KV heads): 8 blocks at one
+// row fill 132 SMs with 17 splits, capped at 16; 4 rows 32 blocks, 5; 13 rows 104 blocks (< 80%
+// of 132), 2; 14 rows 112 blocks (>= 105.6), 1.
+static void attention_variant_split_choice(void) {
+    EXPECT_EQ_INT(ds_attention_variant_splits(1, 8, 132), 16);
+    EXPECT_EQ_INT(ds_attention_variant_splits(4, 8, 132), 5);
+    EXPECT_EQ_INT(ds_attention_variant_splits(13, 8, 132), 2);
+    EXPECT_EQ_INT(ds_attention_variant_splits(14, 8, 132), 1);
+    EXPECT_EQ_INT(ds_attention_variant_splits(128, 8, 132), 1);
+    EXPECT_EQ_INT(ds_attention_variant_splits(2, 8, 132), 9);
+    EXPECT_EQ_INT(ds_attention_variant_splits(1, 8, 0), 1); // no SM count: no split
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -670,6 +727,7 @@ static void attention_workspace_formula(void) {
 int main(void) {
     DS_RUN(attention_rejects_bad_arguments);
     DS_RUN(attention_workspace_formula);
+    DS_RUN(attention_variant_split_choice);
     if (ds_cuda_device_count() == 0) {
         if (ds_test_end()) return 1; // a host-side failure counts even without a GPU
         DS_SKIP("no CUDA device (host-side argument checks passed)");
@@ -677,6 +735,7 @@ int main(void) {
     DS_RUN(attention_matches_reference_tiny_configs);
     G_RUN_LARGE(attention_matches_reference_gptoss_shapes);
     DS_RUN(attention_decode_split_repeats);
+    G_RUN_LARGE(attention_split_cap);
     DS_RUN(attention_fused_append_matches_separate);
     G_RUN_LARGE(attention_is_batch_invariant);
     G_RUN_LARGE(attention_timing); // up to 32768 keys; a sanitizer's timing says nothing anyway

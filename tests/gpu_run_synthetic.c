@@ -254,6 +254,35 @@ static void run_refused_when_the_pair_does_not_fit(void) {
     EXPECT(access(OUT, F_OK) != 0);
 }
 
+// --numerics batch-variant: the run goes through, stores the mode (options_json.numerics) and
+// its summary says it; a --resume of it with invariant numerics is refused.
+static void run_batch_variant(void) {
+    unlink(OUT);
+    char *argv[] = {"run", "--synthetic-weights", "120b:0:4", "--tokenizer", TOKENIZER,
+                    "--dataset", QUESTIONS, "--num-conversations", "2", "--batch-sizes", "1,2",
+                    "--max-new-tokens", "8", "--device", "cuda", "--numerics", "batch-variant",
+                    "--out", OUT, NULL};
+    int rc = run_capture((int)(sizeof argv / sizeof *argv) - 1, argv);
+    printf("# draftscope run --numerics batch-variant exit %d; stderr:\n%s", rc, err_text);
+    EXPECT_EQ_INT(rc, 0);
+    EXPECT(strstr(out_text, "  numerics: batch-variant (each call's attention split follows "
+                            "its size") != NULL);
+    char opts[4096];
+    ru_read_attr_str(OUT, "options_json", opts, sizeof opts);
+    EXPECT(strstr(opts, "\"numerics\":\"batch-variant\"") != NULL);
+    argv[16] = "invariant";
+    char *resume[sizeof argv / sizeof *argv + 1];
+    int n = 0;
+    for (char **a = argv; *a; a++)
+        resume[n++] = *a;
+    resume[n++] = "--resume";
+    resume[n] = NULL;
+    rc = run_capture(n, resume);
+    EXPECT_EQ_INT(rc, 1);
+    EXPECT(strstr(err_text, "cannot resume: numerics differs (file \"batch-variant\", now "
+                            "\"invariant\")") != NULL);
+}
+
 int main(void) {
     if (ds_cuda_device_count() == 0) DS_SKIP("no CUDA device");
     // No case of small shape to keep: skipped (77), not a pass that checked nothing.
@@ -262,6 +291,7 @@ int main(void) {
         DS_SKIP("tests/data is missing the o200k tokenizer or the Spec-Bench questions");
     DS_RUN(run_synthetic);
     DS_RUN(run_refused_when_the_pair_does_not_fit);
+    DS_RUN(run_batch_variant);
     unlink(OUT);
     return ds_test_end();
 }

@@ -929,13 +929,28 @@ static void resume_appends_and_checks_metadata(void) {
     o.options_json = "{}";
     EXPECT_STATUS(ds_recorder_open_resume(path, &o, &info, &rec), DS_ERR_MISMATCH);
     EXPECT_ERROR_HAS("max_new_tokens differs (file 256, now absent)");
+    // A key the file lacks, read as resume_defaults says such a file implies: refused when now
+    // differs from that value (the file predates the option, e.g. numerics).
+    static const char *const with_numerics[] = {"max_new_tokens", "numerics", NULL};
+    o.resume_options = with_numerics;
+    o.resume_defaults = "{\"numerics\":\"invariant\"}";
+    o.options_json = "{\"max_new_tokens\":256,\"numerics\":\"batch-variant\"}";
+    EXPECT_STATUS(ds_recorder_open_resume(path, &o, &info, &rec), DS_ERR_MISMATCH);
+    EXPECT(rec == NULL);
+    EXPECT_ERROR_HAS("cannot resume: numerics differs (file \"invariant\", now "
+                     "\"batch-variant\")");
+    o.resume_options = keys;
+    o.resume_defaults = NULL;
     EXPECT_STATUS(ds_recorder_open_resume(tmp_path("absent.h5"), &meta, &info, &rec), DS_ERR_IO);
     EXPECT_ERROR_HAS("absent.h5");
 
     // A matching resume sees what is there (its options: the named key equal, "turns" absent
-    // from the file, "trace" not named).
+    // from the file, "trace" not named, "numerics" absent and its default the same).
     rec = NULL;
-    o.options_json = "{\"max_new_tokens\":256,\"turns\":\"all\",\"trace\":\"kernels\"}";
+    o.resume_options = with_numerics;
+    o.resume_defaults = "{\"numerics\":\"invariant\"}";
+    o.options_json = "{\"max_new_tokens\":256,\"turns\":\"all\",\"trace\":\"kernels\","
+                     "\"numerics\":\"invariant\"}";
     EXPECT_OK(ds_recorder_open_resume(path, &o, &info, &rec));
     if (!rec) return;
     EXPECT_EQ_INT(info.session, 1);

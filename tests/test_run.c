@@ -121,6 +121,9 @@ static void test_bad_flags(void) {
         {"--top-p", "1e-50", "--top-p wants a number in (0, 1]"},
         {"--turns", "some", "--turns"},
         {"--aux-convention", "sideways", "--aux-convention wants output-of, capture-before or"},
+        {"--numerics", "fast", "--numerics wants invariant or batch-variant"},
+        // build_argv asks for the cpu, whose reference has one order
+        {"--numerics", "batch-variant", "--numerics batch-variant needs --device cuda"},
         {"--bogus", "1", "unknown option"},
         // Too large is told the whole range, not "wants >= 1".
         {"--max-new-tokens", "99999999999", "--max-new-tokens wants an integer in 1..1073741823"},
@@ -147,8 +150,17 @@ static void test_bad_flags(void) {
     struct ds_summary *s = NULL;
     EXPECT_OK(ds_summary_compute(out, DS_SUMMARY_BY_BATCH, &s));
     if (s) EXPECT(s->seed == (uint64_t)INT64_MAX);
+    if (s) EXPECT_EQ_STR(s->numerics, "invariant"); // options_json.numerics, always written
     ds_summary_free(s);
     unlink(out);
+    // --device auto that finds no GPU: batch-variant numerics is refused once the device is
+    // known (exit 1, one line), before any file exists. (With a GPU auto resolves to it.)
+    if (ds_cuda_device_count() == 0) {
+        const char *auto_variant[] = {"--device", "auto", "--numerics", "batch-variant", NULL};
+        EXPECT_EQ_INT(run_cli(out, auto_variant, err, sizeof err), 1);
+        EXPECT(strstr(err, "--numerics batch-variant needs the cuda device (running on ") != NULL);
+        EXPECT(!exists(out));
+    }
     // A missing required option.
     char *argv[] = {"run", "--target", RU_TARGET, NULL};
     EXPECT_EQ_INT(ru_capture(ds_cmd_run, 3, argv, err, sizeof err), 2);

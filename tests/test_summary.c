@@ -923,6 +923,7 @@ static enum ds_status write_timed_run(const char *path, const char *options_json
 static const char *timed_options = "{\"baseline\":[{\"batch_size\":1,\"mean_ns\":2100000,"
                                    "\"median_ns\":2000000,\"min_ns\":1900000,\"steps\":20}],"
                                    "\"trace\":\"phases\",\"trace_overhead\":0.025,"
+                                   "\"numerics\":\"batch-variant\","
                                    "\"load\":{\"target\":{\"bytes\":6000000000,\"seconds\":2.5,"
                                    "\"uploaded\":true},\"draft\":{\"bytes\":500000000,"
                                    "\"seconds\":0,\"uploaded\":false}}}";
@@ -969,6 +970,8 @@ static void step_times_and_speedup(void) {
         text[n ? n - 1 : 0] = '\0';
         EXPECT(strstr(text, "trace overhead: 2.50%") != NULL);
         EXPECT(strstr(text, "trace records dropped by CUPTI: 7\n") != NULL);
+        EXPECT(strstr(text, "  numerics: batch-variant (each call's attention split follows "
+                            "its size") != NULL);
         // 6 GB in 2.5 s; the draft mapped in place has no rate.
         EXPECT(strstr(text, "weights: target 6.000 GB in 2.5 s (2.40 GB/s); draft 0.500 GB "
                             "mapped in place (0 s)") != NULL);
@@ -998,6 +1001,7 @@ static void step_times_and_speedup(void) {
         EXPECT(json_is_integer(json_object_get(run, "trace_dropped")));
         EXPECT_EQ_INT(json_integer_value(json_object_get(run, "trace_dropped")), 7);
         EXPECT_EQ_INT(json_array_size(json_object_get(run, "baseline")), 1);
+        EXPECT_EQ_STR(json_string_value(json_object_get(run, "numerics")), "batch-variant");
         json_t *lt = json_object_get(json_object_get(run, "load"), "target");
         EXPECT_EQ_INT(json_integer_value(json_object_get(lt, "bytes")), 6000000000);
         EXPECT(json_is_true(json_object_get(lt, "uploaded")));
@@ -1047,6 +1051,10 @@ static void step_times_and_speedup(void) {
         "{\"load\":{\"target\":{\"bytes\":1,\"seconds\":1,\"uploaded\":1},"
         "\"draft\":{\"bytes\":1,\"seconds\":1,\"uploaded\":true}}}",
     };
+    path = tmp_path("timed.h5"); // removes the previous file
+    EXPECT_OK(write_timed_run(path, "{\"numerics\":\"fast\"}"));
+    EXPECT_STATUS(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
+    EXPECT_ERROR_HAS("timed.h5: options_json.numerics is not \"invariant\" or");
     for (size_t i = 0; i < sizeof bad_load / sizeof bad_load[0]; i++) {
         path = tmp_path("timed.h5"); // removes the previous file
         EXPECT_OK(write_timed_run(path, bad_load[i]));

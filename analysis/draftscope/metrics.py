@@ -355,6 +355,19 @@ def load_info(run):
     return out
 
 
+NUMERICS = ("invariant", "batch-variant")
+
+
+def numerics(run):
+    """options_json.numerics: "invariant" (also for files written before the option) or
+    "batch-variant" (each call's attention split follows its size; docs/cli.md)."""
+    v = run_options(run).get("numerics", "invariant")
+    if v not in NUMERICS:
+        raise DraftscopeFormatError(
+            f'{run.path}: options_json.numerics is not "invariant" or "batch-variant"')
+    return v
+
+
 def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
     """The summary as `draftscope summary --json` prints it (see docs/metrics.md)."""
     _check_by(by)
@@ -413,6 +426,7 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
             "sessions": len(run.sessions), "last_session_status": str(status),
             "trace_overhead": _num(overhead) if _is_num(overhead) else None,
             "trace_dropped": int(run.sessions["trace_dropped"].sum()) if len(run.sessions) else 0,
+            "numerics": numerics(run),
             "dataset": dataset_skips(run),
             "load": load_info(run),
             "baseline": [{"batch_size": int(b["batch_size"]),

@@ -85,6 +85,10 @@ def build_html(run, n_boot=200, seed=0):
         parts.append(f"<p class='note'>Dataset: {n} of the {skips['records_read']} records read "
                      f"{'was' if n == 1 else 'were'} skipped ({skips['skipped_empty']} empty, "
                      f"{skips['skipped_malformed']} malformed){html.escape(first)}.</p>")
+    if metrics.numerics(run) != "invariant":
+        parts.append("<p class='note'>Numerics: batch-variant (each call's attention split "
+                     "follows its size, as in flash-decoding engines): acceptance may differ "
+                     "between batch sizes through numerics alone.</p>")
     load = metrics.load_info(run)
     if load:
         def _one(name, e):

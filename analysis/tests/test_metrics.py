@@ -344,6 +344,8 @@ def test_options_json_checked_as_c_checks_it(samples):
                           ('{"baseline": [{"batch_size": 1.0, "median_ns": 5}]}', "needs"),
                           ('{"baseline": [{"batch_size": 1, "median_ns": -5}]}', "needs"),
                           ('{"trace_overhead": NaN}', "options_json is not a JSON object"),
+                          ('{"numerics": "fast"}', "numerics is not"),
+                          ('{"numerics": 1}', "numerics is not"),
                           ('{"load": [1]}', r"load\.target needs"),
                           ('{"load": {"target": {"bytes": 1, "seconds": 1, "uploaded": true}}}',
                            r"load\.draft needs"),
@@ -356,6 +358,21 @@ def test_options_json_checked_as_c_checks_it(samples):
             run.meta["options_json"] = bad
             with pytest.raises(draftscope.DraftscopeFormatError, match=says):
                 metrics.summary_dict(run, "batch")
+
+
+def test_numerics_read_as_c_reads_it(programs, samples, tmp_path):
+    """options_json.numerics: absent reads "invariant" (files before the option), and a
+    batch-variant file says so in the C summary's JSON and in the Python one alike."""
+    with draftscope.open(samples["sample"]) as run:
+        assert metrics.summary_dict(run)["run"]["numerics"] == "invariant"
+    path = tmp_path / "variant.h5"
+    shutil.copy(samples["sample"], path)
+    with h5py.File(path, "r+") as f:
+        o = json.loads(f.attrs["options_json"])
+        o["numerics"] = "batch-variant"
+        f.attrs["options_json"] = json.dumps(o)
+    c = _c_equals_python(programs, path, "batch")
+    assert c["run"]["numerics"] == "batch-variant"
 
 
 def test_step_times_skip_untimed_steps(programs, samples, tmp_path):

@@ -11,7 +11,8 @@
 //   chunk c   = keys 32c .. 32c+31 (absolute positions); the row's chunks are c_first .. c_last;
 //   split s   = chunks s·cps .. s·cps+cps−1, cps = 4·ceil(n/64) for a row of n chunks, so a row
 //               has at most 16 splits (17 when its range starts mid-split) of >= 128 keys
-//               (4096 keys: 16 splits of 256);
+//               (4096 keys: 16 splits of 256); with args.max_splits = m (1..16, batch-variant
+//               numerics only) cps = 4·ceil(n/(4m)): at most m splits (m + 1);
 //   in a split, chunk c belongs to warp c mod 4, which folds its chunks in increasing order into
 //   an online softmax (m, l, acc per head);
 //   the split's state = the 4 warp states merged in warp order;
@@ -207,6 +208,11 @@ static __device__ bool row_place(const struct ds_attention_args &a, int t, int *
     return s.slot >= 0 && s.slot < a.n_slots && *pos >= 0 && *pos < a.max_pos;
 }
 
+// The most splits of a range (header comment): max_splits when a batch-variant caller set it.
+static __host__ __device__ __forceinline__ int att_cap(int max_splits) {
+    return max_splits >= 1 && max_splits < ATT_MAX_SPLITS ? max_splits : ATT_MAX_SPLITS;
+}
+
 // The key range of a row and its split (see the header comment).
 struct att_geom {
     int slot, p, first;     // cache slot, position, first key
@@ -226,7 +232,7 @@ static __device__ bool att_geom_of(const struct ds_attention_args &a, int t, boo
     if (!fused) g->call0 = INT_MAX;
     g->first = a.window > 0 ? max(0, g->p - a.window + 1) : 0;
     g->c_first = g->first / ATT_CHUNK, g->c_last = g->p / ATT_CHUNK;
-    const int n = g->c_last - g->c_first + 1, per = ATT_BASE_CHUNKS * ATT_MAX_SPLITS;
+    const int n = g->c_last - g->c_first + 1, per = ATT_BASE_CHUNKS * att_cap(a.max_splits);
     g->cps = ATT_BASE_CHUNKS * ((n + per - 1) / per);
     g->s_first = g->c_first / g->cps, g->s_last = g->c_last / g->cps;
     return true;
@@ -1143,10 +1149,10 @@ static int att_max_chunks(int max_pos, int window) {
     return n;
 }
 
-static int att_slots_needed(int max_pos, int window) {
+static int att_slots_needed(int max_pos, int window, int cap) {
     const int n = att_max_chunks(max_pos, window);
-    if (n > ATT_BASE_CHUNKS * ATT_MAX_SPLITS) return ATT_SLOTS;
-    return min(ATT_SLOTS, (n + ATT_BASE_CHUNKS - 1) / ATT_BASE_CHUNKS + 1);
+    if (n > ATT_BASE_CHUNKS * cap) return cap + 1;
+    return min(cap + 1, (n + ATT_BASE_CHUNKS - 1) / ATT_BASE_CHUNKS + 1);
 }
 
 // Split mode is possible: the row blocks of 8 heads (row_blocks) would not fill the GPU, a row
@@ -1250,7 +1256,7 @@ extern "C" enum ds_status ds_attention_cuda(const struct ds_attention_args *a, v
         const long long row_blocks = (long long)a->n_rows * a->n_kv_heads * n_sub8;
         float *ws = NULL;
         int nspl = 0;
-        const int slots = att_slots_needed(a->max_pos, a->window);
+        const int slots = att_slots_needed(a->max_pos, a->window, att_cap(a->max_splits));
         if (row_blocks <= ATT_COUNTERS && att_split_ok(a, slots, row_blocks, &nspl))
             ws = (float *)a->workspace;
         const bool fused = ((uintptr_t)a->k | (uintptr_t)a->v) % 16 == 0;
@@ -1260,7 +1266,7 @@ extern "C" enum ds_status ds_attention_cuda(const struct ds_attention_args *a, v
         // owns in its split at once (up to 4) while the grid is small, at most 2 otherwise (more
         // blocks per SM); whole-row mode 2: the next chunk loads while this one is computed.
         const dim3 grid((unsigned)a->n_rows, (unsigned)(a->n_kv_heads * n_sub8), ws ? slots : 1);
-        const int per = ATT_BASE_CHUNKS * ATT_MAX_SPLITS;
+        const int per = ATT_BASE_CHUNKS * att_cap(a->max_splits);
         const int cpw = (att_max_chunks(a->max_pos, a->window) + per - 1) / per; // per warp
         const long long blocks = (long long)grid.x * grid.y * grid.z;
         const int ns_max = min(att_tc_max_stages(D), ATT_TC_STAGES_MAX);
@@ -1275,7 +1281,7 @@ extern "C" enum ds_status ds_attention_cuda(const struct ds_attention_args *a, v
     // mode walks them in one pass) and the workspace holds every row's split states; both
     // modes give the same bits, so this choice is free.
     const long long row_blocks = (long long)a->n_rows * a->n_kv_heads * n_sub8;
-    const int slots = att_slots_needed(a->max_pos, a->window);
+    const int slots = att_slots_needed(a->max_pos, a->window, att_cap(a->max_splits));
     float *ws = NULL;
     int nspl = 0;
     if ((long long)a->n_rows * a->n_kv_heads * n_sub4 <= ATT_COUNTERS &&

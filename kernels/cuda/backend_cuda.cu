@@ -29,6 +29,8 @@ struct cuda_alloc {
 
 struct cuda_ctx {
     int device;
+    int sms;                   // streaming multiprocessors (the batch-variant split heuristic)
+    enum ds_numerics numerics; // DS_NUMERICS_INVARIANT unless set
     cudaStream_t stream;
     struct cuda_alloc *allocs; // live allocations, unordered
     size_t n_allocs, cap_allocs;
@@ -175,7 +177,19 @@ CUDA_OP(add)
 CUDA_OP(silu_mul)
 CUDA_OP(gather_rows)
 CUDA_OP(rope)
-CUDA_OP(attention)
+
+// Attention under the backend's numerics: batch-variant sets the split of a call's rows from
+// the call's size (ds_attention_variant_splits) where the caller left it to the backend.
+static enum ds_status cuda_attention(struct ds_backend *be, const struct ds_attention_args *a) {
+    if (!a) return ds_error_set(DS_ERR_ARG, "cuda: attention called without arguments");
+    const struct cuda_ctx *c = (const struct cuda_ctx *)be->ctx;
+    struct ds_attention_args v = *a;
+    if (c->numerics == DS_NUMERICS_BATCH_VARIANT && v.max_splits == 0)
+        v.max_splits = ds_attention_variant_splits(v.n_rows, v.n_kv_heads, c->sms);
+    enum ds_status s = ds_attention_cuda(&v, c->stream);
+    op_check("attention");
+    return s;
+}
 CUDA_OP(router)
 CUDA_OP(moe)
 CUDA_OP(softmax)
@@ -278,9 +292,33 @@ extern "C" enum ds_status ds_backend_cuda_create(int device, struct ds_backend *
                             device, cudaGetErrorString(e));
     }
     c->device = device;
+    c->numerics = DS_NUMERICS_INVARIANT;
+    if (cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+        cudaGetLastError(), c->sms = 1;
     *be = cuda_table;
     be->ctx = c;
     *be_out = be;
+    return DS_OK;
+}
+
+extern "C" int ds_attention_variant_splits(int n_rows, int n_kv_heads, int sms) {
+    // One block per (row, KV head) without a split, as the attention launches at 8 query heads
+    // per block: a call that already fills 80% of the SMs gets none, a smaller one as many as
+    // fill them once, up to the 16 of the invariant split.
+    const long long blocks =
+        (long long)(n_rows > 0 ? n_rows : 1) * (n_kv_heads > 0 ? n_kv_heads : 1);
+    if (sms < 1 || blocks * 5 >= (long long)sms * 4) return 1;
+    const long long n = ((long long)sms + blocks - 1) / blocks;
+    return n > 16 ? 16 : (int)n;
+}
+
+extern "C" enum ds_status ds_backend_cuda_set_numerics(struct ds_backend *be,
+                                                       enum ds_numerics numerics) {
+    struct cuda_ctx *c = ctx_of(be);
+    if (!c) return ds_error_set(DS_ERR_ARG, "cuda: numerics set on a backend that is not CUDA");
+    if (numerics != DS_NUMERICS_INVARIANT && numerics != DS_NUMERICS_BATCH_VARIANT)
+        return ds_error_set(DS_ERR_ARG, "cuda: numerics %d is not a mode", (int)numerics);
+    c->numerics = numerics;
     return DS_OK;
 }
 

@@ -286,6 +286,12 @@ struct ds_attention_args {
     // attention calls of a layer), so the CUDA op may copy those entries before the grid
     // dependency resolves. 0 (the default) keeps every read after it. Same results either way.
     int cache_settled;
+    // The most splits a row's keys are cut into on CUDA (the CPU reference ignores it): 0 (the
+    // default) is 16, the batch-invariant split, a function of the row's own key range. 1 .. 16
+    // cuts it into at most that many (plus one when the range starts mid-split): a batch-variant
+    // backend sets it from the call's size as flash-decoding engines do, which changes the merge
+    // order and so the bits (ds_backend_cuda_set_numerics).
+    int max_splits;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -89,6 +89,23 @@ enum ds_status ds_l2_discard_cuda(void *p, size_t bytes, void *stream);
 // (and reported as a leak on stderr).
 enum ds_status ds_backend_cuda_create(int device, struct ds_backend **be_out);
 
+// Numerics of a CUDA backend. INVARIANT (the default, the tool's premise): every op's bits
+// depend only on a row's own inputs, never on the call's size. BATCH_VARIANT lets an op choose
+// its reduction by the call's size, as serving engines do, to measure how much acceptance moves
+// with numerics alone: today the attention's split of a row's keys (flash-decoding's choice,
+// ds_attention_variant_splits); the dense products and the MoE keep their invariant order.
+enum ds_numerics {
+    DS_NUMERICS_INVARIANT = 0,
+    DS_NUMERICS_BATCH_VARIANT = 1,
+};
+// DS_ERR_ARG when be is not a CUDA backend or the mode is not one of the above.
+enum ds_status ds_backend_cuda_set_numerics(struct ds_backend *be, enum ds_numerics numerics);
+// The batch-variant attention split (ds_attention_args.max_splits) of a call of n_rows rows and
+// n_kv_heads KV heads on a GPU of `sms` SMs: 1 when the call's n_rows·n_kv_heads blocks fill at
+// least 80% of the SMs, else ceil(sms / blocks) up to 16 (H200, 132 SMs, 8 KV heads: 16 at 1
+// row, 5 at 4 rows, 1 from 14 rows on).
+int ds_attention_variant_splits(int n_rows, int n_kv_heads, int sms);
+
 // The backend's cudaStream_t (as void *), for CUDA-graph capture and tracing; NULL when be is not
 // a CUDA backend.
 void *ds_backend_cuda_stream(const struct ds_backend *be);

@@ -261,8 +261,10 @@ struct ds_run_meta {
     const char *rule;                 // accept rule: "greedy", "target-only" or "rejection"
     const char *options_json;         // every other option, as a JSON object (free form)
     // Keys of options_json that a resume must find equal in the file (NULL-terminated; NULL:
-    // none): the options that shape a request's records. A key the file lacks is not checked.
+    // none): the options that shape a request's records. A key the file lacks is not checked,
+    // unless resume_defaults (a JSON object, or NULL) gives the value such a file implies.
     const char *const *resume_options;
+    const char *resume_defaults;
     uint64_t seed;
     uint32_t k; // draft tokens per step
     double temperature;

@@ -159,6 +159,9 @@ struct ds_summary {
     int has_dataset;
     uint64_t dataset_records_read, dataset_skipped_empty, dataset_skipped_malformed;
     char dataset_first_skip[320];
+    // options_json.numerics: "invariant" (also for files written before the option) or
+    // "batch-variant" (the attention split chosen by each call's size; docs/cli.md).
+    char numerics[16];
     // options_json.load: the creating run's model loads (target, draft): weight bytes placed,
     // seconds of the create, and whether the bytes were copied (false: mapped in place by the
     // CPU reference); has_load = 0 in files written before it.
