@@ -705,3 +705,64 @@ def step_times(run, by="batch"):
     col = "sweep_batch" if by == "batch" else "batch_size"
     one = s.drop_duplicates("step")
     return one.groupby(col)[["draft_ns", "verify_ns", "accept_ns", "total_ns"]].mean()
+
+
+BITWISE_FIELDS = ("q_draft", "p_draft", "p_target", "margin", "expected_accept",
+                  "entropy_target", "entropy_draft")
+
+
+def batch_divergence(run, base=None):
+    """Each request replayed at another batch size against the same conversation turn at `base`
+    (default: the smallest batch size of the run): where its drafts part ways.
+
+    A request is matched by (dataset_index, turn); its drafts are compared in (step, position)
+    order. With invariant numerics every request should equal its base bit for bit; with
+    `run --numerics batch-variant` this shows how far numerics alone move each one. Returns a
+    DataFrame indexed by (batch, dataset_index, turn) with: drafts and base_drafts (counts);
+    first_token_diff (index of the first draft whose draft token, target token or acceptance
+    differs, or where one side ends; NaN when the fates are equal); bits_equal (every field
+    equal, the floats of BITWISE_FIELDS compared as bits, NaN equal to the same NaN); and
+    max_abs_dp_target (the largest |p_target - base p_target| over the drafts before the first
+    token difference: how far the probabilities moved while the tokens agreed).
+    """
+    req = run.requests
+    if not len(req):
+        return pd.DataFrame(columns=["drafts", "base_drafts", "first_token_diff", "bits_equal",
+                                     "max_abs_dp_target"])
+    sizes = sorted(int(b) for b in req["batch_size"].unique())
+    base = sizes[0] if base is None else int(base)
+    if base not in sizes:
+        raise ValueError(f"batch size {base} is not in the run (it has {sizes})")
+    d = run.drafts.sort_values(["request", "step", "position"], kind="stable")
+    by_req = {int(r): g for r, g in d.groupby("request", sort=False)}
+    empty = d.iloc[:0]
+    key = {(int(r.dataset_index), int(r.turn)): int(r.request)
+           for r in req[req["batch_size"] == base].itertuples()}
+    rows = []
+    for r in req[req["batch_size"] != base].itertuples():
+        k = (int(r.dataset_index), int(r.turn))
+        if k not in key:
+            continue
+        a, b = by_req.get(key[k], empty), by_req.get(int(r.request), empty)
+        n = min(len(a), len(b))
+        fate = ["draft_token", "target_token", "accepted"]
+        fa, fb = a[fate].to_numpy()[:n], b[fate].to_numpy()[:n]
+        bad = np.flatnonzero((fa != fb).any(axis=1))
+        first = int(bad[0]) if len(bad) else (n if len(a) != len(b) else np.nan)
+        same_bits = len(a) == len(b) and not len(bad)
+        for col in BITWISE_FIELDS:
+            if same_bits:
+                xa = a[col].to_numpy(np.float32).view(np.uint32)
+                xb = b[col].to_numpy(np.float32).view(np.uint32)
+                same_bits = bool((xa == xb).all())
+        upto = n if np.isnan(first) else int(first)
+        dp = np.abs(a["p_target"].to_numpy(np.float64)[:upto] -
+                    b["p_target"].to_numpy(np.float64)[:upto])
+        rows.append({"batch": int(r.batch_size), "dataset_index": k[0], "turn": k[1],
+                     "drafts": len(b), "base_drafts": len(a), "first_token_diff": first,
+                     "bits_equal": same_bits,
+                     "max_abs_dp_target": float(np.nanmax(dp)) if len(dp) and
+                     not np.isnan(dp).all() else 0.0})
+    out = pd.DataFrame(rows, columns=["batch", "dataset_index", "turn", "drafts", "base_drafts",
+                                      "first_token_diff", "bits_equal", "max_abs_dp_target"])
+    return out.set_index(["batch", "dataset_index", "turn"]).sort_index()

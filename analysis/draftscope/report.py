@@ -89,6 +89,19 @@ def build_html(run, n_boot=200, seed=0):
         parts.append("<p class='note'>Numerics: batch-variant (each call's attention split "
                      "follows its size, as in flash-decoding engines): acceptance may differ "
                      "between batch sizes through numerics alone.</p>")
+    div = metrics.batch_divergence(run) if run.requests["batch_size"].nunique() > 1 else None
+    if div is not None and len(div):
+        base = int(run.requests["batch_size"].min())
+        lines = []
+        for b, g in div.groupby(level="batch"):
+            parted = g["first_token_diff"].notna()
+            lines.append(f"B {b}: {len(g)} requests, {int(g['bits_equal'].sum())} bit for bit "
+                         f"equal, {int((~g['bits_equal'] & ~parted).sum())} with other "
+                         f"probabilities but the same tokens, {int(parted.sum())} whose tokens "
+                         f"part")
+        parts.append(f"<p class='note'>Each request against the same conversation turn at B "
+                     f"{base} (batch_divergence, docs/metrics.md): {html.escape('; '.join(lines))}"
+                     f".</p>")
     load = metrics.load_info(run)
     if load:
         def _one(name, e):

@@ -61,3 +61,17 @@ def summary_command(programs):
         if "summary" in out.stdout + out.stderr:
             return [ds, "summary"]
     return [programs["summary"], "--cmd", "summary"]
+
+
+def tiny_run_args(programs, data, out, conversations, extra=()):
+    """Writes `conversations` ((id, text) pairs) as a ShareGPT JSONL file at `data` and returns the
+    argv of a CPU `draftscope run` of the tiny golden pair over it into `out`."""
+    data.write_text("".join(
+        '{"id": "%s", "conversations": [{"from": "human", "value": "%s"}]}\n' % (i, v)
+        for i, v in conversations))
+    golden = os.path.join(ROOT, "tests", "fixtures", "golden")
+    return [programs["draftscope"], "run",
+            "--target", os.path.join(golden, "tiny-gptoss-a"),
+            "--draft", os.path.join(golden, "tiny-eagle3-a-lmsys"),
+            "--tokenizer", os.path.join(ROOT, "tests", "data", "tiny_tokenizer.json"),
+            "--dataset", str(data), "--device", "cpu", "--quiet", "--out", str(out), *extra]

@@ -14,7 +14,7 @@ import pytest
 import draftscope
 from draftscope import metrics, schema
 
-from conftest import summary_command
+from conftest import summary_command, tiny_run_args
 
 C_KEYS = ["batch", "turn", "category", "step-batch", "position", "channel"]
 
@@ -410,3 +410,50 @@ def test_interval_of_a_group_without_replicates_is_nan_and_quiet():
         lo, hi = metrics._interval(reps, 0.025, 2, 3)
     assert lo[0] == pytest.approx(0.505) and hi[0] == pytest.approx(0.695)
     assert np.isnan(lo[1]) and np.isnan(hi[1])
+
+
+def test_batch_divergence_finds_what_moved(programs, tmp_path):
+    """A CPU run at batch sizes 1 and 2 (invariant numerics): every request equals its B 1 twin
+    bit for bit. Then, in a copy, one B 2 request's p_target of its third draft is nudged by one
+    ulp (bits differ, fates agree) and another's fifth draft token changed (fates part at index
+    4): batch_divergence says exactly that, and nothing about the others."""
+    if not programs.get("draftscope"):
+        pytest.skip("the draftscope executable is not built")
+    out = tmp_path / "div.h5"
+    subprocess.run(tiny_run_args(programs, tmp_path / "conv.jsonl", out,
+                                 [("a", "hello world"), ("b", "hell or held"), ("c", "world"),
+                                  ("d", "or hello")],
+                                 ["--batch-sizes", "1,2", "--max-new-tokens", "24"]),
+                   check=True, capture_output=True, text=True)
+    with draftscope.open(out) as run:
+        div = metrics.batch_divergence(run)
+        assert list(div.index.get_level_values("batch").unique()) == [2]
+        assert len(div) == 4 and div["bits_equal"].all()
+        assert div["first_token_diff"].isna().all() and (div["max_abs_dp_target"] == 0).all()
+        assert (div["drafts"] == div["base_drafts"]).all() and (div["drafts"] >= 5).all()
+        req = run.requests
+        two = req[req["batch_size"] == 2].sort_values("dataset_index")
+        r_bits, r_tok = int(two["request"].iloc[0]), int(two["request"].iloc[1])
+        i_bits, i_tok = int(two["dataset_index"].iloc[0]), int(two["dataset_index"].iloc[1])
+    moved = tmp_path / "moved.h5"
+    shutil.copy(out, moved)
+    with h5py.File(moved, "r+") as f:
+        d = f["drafts"][()]
+        order = np.lexsort((d["position"], d["step"]))
+        rows_bits = [i for i in order if d["request"][i] == r_bits]
+        rows_tok = [i for i in order if d["request"][i] == r_tok]
+        p = d["p_target"][rows_bits[2]]
+        d["p_target"][rows_bits[2]] = np.nextafter(p, np.float32(2), dtype=np.float32)
+        d["draft_token"][rows_tok[4]] = d["draft_token"][rows_tok[4]] + 1
+        f["drafts"][...] = d
+    with draftscope.open(moved) as run:
+        div = metrics.batch_divergence(run)
+    a = div.loc[(2, i_bits, 0)]
+    assert not a["bits_equal"] and np.isnan(a["first_token_diff"])
+    assert 0 < a["max_abs_dp_target"] < 1e-6
+    b = div.loc[(2, i_tok, 0)]
+    assert not b["bits_equal"] and b["first_token_diff"] == 4 and b["max_abs_dp_target"] == 0
+    rest = div.drop([(2, i_bits, 0), (2, i_tok, 0)])
+    assert len(rest) == 2 and rest["bits_equal"].all()
+    with pytest.raises(ValueError, match="batch size 3 is not in the run"):
+        metrics.batch_divergence(run, base=3)

@@ -12,7 +12,7 @@ import pytest
 import draftscope
 from draftscope import schema
 
-from conftest import ROOT, summary_command
+from conftest import ROOT, summary_command, tiny_run_args
 
 RECORD_H = os.path.join(ROOT, "profiler", "include", "ds", "record.h")
 C_TYPES = {"uint64_t": "u8", "uint32_t": "u4", "uint16_t": "u2", "uint8_t": "u1",
@@ -265,22 +265,14 @@ def test_file_size_limit_file_reads_as_failed(programs, samples, tmp_path):
         pytest.skip("the draftscope executable is not built")
     import resource
     from test_metrics import _c_summary, _same
-    golden = os.path.join(ROOT, "tests", "fixtures", "golden")
-    data = tmp_path / "conv.jsonl"
-    data.write_text("".join(
-        '{"id": "%s", "conversations": [{"from": "human", "value": "%s"}]}\n' % (i, v)
-        for i, v in [("a", "hello world"), ("b", "hell or held"), ("c", "world")]))
     out = tmp_path / "fsize.h5"
 
     def limit():
         resource.setrlimit(resource.RLIMIT_FSIZE, (400 * 1024, 400 * 1024))
-    p = subprocess.run([programs["draftscope"], "run",
-                        "--target", os.path.join(golden, "tiny-gptoss-a"),
-                        "--draft", os.path.join(golden, "tiny-eagle3-a-lmsys"),
-                        "--tokenizer", os.path.join(ROOT, "tests", "data", "tiny_tokenizer.json"),
-                        "--dataset", str(data), "--batch-sizes", "1,2", "--max-new-tokens", "60",
-                        "--device", "cpu", "--quiet", "--out", str(out)],
-                       preexec_fn=limit, capture_output=True, text=True)
+    args = tiny_run_args(programs, tmp_path / "conv.jsonl", out,
+                         [("a", "hello world"), ("b", "hell or held"), ("c", "world")],
+                         ["--batch-sizes", "1,2", "--max-new-tokens", "60"])
+    p = subprocess.run(args, preexec_fn=limit, capture_output=True, text=True)
     assert p.returncode == 1 and "File too large" in p.stderr, p.stderr
     size = os.path.getsize(out)
     assert size < _stored_eof(out)

@@ -48,6 +48,12 @@ def test_report(samples, tmp_path, which):
         assert ("Dataset: 3 of the 40 records read were skipped (1 empty, 2 malformed); the "
                 "first: questions.jsonl: line 7: record 6: invalid JSON: &#x27;]&#x27; "
                 "expected.") in html  # the message's quotes escaped
+        # Its batch sizes 1, 4 and 8 replay the same questions with random drafts: every request
+        # at B 4 and 8 parts from its B 1 twin.
+        assert "Each request against the same conversation turn at B 1 (batch_divergence" in html
+        for b, n in ((4, 13), (8, 12)):
+            assert (f"B {b}: {n} requests, 0 bit for bit equal, 0 with other probabilities but "
+                    f"the same tokens, {n} whose tokens part") in html
         # options_json.load of the traced sample: 65.25 GB in 1.5 s, 1.93 GB in 0.125 s.
         assert ("Weights (the creating run's load): target 65.250 GB in 1.5 s (43.50 GB/s); "
                 "draft 1.930 GB in 0.125 s (15.44 GB/s).") in html
