@@ -112,8 +112,8 @@ static void usage(FILE *f) {
         "                              models, dataset, seed, K, rule, temperature, top-p,\n"
         "                              max-new-tokens, turns, reasoning effort, shuffle,\n"
         "                              activations, tokenizer file, --max-context as given,\n"
-        "                              aux boundaries and numerics; -N may grow, batch sizes\n"
-        "                              may be added)\n"
+        "                              aux boundaries, numerics and verify padding; -N may\n"
+        "                              grow, batch sizes may be added)\n"
         "      --aux-convention C      read the draft's aux layer ids as output-of (SpecForge),\n"
         "                              capture-before (vLLM) or boundary ids, instead of the\n"
         "                              convention its config implies (docs/checkpoints.md): feed\n"
@@ -127,6 +127,11 @@ static void usage(FILE *f) {
         "                              splits a row's keys by the call's size, as flash-decoding\n"
         "                              engines do), to see how much acceptance moves across\n"
         "                              batch sizes with numerics alone (docs/cli.md)\n"
+        "      --pad-to-graph-sizes L  pad each verify with dummy rows to the next size of L\n"
+        "                              (verify rows, ascending, e.g. 1,2,4,8,16,32,64,128,256,\n"
+        "                              512), as CUDA-graph engines do; compare with a run\n"
+        "                              without it (draftscope.divergence): invariant numerics\n"
+        "                              must give the same bits\n"
         "tracing (docs/tracing.md):\n"
         "      --trace LEVEL           off (default), phases (per-phase GPU times in the steps\n"
         "                              rows and /ranges) or kernels (also CUPTI kernel records\n"
@@ -199,6 +204,21 @@ static const char *parse_batch_sizes(const char *s, struct run_opts *o) {
             if (v[j] == v[i]) return "--batch-sizes lists a size twice (a run's rows are keyed by B)";
         o->batch_sizes[o->n_batch++] = (uint32_t)v[i];
     }
+    return NULL;
+}
+
+// NULL when s is a valid --pad-to-graph-sizes list (into cfg), else what is wrong with it.
+static const char *parse_pad_sizes(const char *s, struct ds_spec_config *cfg) {
+    long long v[DS_SPEC_MAX_PAD_SIZES];
+    int n = 0;
+    const int rc = ds_cli_parse_list(s, 1, UINT16_MAX, v, DS_SPEC_MAX_PAD_SIZES, &n);
+    if (rc == -2) return "--pad-to-graph-sizes takes at most 64 sizes";
+    if (rc) return "--pad-to-graph-sizes wants a comma-separated list of row counts 1..65535";
+    for (int i = 1; i < n; i++)
+        if (v[i] <= v[i - 1]) return "--pad-to-graph-sizes wants its sizes in ascending order";
+    cfg->n_pad_sizes = n;
+    for (int i = 0; i < n; i++)
+        cfg->pad_sizes[i] = (int32_t)v[i];
     return NULL;
 }
 
@@ -609,6 +629,12 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     json_object_set_new(opt, "trace", json_string(ds_trace_level_name(level)));
     json_object_set_new(opt, "numerics",
                         json_string(o->batch_variant ? "batch-variant" : "invariant"));
+    { // the verify's padding sizes ([] without padding)
+        json_t *ps = json_array();
+        for (int i = 0; i < o->spec.n_pad_sizes; i++)
+            json_array_append_new(ps, json_integer(o->spec.pad_sizes[i]));
+        json_object_set_new(opt, "pad_to_graph_sizes", ps);
+    }
     if (!isnan(overhead)) json_object_set_new(opt, "trace_overhead", json_real(overhead));
     { // What the run read of its dataset and what it left out (the stderr line, kept).
         const struct ds_dataset_stats *dst = ds_dataset_stats(g->ds);
@@ -674,10 +700,11 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
     static const char *const resume_options[] = {
         "max_new_tokens", "turns",           "reasoning_effort", "shuffle",
         "activations",    "tokenizer_sha256", "max_context_given", "aux_boundaries",
-        "numerics",       NULL};
+        "numerics",       "pad_to_graph_sizes", NULL};
     struct ds_run_meta meta = {
         .resume_options = resume_options,
-        .resume_defaults = "{\"numerics\":\"invariant\"}", // files written before the option
+        // what files written before these options imply
+        .resume_defaults = "{\"numerics\":\"invariant\",\"pad_to_graph_sizes\":[]}",
         .command_line = g->cmdline,
         .gpu_name = info.name,
         .driver_version = drv,
@@ -843,7 +870,8 @@ int ds_cmd_run(int argc, char **argv) {
         O_BASELINE,
         O_SYNTH,
         O_AUXCONV,
-        O_NUMERICS
+        O_NUMERICS,
+        O_PAD
     };
     static const struct option long_opts[] = {
         {"target", required_argument, NULL, 't'},
@@ -872,6 +900,7 @@ int ds_cmd_run(int argc, char **argv) {
         {"device", required_argument, NULL, O_DEVICE},
         {"activations", required_argument, NULL, O_ACT},
         {"numerics", required_argument, NULL, O_NUMERICS},
+        {"pad-to-graph-sizes", required_argument, NULL, O_PAD},
         {"trace", required_argument, NULL, O_TRACE},
         {"baseline", no_argument, NULL, O_BASELINE},
         {"quiet", no_argument, NULL, 'q'},
@@ -987,6 +1016,11 @@ int ds_cmd_run(int argc, char **argv) {
             else if (!strcmp(optarg, "bf16")) o.act = DS_ACT_BF16;
             else return usage_error("--activations wants auto, f32 or bf16", optarg);
             break;
+        case O_PAD: {
+            const char *why = parse_pad_sizes(optarg, &o.spec);
+            if (why) return usage_error(why, optarg);
+            break;
+        }
         case O_NUMERICS:
             if (!strcmp(optarg, "invariant")) o.batch_variant = false;
             else if (!strcmp(optarg, "batch-variant")) o.batch_variant = true;

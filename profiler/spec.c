@@ -101,16 +101,36 @@ enum ds_status ds_spec_config_check(const struct ds_spec_config *c) {
         return ds_error_set(DS_ERR_RANGE, "top-p %g outside (0, 1]", (double)c->top_p);
     if (c->prefill_chunk < 1)
         return ds_error_set(DS_ERR_RANGE, "prefill chunk %d must be >= 1", c->prefill_chunk);
+    if (c->n_pad_sizes < 0 || c->n_pad_sizes > DS_SPEC_MAX_PAD_SIZES)
+        return ds_error_set(DS_ERR_RANGE, "%d verify pad sizes (0..%d)", c->n_pad_sizes,
+                            DS_SPEC_MAX_PAD_SIZES);
+    for (int i = 0; i < c->n_pad_sizes; i++)
+        if (c->pad_sizes[i] < 1 || c->pad_sizes[i] > UINT16_MAX ||
+            (i > 0 && c->pad_sizes[i] <= c->pad_sizes[i - 1]))
+            return ds_error_set(DS_ERR_RANGE, "verify pad sizes must ascend within 1..65535 "
+                                "(entry %d is %d)", i, (int)c->pad_sizes[i]);
     return DS_OK;
+}
+
+int ds_spec_padded_rows(const struct ds_spec_config *cfg, int rows) {
+    for (int i = 0; i < cfg->n_pad_sizes; i++)
+        if (cfg->pad_sizes[i] >= rows) return cfg->pad_sizes[i];
+    return rows; // beyond the largest size: run as it is (an engine runs it eagerly)
+}
+
+int ds_spec_pad_slots(const struct ds_spec_config *cfg, int max_pos) {
+    if (cfg->n_pad_sizes == 0 || max_pos < 1) return 0;
+    const int most = cfg->pad_sizes[cfg->n_pad_sizes - 1] - 1; // dummy rows of one verify
+    return (most + max_pos - 1) / max_pos;
 }
 
 void ds_spec_plan(const struct ds_spec_config *cfg, int max_slots, int max_pos,
                   struct ds_gptoss_plan *tp, struct ds_eagle3_plan *dp) {
-    const int verify = max_slots * (cfg->k + 1);
+    const int verify = max_slots * (cfg->k + 1), padded = ds_spec_padded_rows(cfg, verify);
     const int rows = verify > cfg->prefill_chunk ? verify : cfg->prefill_chunk;
-    tp->max_slots = max_slots;
+    tp->max_slots = max_slots + ds_spec_pad_slots(cfg, max_pos);
     tp->max_pos = max_pos;
-    tp->max_rows = rows;
+    tp->max_rows = padded > rows ? padded : rows;
     tp->max_logit_rows = verify; // prefill asks for at most one row per newcomer
     dp->max_slots = max_slots;
     dp->max_pos = max_pos;
@@ -183,7 +203,13 @@ enum ds_status ds_spec_create(ds_gptoss_t *target, ds_eagle3_t *draft,
     const struct ds_draft_config *dc = ds_eagle3_config(draft);
     struct ds_gptoss_plan need_t;
     struct ds_eagle3_plan need_d;
-    ds_spec_plan(cfg, tp->max_slots, tp->max_pos, &need_t, &need_d);
+    // The sequences' slots: the target's less the scratch of a padded verify.
+    const int n_slots = tp->max_slots - ds_spec_pad_slots(cfg, tp->max_pos);
+    if (n_slots < 1)
+        return ds_error_set(DS_ERR_MISMATCH, "spec: the target plan's %d slots leave none beside "
+                            "the %d scratch slots of the verify padding", tp->max_slots,
+                            ds_spec_pad_slots(cfg, tp->max_pos));
+    ds_spec_plan(cfg, n_slots, tp->max_pos, &need_t, &need_d);
     // The draft's plan is not readable from outside; its calls fail with a clear message if it
     // is smaller than ds_spec_plan asked for.
     if (tp->max_rows < need_t.max_rows || tp->max_logit_rows < need_t.max_logit_rows)
@@ -195,8 +221,8 @@ enum ds_status ds_spec_create(ds_gptoss_t *target, ds_eagle3_t *draft,
     if (dc->use_aux_hidden_state && tp->n_aux != DS_AUX_COUNT)
         return ds_error_set(DS_ERR_MISMATCH, "spec: the target captures %d aux states, the draft "
                             "reads %d", tp->n_aux, DS_AUX_COUNT);
-    if ((s = ds_spec_plan_check(cfg, tp->max_slots, tc)) != DS_OK) return s;
-    const long long rv = (long long)tp->max_slots * (cfg->k + 1);
+    if ((s = ds_spec_plan_check(cfg, n_slots, tc)) != DS_OK) return s;
+    const long long rv = (long long)n_slots * (cfg->k + 1);
 
     ds_spec_t *sp = calloc(1, sizeof *sp);
     if (!sp) return ds_error_set(DS_ERR_NOMEM, "spec: out of memory");
@@ -206,7 +232,7 @@ enum ds_status ds_spec_create(ds_gptoss_t *target, ds_eagle3_t *draft,
     sp->cfg = *cfg;
     sp->act = ds_gptoss_act(target);
     sp->esz = ds_elem_size(sp->act);
-    sp->S = tp->max_slots;
+    sp->S = n_slots;
     sp->P = tp->max_pos;
     sp->K = cfg->k;
     sp->V = (int)tc->vocab_size;
@@ -233,7 +259,8 @@ enum ds_status ds_spec_create(ds_gptoss_t *target, ds_eagle3_t *draft,
     sp->tokens = malloc(TR * sizeof(int32_t));
     sp->rows = malloc(TR * sizeof(int32_t));
     sp->rows2 = malloc(TR * sizeof(int32_t));
-    sp->seqs = malloc(S * sizeof *sp->seqs);
+    // the sequences, and the dummy sequences of a padded verify in their scratch slots
+    sp->seqs = malloc((S + (size_t)ds_spec_pad_slots(cfg, sp->P)) * sizeof *sp->seqs);
     int32_t **per_slot[] = {&sp->k_eff, &sp->vrow0, &sp->xlast, &sp->sub,   &sp->sub_prev,
                             &sp->s_tok, &sp->s_pos, &sp->s_slot, &sp->s_prev, &sp->dids,
                             &sp->pf_left, &sp->pf_off};
@@ -711,9 +738,20 @@ static enum ds_status step_impl(ds_spec_t *sp, int n, struct ds_spec_seq *const 
         for (int j = 0; j <= k; j++)
             sp->rows[r0 + j] = r0 + j;
     }
-    struct ds_batch vb = {.n_rows = R,
+    // Padding (cfg.pad_sizes): dummy rows up to the captured size, token 0 from position 0 in
+    // scratch slots S.. (at most P rows each); no logits are asked of them.
+    int VR = R, nv = n;
+    for (int left = ds_spec_padded_rows(&sp->cfg, R) - R, j = 0; left > 0; j++) {
+        const int take = left < sp->P ? left : sp->P;
+        sp->seqs[nv++] = (struct ds_attn_seq){.row0 = VR, .n_rows = take, .pos0 = 0,
+                                              .slot = sp->S + j};
+        memset(sp->tokens + VR, 0, (size_t)take * sizeof(int32_t));
+        VR += take;
+        left -= take;
+    }
+    struct ds_batch vb = {.n_rows = VR,
                           .tokens = sp->tokens,
-                          .n_seq = n,
+                          .n_seq = nv,
                           .seqs = sp->seqs,
                           .n_logit_rows = R,
                           .logit_rows = sp->rows};
@@ -817,7 +855,7 @@ static enum ds_status step_impl(ds_spec_t *sp, int n, struct ds_spec_seq *const 
         // Distinct experts per layer over this sequence's rows.
         for (int l = 0; l < sp->L; l++) {
             uint64_t bits[MAX_EXPERTS / 64] = {0};
-            const int32_t *e = sp->experts + ((size_t)l * (size_t)R + (size_t)r0) * sp->KE;
+            const int32_t *e = sp->experts + ((size_t)l * (size_t)VR + (size_t)r0) * sp->KE;
             for (int x = 0; x < (k + 1) * sp->KE; x++)
                 if (e[x] >= 0 && e[x] < MAX_EXPERTS) bits[e[x] / 64] |= 1ull << (e[x] % 64);
             r->distinct_experts[l] = (uint16_t)popcount_bits(bits, MAX_EXPERTS / 64);

@@ -339,6 +339,7 @@ static enum ds_status read_options(struct ctx *c) {
     s->n_baseline = 0;
     s->has_dataset = 0;
     s->has_load = 0;
+    s->n_pad_sizes = 0;
     snprintf(s->numerics, sizeof s->numerics, "invariant");
     char *text = ds_h5_attr_strdup(c->file, "options_json");
     if (!text || !text[0]) {
@@ -388,6 +389,21 @@ static enum ds_status read_options(struct ctx *c) {
             goto cleanup;
         }
         snprintf(s->numerics, sizeof s->numerics, "%s", v);
+    }
+    json_t *pj = json_object_get(o, "pad_to_graph_sizes");
+    if (pj) {
+        bool ok = json_is_array(pj) && json_array_size(pj) <= 64;
+        for (size_t i = 0; ok && i < json_array_size(pj); i++) {
+            json_t *e = json_array_get(pj, i);
+            ok = json_is_integer(e) && json_integer_value(e) >= 1 &&
+                 json_integer_value(e) <= UINT16_MAX;
+            if (ok) s->pad_sizes[s->n_pad_sizes++] = (uint32_t)json_integer_value(e);
+        }
+        if (!ok) {
+            st = ds_error_set(DS_ERR_FORMAT, "%s: options_json.pad_to_graph_sizes is not a list "
+                              "of at most 64 row counts 1..65535", c->path);
+            goto cleanup;
+        }
     }
     json_t *lj = json_object_get(o, "load");
     if (lj) {
@@ -1326,6 +1342,12 @@ enum ds_status ds_summary_print_text(const struct ds_summary *s, FILE *f) {
                 100.0 * s->trace_overhead);
     if (!isnan(s->trace_overhead) || s->trace_dropped)
         fprintf(f, "  trace records dropped by CUPTI: %" PRIu64 "\n", s->trace_dropped);
+    if (s->n_pad_sizes) {
+        fprintf(f, "  verify padded to graph sizes");
+        for (int i = 0; i < s->n_pad_sizes; i++)
+            fprintf(f, "%s%u", i ? ", " : " ", s->pad_sizes[i]);
+        fprintf(f, " (rows, as CUDA-graph engines pad)\n");
+    }
     if (s->has_load) {
         fprintf(f, "  weights:");
         for (int i = 0; i < 2; i++) {
@@ -1450,6 +1472,10 @@ enum ds_status ds_summary_print_json(const struct ds_summary *s, FILE *f) {
     json_object_set_new(run, "trace_overhead", real_or_null(s->trace_overhead));
     json_object_set_new(run, "trace_dropped", u64(s->trace_dropped));
     json_object_set_new(run, "numerics", json_string(s->numerics));
+    json_t *pads = json_array();
+    for (int i = 0; i < s->n_pad_sizes; i++)
+        json_array_append_new(pads, json_integer(s->pad_sizes[i]));
+    json_object_set_new(run, "pad_to_graph_sizes", pads);
     if (s->has_dataset) {
         json_t *dj = json_object();
         json_object_set_new(dj, "records_read", u64(s->dataset_records_read));

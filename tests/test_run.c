@@ -122,6 +122,9 @@ static void test_bad_flags(void) {
         {"--turns", "some", "--turns"},
         {"--aux-convention", "sideways", "--aux-convention wants output-of, capture-before or"},
         {"--numerics", "fast", "--numerics wants invariant or batch-variant"},
+        {"--pad-to-graph-sizes", "8,4", "--pad-to-graph-sizes wants its sizes in ascending"},
+        {"--pad-to-graph-sizes", "0,4", "--pad-to-graph-sizes wants a comma-separated list"},
+        {"--pad-to-graph-sizes", "65536", "--pad-to-graph-sizes wants a comma-separated list"},
         // build_argv asks for the cpu, whose reference has one order
         {"--numerics", "batch-variant", "--numerics batch-variant needs --device cuda"},
         {"--bogus", "1", "unknown option"},
@@ -592,6 +595,9 @@ static void test_refused_resume_keeps_file(void) {
         {"--max-context", "230", "cannot resume: max_context_given differs (file 0, now 230)"},
         // Another reading of the draft's aux ids feeds it other target layers.
         {"--aux-convention", "boundary", "cannot resume: aux_boundaries differs"},
+        // Padded verifies (the file has none).
+        {"--pad-to-graph-sizes", "8,16", "cannot resume: pad_to_graph_sizes differs (file [], "
+                                         "now [8,16])"},
     };
     for (size_t i = 0; whole && i < sizeof shape / sizeof shape[0]; i++) {
         const char *resume[] = {"--batch-sizes", "1",         "--max-new-tokens", "10",

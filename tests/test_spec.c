@@ -422,6 +422,75 @@ static void test_batch_invariance(void) {
     check_invariance(DS_SPEC_REJECTION);
 }
 
+// Verify padding (cfg.pad_sizes): 4 sequences at K = 3 verify 16 rows, run as 32 (sizes 2, 8,
+// 32) or as 100 (one size: 84 dummy rows over scratch slots of 48 positions, so 2 dummy
+// sequences in 3 slots); the records are those of the unpadded engine bit for bit, the target
+// really ran the padded count, and the engine still has 4 slots for sequences.
+static void check_padding(enum ds_spec_rule rule, const int32_t *sizes, int n_sizes,
+                          int want_rows) {
+    struct ds_spec_config cfg = {.rule = rule, .k = 3, .temperature = 0.8f, .top_p = 0.95f,
+                                 .seed = 7, .prefill_chunk = 16};
+    struct ds_spec_config padded = cfg;
+    padded.n_pad_sizes = n_sizes;
+    memcpy(padded.pad_sizes, sizes, sizeof(int32_t) * (size_t)n_sizes);
+    struct pair a, b;
+    if (!open_pair(&cfg, 4, 48, &a)) return;
+    if (!open_pair(&padded, 4, 48, &b)) {
+        close_pair(&a);
+        return;
+    }
+    EXPECT_EQ_INT(ds_spec_max_slots(b.spec), 4);
+    EXPECT_EQ_INT(ds_gptoss_plan_of(b.target)->max_slots, 4 + ds_spec_pad_slots(&padded, 48));
+    int32_t prompts[4][20];
+    const int32_t *pp[4];
+    int lens[4] = {12, 20, 5, 17};
+    struct ds_spec_seq qa[4], qb[4], *pa[4], *pb[4];
+    for (int i = 0; i < 4; i++) {
+        for (int t = 0; t < lens[i]; t++)
+            prompts[i][t] = prompt_token(i + 3, t);
+        pp[i] = prompts[i];
+        qa[i] = (struct ds_spec_seq){.slot = i, .key = (uint64_t)(10 + i)};
+        qb[i] = qa[i];
+        pa[i] = &qa[i], pb[i] = &qb[i];
+    }
+    EXPECT_OK(ds_spec_prefill(a.spec, 4, pa, pp, lens));
+    EXPECT_OK(ds_spec_prefill(b.spec, 4, pb, pp, lens));
+    struct ds_spec_result ra[4], rb[4];
+    for (int step = 0; step < 5; step++) {
+        EXPECT_OK(ds_spec_step(a.spec, 4, pa, ra));
+        EXPECT_OK(ds_spec_step(b.spec, 4, pb, rb));
+        int rows = 0;
+        for (int i = 0; i < 4; i++)
+            rows += ra[i].drafted + 1;
+        EXPECT_EQ_INT(ds_gptoss_last_rows(a.target), rows);
+        EXPECT_EQ_INT(ds_gptoss_last_rows(b.target), ds_spec_padded_rows(&padded, rows));
+        if (step == 0) EXPECT_EQ_INT(ds_gptoss_last_rows(b.target), want_rows);
+        if (memcmp(ra, rb, sizeof ra) != 0)
+            DS_FAILF("rule %s, %d pad sizes, step %d: the padded verify's records differ",
+                     ds_spec_rule_name(rule), n_sizes, step);
+    }
+    close_pair(&a);
+    close_pair(&b);
+}
+
+static void test_verify_padding(void) {
+    static const int32_t three[] = {2, 8, 32}, one[] = {100};
+    EXPECT_EQ_INT(ds_spec_pad_slots(&(struct ds_spec_config){.n_pad_sizes = 1,
+                                                              .pad_sizes = {100}}, 48), 3);
+    check_padding(DS_SPEC_GREEDY, three, 3, 32);
+    check_padding(DS_SPEC_REJECTION, three, 3, 32);
+    check_padding(DS_SPEC_GREEDY, one, 1, 100);
+    // Beyond the largest size a verify runs as it is; sizes must ascend.
+    struct ds_spec_config c = {.rule = DS_SPEC_GREEDY, .k = 3, .temperature = 1, .top_p = 1,
+                               .prefill_chunk = 16, .n_pad_sizes = 2, .pad_sizes = {4, 8}};
+    EXPECT_EQ_INT(ds_spec_padded_rows(&c, 9), 9);
+    EXPECT_EQ_INT(ds_spec_padded_rows(&c, 5), 8);
+    EXPECT_OK(ds_spec_config_check(&c));
+    c.pad_sizes[1] = 4;
+    EXPECT_STATUS(ds_spec_config_check(&c), DS_ERR_RANGE);
+    EXPECT_ERROR_HAS("verify pad sizes must ascend within 1..65535 (entry 1 is 4)");
+}
+
 
 // A target whose lm_head row 7 is NaN: every logit row holds one NaN logit, so every p of the
 // row is NaN (the softmax sum is). The prefill (its first token) and the step must each report
@@ -551,6 +620,7 @@ int main(void) {
     DS_RUN(test_chi2_rejection);
     DS_RUN(test_lossless_greedy);
     DS_RUN(test_batch_invariance);
+    DS_RUN(test_verify_padding);
     DS_RUN(test_bad_input);
     DS_RUN(test_nan_logit);
     ds_backend_release(be);

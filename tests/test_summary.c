@@ -1052,6 +1052,10 @@ static void step_times_and_speedup(void) {
         "\"draft\":{\"bytes\":1,\"seconds\":1,\"uploaded\":true}}}",
     };
     path = tmp_path("timed.h5"); // removes the previous file
+    EXPECT_OK(write_timed_run(path, "{\"pad_to_graph_sizes\":[4,0]}"));
+    EXPECT_STATUS(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
+    EXPECT_ERROR_HAS("timed.h5: options_json.pad_to_graph_sizes is not a list");
+    path = tmp_path("timed.h5"); // removes the previous file
     EXPECT_OK(write_timed_run(path, "{\"numerics\":\"fast\"}"));
     EXPECT_STATUS(ds_summary_compute(path, DS_SUMMARY_BY_BATCH, &s), DS_ERR_FORMAT);
     EXPECT_ERROR_HAS("timed.h5: options_json.numerics is not \"invariant\" or");

@@ -368,6 +368,16 @@ def numerics(run):
     return v
 
 
+def pad_sizes(run):
+    """options_json.pad_to_graph_sizes: the verify padding sizes ([] without padding)."""
+    v = run_options(run).get("pad_to_graph_sizes", [])
+    if not (isinstance(v, list) and len(v) <= 64 and
+            all(_is_int(x) and 1 <= x <= 65535 for x in v)):
+        raise DraftscopeFormatError(f"{run.path}: options_json.pad_to_graph_sizes is not a list "
+                                    "of at most 64 row counts 1..65535")
+    return list(v)
+
+
 def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
     """The summary as `draftscope summary --json` prints it (see docs/metrics.md)."""
     _check_by(by)
@@ -427,6 +437,7 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
             "trace_overhead": _num(overhead) if _is_num(overhead) else None,
             "trace_dropped": int(run.sessions["trace_dropped"].sum()) if len(run.sessions) else 0,
             "numerics": numerics(run),
+            "pad_to_graph_sizes": pad_sizes(run),
             "dataset": dataset_skips(run),
             "load": load_info(run),
             "baseline": [{"batch_size": int(b["batch_size"]),
@@ -711,6 +722,42 @@ BITWISE_FIELDS = ("q_draft", "p_draft", "p_target", "margin", "expected_accept",
                   "entropy_target", "entropy_draft")
 
 
+def _turn_drafts(run):
+    """{(batch size, dataset_index, turn): that request's drafts in (step, position) order}."""
+    d = run.drafts.sort_values(["request", "step", "position"], kind="stable")
+    by_req = {int(r): g for r, g in d.groupby("request", sort=False)}
+    return {(int(r.batch_size), int(r.dataset_index), int(r.turn)):
+            by_req.get(int(r.request), d.iloc[:0]) for r in run.requests.itertuples()}
+
+
+def _parting(a, b):
+    """Where drafts b part from drafts a (see batch_divergence)."""
+    n = min(len(a), len(b))
+    fate = ["draft_token", "target_token", "accepted"]
+    bad = np.flatnonzero((a[fate].to_numpy()[:n] != b[fate].to_numpy()[:n]).any(axis=1))
+    first = int(bad[0]) if len(bad) else (n if len(a) != len(b) else np.nan)
+    same_bits = len(a) == len(b) and not len(bad)
+    for col in BITWISE_FIELDS:
+        if same_bits:
+            same_bits = bool((a[col].to_numpy(np.float32).view(np.uint32) ==
+                              b[col].to_numpy(np.float32).view(np.uint32)).all())
+    upto = n if np.isnan(first) else int(first)
+    dp = np.abs(a["p_target"].to_numpy(np.float64)[:upto] -
+                b["p_target"].to_numpy(np.float64)[:upto])
+    dp = dp[~np.isnan(dp)]
+    return {"drafts": len(b), "base_drafts": len(a), "first_token_diff": first,
+            "bits_equal": same_bits, "max_abs_dp_target": float(dp.max()) if len(dp) else 0.0}
+
+
+_DIVERGENCE_COLUMNS = ["batch", "dataset_index", "turn", "drafts", "base_drafts",
+                       "first_token_diff", "bits_equal", "max_abs_dp_target"]
+
+
+def _divergence_frame(rows):
+    return pd.DataFrame(rows, columns=_DIVERGENCE_COLUMNS).set_index(
+        ["batch", "dataset_index", "turn"]).sort_index()
+
+
 def batch_divergence(run, base=None):
     """Each request replayed at another batch size against the same conversation turn at `base`
     (default: the smallest batch size of the run): where its drafts part ways.
@@ -725,44 +772,24 @@ def batch_divergence(run, base=None):
     max_abs_dp_target (the largest |p_target - base p_target| over the drafts before the first
     token difference: how far the probabilities moved while the tokens agreed).
     """
-    req = run.requests
-    if not len(req):
-        return pd.DataFrame(columns=["drafts", "base_drafts", "first_token_diff", "bits_equal",
-                                     "max_abs_dp_target"])
-    sizes = sorted(int(b) for b in req["batch_size"].unique())
+    sizes = sorted(int(b) for b in run.requests["batch_size"].unique())
+    if not sizes:
+        return _divergence_frame([])
     base = sizes[0] if base is None else int(base)
     if base not in sizes:
         raise ValueError(f"batch size {base} is not in the run (it has {sizes})")
-    d = run.drafts.sort_values(["request", "step", "position"], kind="stable")
-    by_req = {int(r): g for r, g in d.groupby("request", sort=False)}
-    empty = d.iloc[:0]
-    key = {(int(r.dataset_index), int(r.turn)): int(r.request)
-           for r in req[req["batch_size"] == base].itertuples()}
-    rows = []
-    for r in req[req["batch_size"] != base].itertuples():
-        k = (int(r.dataset_index), int(r.turn))
-        if k not in key:
-            continue
-        a, b = by_req.get(key[k], empty), by_req.get(int(r.request), empty)
-        n = min(len(a), len(b))
-        fate = ["draft_token", "target_token", "accepted"]
-        fa, fb = a[fate].to_numpy()[:n], b[fate].to_numpy()[:n]
-        bad = np.flatnonzero((fa != fb).any(axis=1))
-        first = int(bad[0]) if len(bad) else (n if len(a) != len(b) else np.nan)
-        same_bits = len(a) == len(b) and not len(bad)
-        for col in BITWISE_FIELDS:
-            if same_bits:
-                xa = a[col].to_numpy(np.float32).view(np.uint32)
-                xb = b[col].to_numpy(np.float32).view(np.uint32)
-                same_bits = bool((xa == xb).all())
-        upto = n if np.isnan(first) else int(first)
-        dp = np.abs(a["p_target"].to_numpy(np.float64)[:upto] -
-                    b["p_target"].to_numpy(np.float64)[:upto])
-        rows.append({"batch": int(r.batch_size), "dataset_index": k[0], "turn": k[1],
-                     "drafts": len(b), "base_drafts": len(a), "first_token_diff": first,
-                     "bits_equal": same_bits,
-                     "max_abs_dp_target": float(np.nanmax(dp)) if len(dp) and
-                     not np.isnan(dp).all() else 0.0})
-    out = pd.DataFrame(rows, columns=["batch", "dataset_index", "turn", "drafts", "base_drafts",
-                                      "first_token_diff", "bits_equal", "max_abs_dp_target"])
-    return out.set_index(["batch", "dataset_index", "turn"]).sort_index()
+    turns = _turn_drafts(run)
+    rows = [{"batch": k[0], "dataset_index": k[1], "turn": k[2],
+             **_parting(turns[(base, k[1], k[2])], v)}
+            for k, v in turns.items() if k[0] != base and (base, k[1], k[2]) in turns]
+    return _divergence_frame(rows)
+
+
+def divergence(run_a, run_b):
+    """Two runs of the same conversations (say one with `run --pad-to-graph-sizes`, one
+    without, or two numerics): every request of run_b against the same batch size and
+    conversation turn of run_a, with the columns of batch_divergence (base_drafts: run_a's).
+    Turns only one of them finished are left out."""
+    ta, tb = _turn_drafts(run_a), _turn_drafts(run_b)
+    return _divergence_frame([{"batch": k[0], "dataset_index": k[1], "turn": k[2],
+                               **_parting(ta[k], v)} for k, v in tb.items() if k in ta])

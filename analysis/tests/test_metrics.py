@@ -346,6 +346,8 @@ def test_options_json_checked_as_c_checks_it(samples):
                           ('{"trace_overhead": NaN}', "options_json is not a JSON object"),
                           ('{"numerics": "fast"}', "numerics is not"),
                           ('{"numerics": 1}', "numerics is not"),
+                          ('{"pad_to_graph_sizes": [0]}', "pad_to_graph_sizes is not"),
+                          ('{"pad_to_graph_sizes": 8}', "pad_to_graph_sizes is not"),
                           ('{"load": [1]}', r"load\.target needs"),
                           ('{"load": {"target": {"bytes": 1, "seconds": 1, "uploaded": true}}}',
                            r"load\.draft needs"),
@@ -457,3 +459,29 @@ def test_batch_divergence_finds_what_moved(programs, tmp_path):
     assert len(rest) == 2 and rest["bits_equal"].all()
     with pytest.raises(ValueError, match="batch size 3 is not in the run"):
         metrics.batch_divergence(run, base=3)
+
+
+def test_divergence_of_a_padded_run(programs, tmp_path):
+    """The same CPU run with every verify padded to 8, 16 or 32 rows: divergence finds every
+    request of both batch sizes equal to its unpadded twin bit for bit (the reference ops are
+    batch invariant), and the padding is in options_json; a run against itself is equal too."""
+    if not programs.get("draftscope"):
+        pytest.skip("the draftscope executable is not built")
+    conv = [("a", "hello world"), ("b", "hell or held"), ("c", "world")]
+    plain, padded = tmp_path / "plain.h5", tmp_path / "padded.h5"
+    for out, extra in ((plain, []), (padded, ["--pad-to-graph-sizes", "8,16,32"])):
+        subprocess.run(tiny_run_args(programs, tmp_path / "conv.jsonl", out, conv,
+                                     ["--batch-sizes", "1,3", "--max-new-tokens", "24", *extra]),
+                       check=True, capture_output=True, text=True)
+    with draftscope.open(plain) as a, draftscope.open(padded) as b:
+        assert metrics.run_options(b)["pad_to_graph_sizes"] == [8, 16, 32]
+        assert metrics.run_options(a)["pad_to_graph_sizes"] == []
+        div = draftscope.divergence(a, b)
+        assert len(div) == 6 and div["bits_equal"].all() and div["first_token_diff"].isna().all()
+        assert sorted(div.index.get_level_values("batch").unique()) == [1, 3]
+        assert draftscope.divergence(a, a)["bits_equal"].all()
+    c = _c_equals_python(programs, padded, "batch")  # and the summaries read it alike
+    assert c["run"]["pad_to_graph_sizes"] == [8, 16, 32]
+    text = subprocess.run(summary_command(programs) + [str(padded)], check=True,
+                          capture_output=True, text=True).stdout
+    assert "  verify padded to graph sizes 8, 16, 32 (rows, as CUDA-graph engines pad)\n" in text

@@ -75,6 +75,8 @@ enum ds_status ds_spec_rule_parse(const char *s, enum ds_spec_rule *out);
 #define DS_SPEC_TEMPERATURE_MIN 1e-6f // compared as the float a temperature is kept as
 #define DS_SPEC_TEMPERATURE_MAX 1e6f
 
+#define DS_SPEC_MAX_PAD_SIZES 64 // --pad-to-graph-sizes entries at most
+
 struct ds_spec_config {
     enum ds_spec_rule rule;
     int k;             // draft tokens per step, 1..DS_SPEC_MAX_K
@@ -83,13 +85,21 @@ struct ds_spec_config {
     float top_p;       // (0, 1]; 1 = off
     uint64_t seed;
     int prefill_chunk; // rows per prefill forward, >= 1
+    // Verify padding, as CUDA-graph engines pad a batch to a captured size (DESIGN §8): a verify
+    // of R rows runs as the smallest size >= R (R itself beyond the largest), the extra rows
+    // dummy sequences in scratch KV slots whose results nobody reads. n_pad_sizes 0: none.
+    // Ascending, 1..65535.
+    int n_pad_sizes;
+    int32_t pad_sizes[DS_SPEC_MAX_PAD_SIZES];
 };
 
 // Checks a config (DS_ERR_ARG / DS_ERR_RANGE with a message naming the field).
 enum ds_status ds_spec_config_check(const struct ds_spec_config *cfg);
 
 // Fills the row counts of both plans for max_slots sequences and max_pos positions (slots,
-// positions, rows, logit rows; the caller adds the aux boundaries and draft options).
+// positions, rows, logit rows; the caller adds the aux boundaries and draft options). With verify
+// padding the target plan has ds_spec_pad_slots more slots (the dummy rows' scratch) and rows for
+// the padded verify.
 void ds_spec_plan(const struct ds_spec_config *cfg, int max_slots, int max_pos,
                   struct ds_gptoss_plan *target_plan, struct ds_eagle3_plan *draft_plan);
 
@@ -98,6 +108,11 @@ void ds_spec_plan(const struct ds_spec_config *cfg, int max_slots, int max_pos,
 // verify rows × the vocabulary beyond the int32 element ids of the per-row gathers.
 enum ds_status ds_spec_plan_check(const struct ds_spec_config *cfg, int max_slots,
                                   const struct ds_target_config *tc);
+
+// Scratch KV slots the dummy rows of a padded verify take at max_pos positions each (0 without
+// padding), and the rows a verify of `rows` rows runs as.
+int ds_spec_pad_slots(const struct ds_spec_config *cfg, int max_pos);
+int ds_spec_padded_rows(const struct ds_spec_config *cfg, int rows);
 
 // One live sequence between steps: plain data owned by the caller (the replay), one per slot.
 struct ds_spec_seq {

@@ -162,6 +162,9 @@ struct ds_summary {
     // options_json.numerics: "invariant" (also for files written before the option) or
     // "batch-variant" (the attention split chosen by each call's size; docs/cli.md).
     char numerics[16];
+    // options_json.pad_to_graph_sizes: the verify padding sizes (none: n_pad_sizes 0).
+    int n_pad_sizes;
+    uint32_t pad_sizes[64];
     // options_json.load: the creating run's model loads (target, draft): weight bytes placed,
     // seconds of the create, and whether the bytes were copied (false: mapped in place by the
     // CPU reference); has_load = 0 in files written before it.
