@@ -67,6 +67,47 @@ static int run_device(const char *out, const char *device, const char *act, char
     return ru_capture(ds_cmd_run, (int)(sizeof argv / sizeof *argv) - 1, argv, err, cap);
 }
 
+// The same replay on CUDA (bf16, the default numerics) with extra options.
+static int run_cuda_with(const char *out, const char *o1, const char *o2, char *err, size_t cap) {
+    char *argv[] = {"run", "--target", RU_TARGET, "--draft", RU_DRAFT, "--tokenizer",
+                    RU_TOKENIZER, "--dataset", DATA, "--out", (char *)out, "--quiet",
+                    "--overwrite", "--rule", "greedy", "--batch-sizes", small ? "1,2" : "1,4",
+                    "--draft-tokens", "3", "--max-new-tokens", small ? "8" : "24", "--device",
+                    "cuda", (char *)o1, (char *)o2, NULL};
+    return ru_capture(ds_cmd_run, (int)(sizeof argv / sizeof *argv) - 1 - !o1 - !o2, argv, err,
+                      cap);
+}
+
+// --pad-to-graph-sizes 8,32 (B 1: 4 verify rows run as 8; B 4: 16 as 32, with dummy rows in
+// scratch slots) on CUDA with bf16 activations: the drafts and steps tables are those of the
+// unpadded replay byte for byte, the property the check in docs/cli.md relies on.
+static void test_padding_changes_nothing(void) {
+    char err[8192];
+    EXPECT_EQ_INT(run_cuda_with(OUT_CPU, NULL, NULL, err, sizeof err), 0);
+    EXPECT_EQ_INT(run_cuda_with(OUT_CUDA, "--pad-to-graph-sizes", "8,32", err, sizeof err), 0);
+    if (ds_t_case_failures) {
+        printf("# %s", err);
+        return;
+    }
+    char opt[4096];
+    ru_read_options(OUT_CUDA, opt, sizeof opt);
+    EXPECT(strstr(opt, "\"pad_to_graph_sizes\":[8,32]") != NULL);
+    static const struct {
+        const char *name;
+        size_t size;
+    } tables[] = {{"drafts", sizeof(struct ds_rec_draft)}, {"steps", sizeof(struct ds_rec_step)}};
+    for (int t = 0; t < 2; t++) {
+        size_t na = 0, nb = 0;
+        void *a = ru_read_table(OUT_CPU, tables[t].name, tables[t].size, &na);
+        void *b = ru_read_table(OUT_CUDA, tables[t].name, tables[t].size, &nb);
+        printf("# %s: %zu rows plain, %zu padded\n", tables[t].name, na, nb);
+        EXPECT(a && b && na > 0 && na == nb);
+        if (a && b && na == nb && memcmp(a, b, na * tables[t].size))
+            DS_FAILF("%s of the padded replay differ from the plain one", tables[t].name);
+        free(a), free(b);
+    }
+}
+
 static int near_abs(float a, float b) { return fabs((double)a - (double)b) <= PROB_TOL; }
 
 static int near_rel(float a, float b) {
@@ -211,6 +252,7 @@ int main(void) {
         printf("small mode (DS_GPU_TEST_SMALL) shortened the replay to conversations a and d, "
                "B = 1,2, 8 new tokens (full: 4 conversations, B = 1,4, 24 new tokens)\n");
     DS_RUN(test_parity);
+    DS_RUN(test_padding_changes_nothing);
     unlink(OUT_CPU);
     unlink(OUT_CUDA);
     return ds_test_end();
