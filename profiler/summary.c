@@ -149,7 +149,7 @@ double ds_summary_expected_channel(const struct ds_summary_group *g, int channel
 
 // Memory rows: only the columns the metrics use.
 struct req_row {
-    uint32_t request, category, generated_len, steps;
+    uint32_t request, category, generated_len, steps, dataset_index;
     uint16_t batch_size, turn;
     uint8_t stop_reason;
 };
@@ -162,7 +162,8 @@ struct step_row {
 struct draft_row {
     uint64_t step;
     uint32_t request;
-    float expected_accept, q_draft;
+    int32_t draft_token, target_token;
+    float expected_accept, q_draft, p_draft, p_target, margin, entropy_target, entropy_draft;
     uint16_t batch_size;
     uint8_t position, accepted, channel;
 };
@@ -193,6 +194,8 @@ struct req_index {
     uint32_t id, idx;
 };
 
+#define DIV_HASH_SEED 0xcbf29ce484222325ull // FNV-1a's offset basis (batch divergence)
+
 struct ctx {
     const char *path;
     hid_t file;
@@ -208,6 +211,9 @@ struct ctx {
     // checked against its /requests row once every table is read (check_request_rows).
     uint32_t *req_nsteps;
     uint64_t *req_ndrafts, *req_drafted;
+    // Per finished request (file order), hashes of its kept drafts in file order: the fates
+    // (draft and target token, acceptance) and those with every probability's bits (divergence).
+    uint64_t *h_fate, *h_bits;
     int check_rows; // the resume check: a finished request missing rows is an error
     // (request, step) of the kept steps whose verify logits were not finite, sorted once the
     // steps are read: their /drafts rows are left out too (scan_drafts).
@@ -544,12 +550,13 @@ static enum ds_status read_requests(struct ctx *c) {
         {"category", offsetof(struct req_row, category), H5T_NATIVE_UINT32, 0},
         {"generated_len", offsetof(struct req_row, generated_len), H5T_NATIVE_UINT32, 0},
         {"steps", offsetof(struct req_row, steps), H5T_NATIVE_UINT32, 0},
+        {"dataset_index", offsetof(struct req_row, dataset_index), H5T_NATIVE_UINT32, 0},
         {"batch_size", offsetof(struct req_row, batch_size), H5T_NATIVE_UINT16, 0},
         {"turn", offsetof(struct req_row, turn), H5T_NATIVE_UINT16, 0},
         {"stop_reason", offsetof(struct req_row, stop_reason), 0, 1},
     };
     struct table t;
-    enum ds_status st = table_open(c, "requests", cols, 7, sizeof(struct req_row), &t);
+    enum ds_status st = table_open(c, "requests", cols, 8, sizeof(struct req_row), &t);
     if (st) return st;
     c->s->rows_requests = t.rows;
     if (t.rows > (hsize_t)UINT32_MAX) {
@@ -564,7 +571,10 @@ static enum ds_status read_requests(struct ctx *c) {
         c->req_nsteps = calloc(c->n_req, sizeof *c->req_nsteps);
         c->req_ndrafts = calloc(c->n_req, sizeof *c->req_ndrafts);
         c->req_drafted = calloc(c->n_req, sizeof *c->req_drafted);
-        if (!c->req || !c->ri || !c->req_nsteps || !c->req_ndrafts || !c->req_drafted) {
+        c->h_fate = malloc(c->n_req * sizeof *c->h_fate);
+        c->h_bits = malloc(c->n_req * sizeof *c->h_bits);
+        if (!c->req || !c->ri || !c->req_nsteps || !c->req_ndrafts || !c->req_drafted ||
+            !c->h_fate || !c->h_bits) {
             st = ds_error_set(DS_ERR_NOMEM, "%s: no memory for %zu requests", c->path, c->n_req);
             goto cleanup;
         }
@@ -576,6 +586,7 @@ static enum ds_status read_requests(struct ctx *c) {
             st = check_written(c, "requests", i, c->req[i].batch_size);
         if (st) goto cleanup;
         for (size_t i = 0; i < c->n_req; i++) {
+            c->h_fate[i] = c->h_bits[i] = DIV_HASH_SEED;
             c->ri[i] = (struct req_index){c->req[i].request, (uint32_t)i};
             if (c->req[i].stop_reason < DS_REC_STOP_COUNT)
                 c->s->stop_counts[c->req[i].stop_reason]++;
@@ -854,12 +865,101 @@ static enum ds_status scan_steps(struct ctx *c, void *buf) {
     return st;
 }
 
+// One 32-bit word into a running FNV-1a hash (byte by byte).
+static uint64_t div_mix(uint64_t h, uint32_t w) {
+    for (int i = 0; i < 4; i++)
+        h = (h ^ ((w >> (8 * i)) & 0xffu)) * 0x100000001b3ull;
+    return h;
+}
+
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+// A kept draft into its request's two hashes (batch divergence, ds_summary_group.has_div).
+static void div_hash_draft(struct ctx *c, size_t ri, const struct draft_row *r) {
+    const uint32_t fate[3] = {(uint32_t)r->draft_token, (uint32_t)r->target_token, r->accepted};
+    const float p[7] = {r->q_draft, r->p_draft, r->p_target, r->margin, r->expected_accept,
+                        r->entropy_target, r->entropy_draft};
+    for (int i = 0; i < 3; i++) {
+        c->h_fate[ri] = div_mix(c->h_fate[ri], fate[i]);
+        c->h_bits[ri] = div_mix(c->h_bits[ri], fate[i]);
+    }
+    for (int i = 0; i < 7; i++)
+        c->h_bits[ri] = div_mix(c->h_bits[ri], f32_bits(p[i]));
+}
+
+struct div_key {
+    uint32_t dataset_index, idx; // idx: the request's file-order index
+    uint16_t turn;
+};
+
+static int cmp_div_key(const void *a, const void *b) {
+    const struct div_key *x = a, *y = b;
+    if (x->dataset_index != y->dataset_index) return x->dataset_index < y->dataset_index ? -1 : 1;
+    if (x->turn != y->turn) return x->turn < y->turn ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+// By batch: every request at another batch size than the smallest against its twin there (the
+// same dataset_index and turn; the first in file order when there are several).
+static enum ds_status batch_divergence(struct ctx *c) {
+    struct ds_summary *s = c->s;
+    if (s->by != DS_SUMMARY_BY_BATCH || c->n_req == 0) return DS_OK;
+    uint32_t base = UINT32_MAX;
+    for (size_t i = 0; i < c->n_req; i++)
+        if (c->req[i].batch_size < base) base = c->req[i].batch_size;
+    size_t n = 0;
+    struct div_key *keys = malloc(c->n_req * sizeof *keys);
+    if (!keys) return ds_error_set(DS_ERR_NOMEM, "%s: no memory for %zu requests", c->path,
+                                   c->n_req);
+    for (size_t i = 0; i < c->n_req; i++)
+        if (c->req[i].batch_size == base)
+            keys[n++] = (struct div_key){c->req[i].dataset_index, (uint32_t)i, c->req[i].turn};
+    qsort(keys, n, sizeof *keys, cmp_div_key);
+    for (size_t g = 0; g < s->n_groups; g++)
+        if (s->groups[g].key != base) s->groups[g].has_div = 1, s->groups[g].div_base = base;
+    for (size_t i = 0; i < c->n_req; i++) {
+        if (c->req[i].batch_size == base) continue;
+        size_t lo = 0, hi = n; // the first base key >= (dataset_index, turn)
+        while (lo < hi) {
+            const size_t mid = (lo + hi) / 2;
+            const struct div_key *k = &keys[mid];
+            if (k->dataset_index < c->req[i].dataset_index ||
+                (k->dataset_index == c->req[i].dataset_index && k->turn < c->req[i].turn))
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo == n || keys[lo].dataset_index != c->req[i].dataset_index ||
+            keys[lo].turn != c->req[i].turn)
+            continue;
+        const size_t t = keys[lo].idx;
+        struct ds_summary_group *gr = &s->groups[c->req_group[i]];
+        gr->div_requests++;
+        if (c->h_bits[i] == c->h_bits[t]) gr->div_bits_equal++;
+        else if (c->h_fate[i] == c->h_fate[t]) gr->div_same_tokens++;
+        else gr->div_parted++;
+    }
+    free(keys);
+    return DS_OK;
+}
+
 static enum ds_status scan_drafts(struct ctx *c, void *buf) {
     const struct col cols[] = {
         {"step", offsetof(struct draft_row, step), H5T_NATIVE_UINT64, 0},
         {"request", offsetof(struct draft_row, request), H5T_NATIVE_UINT32, 0},
+        {"draft_token", offsetof(struct draft_row, draft_token), H5T_NATIVE_INT32, 0},
+        {"target_token", offsetof(struct draft_row, target_token), H5T_NATIVE_INT32, 0},
         {"expected_accept", offsetof(struct draft_row, expected_accept), H5T_NATIVE_FLOAT, 0},
         {"q_draft", offsetof(struct draft_row, q_draft), H5T_NATIVE_FLOAT, 0},
+        {"p_draft", offsetof(struct draft_row, p_draft), H5T_NATIVE_FLOAT, 0},
+        {"p_target", offsetof(struct draft_row, p_target), H5T_NATIVE_FLOAT, 0},
+        {"margin", offsetof(struct draft_row, margin), H5T_NATIVE_FLOAT, 0},
+        {"entropy_target", offsetof(struct draft_row, entropy_target), H5T_NATIVE_FLOAT, 0},
+        {"entropy_draft", offsetof(struct draft_row, entropy_draft), H5T_NATIVE_FLOAT, 0},
         {"batch_size", offsetof(struct draft_row, batch_size), H5T_NATIVE_UINT16, 0},
         {"position", offsetof(struct draft_row, position), H5T_NATIVE_UINT8, 0},
         {"accepted", offsetof(struct draft_row, accepted), H5T_NATIVE_UINT8, 0},
@@ -867,7 +967,7 @@ static enum ds_status scan_drafts(struct ctx *c, void *buf) {
     };
     struct ds_summary *s = c->s;
     struct table t;
-    enum ds_status st = table_open(c, "drafts", cols, 8, sizeof(struct draft_row), &t);
+    enum ds_status st = table_open(c, "drafts", cols, 15, sizeof(struct draft_row), &t);
     if (st) return st;
     s->rows_drafts = t.rows;
     struct draft_row *rows = buf;
@@ -900,6 +1000,7 @@ static enum ds_status scan_drafts(struct ctx *c, void *buf) {
             // The draft's own numbers failed (its logits held NaN or Inf): counted and said;
             // the draft's acceptance stays what happened (no metric leaves it out).
             s->nonfinite_q_drafts += !(isfinite(r->q_draft) && r->q_draft > 0.0f);
+            div_hash_draft(c, (size_t)ri, r);
             add_draft(&s->all, r);
             int32_t gi;
             if (ds_summary_by_is_request_level(s->by)) {
@@ -1079,7 +1180,8 @@ static enum ds_status compute(struct ctx *c, struct ds_summary *s) {
     void *buf = malloc(row * DS_SUMMARY_BLOCK_ROWS);
     if (!buf) return ds_error_set(DS_ERR_NOMEM, "%s: no memory", c->path);
     if (!(st = scan_steps(c, buf)) && !(st = scan_drafts(c, buf)) &&
-        !(st = check_request_rows(c)) && !(st = label_groups(c))) {
+        !(st = check_request_rows(c)) && !(st = label_groups(c)) &&
+        !(st = batch_divergence(c))) { // before the sort: req_group indexes the groups
         if (s->n_groups)
             qsort(s->groups, s->n_groups, sizeof *s->groups,
                   s->by == DS_SUMMARY_BY_CATEGORY ? cmp_label : cmp_key);
@@ -1118,6 +1220,8 @@ static void ctx_free(struct ctx *c, int close_file) {
     free(c->req_nsteps);
     free(c->req_ndrafts);
     free(c->req_drafted);
+    free(c->h_fate);
+    free(c->h_bits);
     free(c->nf);
     free(c);
 }
@@ -1255,6 +1359,13 @@ static void print_group(const struct ds_summary *s, const struct ds_summary_grou
         if (g->nonfinite)
             fprintf(f, "  steps with non-finite verify logits (not in the figures): %" PRIu64 "\n",
                     g->nonfinite);
+        if (g->has_div) // each request against its twin at the smallest batch size
+            fprintf(f,
+                    "  against B %u (the same conversation turns): %" PRIu64 " requests, %" PRIu64
+                    " bit for bit equal, %" PRIu64 " with the same tokens but other "
+                    "probabilities, %" PRIu64 " whose tokens part\n",
+                    g->div_base, g->div_requests, g->div_bits_equal, g->div_same_tokens,
+                    g->div_parted);
         fprintf(
             f, "  pos  joint P(acc>=i)  conditional  drafts  drafts rate  expected sum min(p,q)\n");
         for (uint32_t i = 1; i <= s->k; i++)
@@ -1429,6 +1540,17 @@ static json_t *group_json(const struct ds_summary *s, const struct ds_summary_gr
     json_object_set_new(o, "mean_verify_ns", real_or_null(ds_summary_mean_verify_ns(g)));
     json_object_set_new(o, "base_step_ns", real_or_null(g->base_step_ns));
     json_object_set_new(o, "predicted_speedup", real_or_null(ds_summary_predicted_speedup(g)));
+    if (g->has_div) {
+        json_t *dv = json_object();
+        json_object_set_new(dv, "base", json_integer(g->div_base));
+        json_object_set_new(dv, "requests", u64(g->div_requests));
+        json_object_set_new(dv, "bits_equal", u64(g->div_bits_equal));
+        json_object_set_new(dv, "same_tokens", u64(g->div_same_tokens));
+        json_object_set_new(dv, "parted", u64(g->div_parted));
+        json_object_set_new(o, "divergence", dv);
+    } else {
+        json_object_set_new(o, "divergence", json_null());
+    }
     json_t *d = json_object();
     json_object_set_new(d, "rows", u64(g->drafts));
     json_object_set_new(d, "accepted", u64(g->drafts_accepted));

@@ -241,6 +241,7 @@ def _group_dict(k, key, label, n_requests, g):
         "timed_steps": g["timed_steps"], "mean_draft_ns": _num(draft),
         "mean_verify_ns": _num(verify), "base_step_ns": _num(g["base_step_ns"]),
         "predicted_speedup": _num(speedup),
+        "divergence": None,  # by batch: set by summary_dict for the batch sizes above the base
     })
     return d
 
@@ -415,6 +416,19 @@ def summary_dict(run, by="batch", context_bins=DEFAULT_CONTEXT_BINS):
         if by in ("batch", "step-batch"):
             g["base_step_ns"] = base.get(int(key), float("nan"))
         groups.append(_group_dict(k, int(key), _label(by, key, context_bins, cats), n_req, g))
+    if by == "batch" and len(requests):
+        div = batch_divergence(run)
+        base_b = int(requests["batch_size"].min())
+        for g in groups:
+            if g["key"] == base_b:
+                continue
+            part = div.xs(g["key"], level="batch") if g["key"] in div.index.get_level_values(
+                "batch") else div.iloc[:0]
+            same = part["first_token_diff"].isna()
+            g["divergence"] = {"base": base_b, "requests": len(part),
+                               "bits_equal": int(part["bits_equal"].sum()),
+                               "same_tokens": int((same & ~part["bits_equal"]).sum()),
+                               "parted": int((~same).sum())}
     all_g = _group_sums(k, steps, drafts, requests, len(nf))
     if by in ("batch", "step-batch") and len(groups) == 1:
         all_g["base_step_ns"] = groups[0]["base_step_ns"]
@@ -726,8 +740,11 @@ def _turn_drafts(run):
     """{(batch size, dataset_index, turn): that request's drafts in (step, position) order}."""
     d = run.drafts.sort_values(["request", "step", "position"], kind="stable")
     by_req = {int(r): g for r, g in d.groupby("request", sort=False)}
-    return {(int(r.batch_size), int(r.dataset_index), int(r.turn)):
-            by_req.get(int(r.request), d.iloc[:0]) for r in run.requests.itertuples()}
+    out = {}
+    for r in run.requests.itertuples():  # the first in file order where a turn repeats
+        out.setdefault((int(r.batch_size), int(r.dataset_index), int(r.turn)),
+                       by_req.get(int(r.request), d.iloc[:0]))
+    return out
 
 
 def _parting(a, b):

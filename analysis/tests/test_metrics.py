@@ -457,6 +457,16 @@ def test_batch_divergence_finds_what_moved(programs, tmp_path):
     assert not b["bits_equal"] and b["first_token_diff"] == 4 and b["max_abs_dp_target"] == 0
     rest = div.drop([(2, i_bits, 0), (2, i_tok, 0)])
     assert len(rest) == 2 and rest["bits_equal"].all()
+    # The C summary counts the same (through hashes of each request's drafts), Python alike.
+    c = _c_equals_python(programs, moved, "batch")
+    assert [g["divergence"] for g in c["groups"]] == [
+        None, {"base": 1, "requests": 4, "bits_equal": 2, "same_tokens": 1, "parted": 1}]
+    assert c["all"]["divergence"] is None
+    assert _c_equals_python(programs, out, "batch")["groups"][1]["divergence"]["bits_equal"] == 4
+    text = subprocess.run(summary_command(programs) + [str(moved)], check=True,
+                          capture_output=True, text=True).stdout
+    assert ("  against B 1 (the same conversation turns): 4 requests, 2 bit for bit equal, 1 with "
+            "the same tokens but other probabilities, 1 whose tokens part\n") in text
     with pytest.raises(ValueError, match="batch size 3 is not in the run"):
         metrics.batch_divergence(run, base=3)
 

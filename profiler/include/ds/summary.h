@@ -105,6 +105,14 @@ struct ds_summary_group {
     int has_last_step;      //   (0 before the first)
     double base_step_ns;    // the baseline's median decode step time at this batch size; NaN
                             //   if none (no baseline, or the key is not a batch size)
+    // By batch only, for a batch size other than the run's smallest (div_base): its requests that
+    // have a twin there (the same dataset_index and turn), and of them those whose kept drafts
+    // equal the twin's bit for bit (tokens, acceptance and every probability), those with the
+    // same tokens and acceptance but other probabilities, and those whose tokens part. Compared
+    // through two 64-bit hashes of each request's drafts in file order.
+    int has_div;
+    uint32_t div_base;
+    uint64_t div_requests, div_bits_equal, div_same_tokens, div_parted;
 };
 
 // One options_json.baseline entry: plain target decoding at one batch size.
