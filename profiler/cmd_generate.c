@@ -242,6 +242,7 @@ struct gen_state {
     int32_t *id_dev;   // (B) device
     int32_t *ids, *rows;      // (B) host: the copies' tokens, logit rows
     struct ds_attn_seq *seqs; // (B)
+    int32_t *pre_tok;         // (plan rows) host: the tokens of one packed prefill forward
     long long disagree_at;    // first step where the copies chose different tokens, or -1
     size_t free_bytes;        // device memory free after planning (0 on the CPU)
 };
@@ -329,21 +330,6 @@ static bool file_exists(const char *dir, const char *name, char *buf, size_t cap
     struct stat sb;
     snprintf(buf, cap, "%s/%s", dir, name);
     return stat(buf, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
-// One forward over n rows of the sequence in `slot` at positions pos0.. with logits for the last
-// row when `logits`.
-static enum ds_status step(ds_gptoss_t *m, const int32_t *ids, int n, int pos0, bool logits,
-                           int slot) {
-    struct ds_attn_seq q = {.row0 = 0, .n_rows = n, .pos0 = pos0, .slot = slot};
-    int32_t last = n - 1;
-    struct ds_batch b = {.n_rows = n,
-                         .tokens = ids,
-                         .n_seq = 1,
-                         .seqs = &q,
-                         .n_logit_rows = logits ? 1 : 0,
-                         .logit_rows = &last};
-    return ds_gptoss_forward(m, &b);
 }
 
 // One decode row for each of the B copies (slots 0..B-1, all at `pos`), logits for every row.
@@ -486,7 +472,9 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
     g->ids = malloc(sizeof(int32_t) * (size_t)B);
     g->rows = malloc(sizeof(int32_t) * (size_t)B);
     g->seqs = malloc(sizeof(struct ds_attn_seq) * (size_t)B);
-    if (!g->row || !g->probs_host || !g->ids || !g->rows || !g->seqs) return fail("out of memory");
+    g->pre_tok = malloc(sizeof(int32_t) * (size_t)plan.max_rows);
+    if (!g->row || !g->probs_host || !g->ids || !g->rows || !g->seqs || !g->pre_tok)
+        return fail("out of memory");
     if ((s = g->be->alloc(g->be, sizeof(float) * BV, &g->probs_dev)) != DS_OK ||
         (s = g->be->alloc(g->be, sizeof(int32_t) * (size_t)B, (void **)&g->id_dev)) != DS_OK)
         return fail(ds_error_last());
@@ -528,22 +516,36 @@ static int run(struct gen_state *g, const struct gen_opts *o) {
             stops[n_stops] = (int32_t)cfg.eos_token_ids[i], stop_names[n_stops++] = "eos";
     }
 
-    // Prefill: every copy's prompt but its last token alone in its slot, then the last token of
-    // all copies as one batched step that gives the first logits of every copy.
+    // Prefill: every copy's prompt but its last token in its slot, the copies' pieces packed into
+    // forwards of at most the plan's rows (batch invariance makes the packing invisible), then
+    // the last token of all copies as one batched step that gives the first logits of each.
     double t0 = ds_cli_now_s();
     // On a terminal a line counts the prefilled tokens (a long prompt, or --batch copies, on the
     // CPU take minutes); a log gets the prefill time in the summary line instead.
     struct ds_cli_bytes_progress pre = {.label = "prefill", .t0 = t0, .unit = "tokens"};
     const bool show = !o->json && isatty(STDERR_FILENO);
     const uint64_t pre_total = (uint64_t)B * (uint64_t)np; // the last tokens come in one step
+    const int cap = ds_gptoss_plan_of(g->m)->max_rows;
+    int rows = 0, n_seq = 0;
+    uint64_t done = 0;
     for (int c = 0; c < B; c++)
-        for (long long p = 0; p < np - 1; p += PREFILL_CHUNK) {
-            int n = np - 1 - p < PREFILL_CHUNK ? (int)(np - 1 - p) : PREFILL_CHUNK;
-            if ((s = step(g->m, g->prompt.ids + p, n, (int)p, false, c)) != DS_OK)
-                return ds_cli_bytes_progress_end(&pre), fail(ds_error_last());
-            if (show)
-                ds_cli_bytes_progress(&pre, (uint64_t)c * (uint64_t)(np - 1) + (uint64_t)(p + n),
-                                      pre_total);
+        for (long long p = 0; p < np - 1;) {
+            const int take = np - 1 - p < cap - rows ? (int)(np - 1 - p) : cap - rows;
+            g->seqs[n_seq++] = (struct ds_attn_seq){
+                .row0 = rows, .n_rows = take, .pos0 = (int)p, .slot = c};
+            memcpy(g->pre_tok + rows, g->prompt.ids + p, sizeof(int32_t) * (size_t)take);
+            rows += take;
+            p += take;
+            // Full, or the last piece: one forward (each copy at most once in it).
+            if (rows == cap || (c == B - 1 && p == np - 1)) {
+                struct ds_batch b = {.n_rows = rows, .tokens = g->pre_tok, .n_seq = n_seq,
+                                     .seqs = g->seqs, .n_logit_rows = 0, .logit_rows = g->rows};
+                if ((s = ds_gptoss_forward(g->m, &b)) != DS_OK)
+                    return ds_cli_bytes_progress_end(&pre), fail(ds_error_last());
+                done += (uint64_t)rows;
+                if (show) ds_cli_bytes_progress(&pre, done, pre_total);
+                rows = n_seq = 0;
+            }
         }
     for (int c = 0; c < B; c++)
         g->ids[c] = g->prompt.ids[np - 1];
@@ -880,5 +882,6 @@ int ds_cmd_generate(int argc, char **argv) {
     free(g.ids);
     free(g.rows);
     free(g.seqs);
+    free(g.pre_tok);
     return rc;
 }

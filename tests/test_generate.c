@@ -285,6 +285,26 @@ static void logits_out_cut_short_is_removed(void) {
     EXPECT(stat(out_h5, &sb) != 0); // removed
 }
 
+// --batch 5: the copies' prompts (7 rows each before the batched last token) go through packed
+// prefill forwards of at most 8 rows (the plan: the 8-token prompt), so copies are cut across
+// forwards; every copy still chooses the tokens a single copy chooses.
+static void batch_copies_agree(void) {
+    const char *argv[] = {"generate", "--target", TARGET, "--prompt-ids", PROMPT,
+                          "--max-new-tokens", "6", "--device", "cpu", "--json", "--batch", "5"};
+    EXPECT_EQ_INT(gen(10, argv), 0);
+    json_t *one = report();
+    EXPECT_EQ_INT(gen(12, argv), 0);
+    json_t *five = report();
+    if (one && five) {
+        EXPECT_EQ_INT(json_integer_value(json_object_get(five, "batch")), 5);
+        EXPECT(json_is_true(json_object_get(five, "batch_rows_agree")));
+        EXPECT(json_equal(json_object_get(one, "ids"), json_object_get(five, "ids")));
+        EXPECT_EQ_INT(json_array_size(json_object_get(five, "ids")), 6);
+    }
+    json_decref(one);
+    json_decref(five);
+}
+
 static void context_limit(void) {
     // 8 prompt tokens, limit 11: tokens at positions 8, 9, 10, then the limit.
     const char *argv[] = {"generate", "--target",         TARGET, "--prompt-ids",
@@ -587,6 +607,7 @@ int main(void) {
     DS_RUN(sampling_is_counter_based);
     DS_RUN(tokenizer_prompts);
     DS_RUN(context_limit);
+    DS_RUN(batch_copies_agree);
     DS_RUN(nonfinite_logits_stop);
     DS_RUN(logits_out_cut_short_is_removed);
     DS_RUN(json_target_not_utf8);
