@@ -568,7 +568,8 @@ static int run(struct run_state *g, const struct run_opts *o, int argc, char **a
                 o->batch_sizes[0]);
     }
 
-    // The models placed what was measured (a difference would be a bug in a measure).
+    // What the models placed (the same as measured: test_gptoss, test_eagle3 and gpu_models
+    // check that each measure equals its create).
     ds_gptoss_memory_plan(g->target, &tm);
     ds_eagle3_memory_plan(g->draft, &dm);
     if (!o->quiet) {

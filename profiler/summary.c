@@ -951,23 +951,26 @@ static enum ds_status scan_drafts(struct ctx *c, void *buf) {
     const struct col cols[] = {
         {"step", offsetof(struct draft_row, step), H5T_NATIVE_UINT64, 0},
         {"request", offsetof(struct draft_row, request), H5T_NATIVE_UINT32, 0},
-        {"draft_token", offsetof(struct draft_row, draft_token), H5T_NATIVE_INT32, 0},
-        {"target_token", offsetof(struct draft_row, target_token), H5T_NATIVE_INT32, 0},
         {"expected_accept", offsetof(struct draft_row, expected_accept), H5T_NATIVE_FLOAT, 0},
         {"q_draft", offsetof(struct draft_row, q_draft), H5T_NATIVE_FLOAT, 0},
+        {"batch_size", offsetof(struct draft_row, batch_size), H5T_NATIVE_UINT16, 0},
+        {"position", offsetof(struct draft_row, position), H5T_NATIVE_UINT8, 0},
+        {"accepted", offsetof(struct draft_row, accepted), H5T_NATIVE_UINT8, 0},
+        {"channel", offsetof(struct draft_row, channel), 0, 1},
+        // by batch only: the rest of what the batch divergence hashes
+        {"draft_token", offsetof(struct draft_row, draft_token), H5T_NATIVE_INT32, 0},
+        {"target_token", offsetof(struct draft_row, target_token), H5T_NATIVE_INT32, 0},
         {"p_draft", offsetof(struct draft_row, p_draft), H5T_NATIVE_FLOAT, 0},
         {"p_target", offsetof(struct draft_row, p_target), H5T_NATIVE_FLOAT, 0},
         {"margin", offsetof(struct draft_row, margin), H5T_NATIVE_FLOAT, 0},
         {"entropy_target", offsetof(struct draft_row, entropy_target), H5T_NATIVE_FLOAT, 0},
         {"entropy_draft", offsetof(struct draft_row, entropy_draft), H5T_NATIVE_FLOAT, 0},
-        {"batch_size", offsetof(struct draft_row, batch_size), H5T_NATIVE_UINT16, 0},
-        {"position", offsetof(struct draft_row, position), H5T_NATIVE_UINT8, 0},
-        {"accepted", offsetof(struct draft_row, accepted), H5T_NATIVE_UINT8, 0},
-        {"channel", offsetof(struct draft_row, channel), 0, 1},
     };
     struct ds_summary *s = c->s;
+    const bool div = s->by == DS_SUMMARY_BY_BATCH;
     struct table t;
-    enum ds_status st = table_open(c, "drafts", cols, 15, sizeof(struct draft_row), &t);
+    enum ds_status st =
+        table_open(c, "drafts", cols, div ? 15 : 8, sizeof(struct draft_row), &t);
     if (st) return st;
     s->rows_drafts = t.rows;
     struct draft_row *rows = buf;
@@ -1000,7 +1003,7 @@ static enum ds_status scan_drafts(struct ctx *c, void *buf) {
             // The draft's own numbers failed (its logits held NaN or Inf): counted and said;
             // the draft's acceptance stays what happened (no metric leaves it out).
             s->nonfinite_q_drafts += !(isfinite(r->q_draft) && r->q_draft > 0.0f);
-            div_hash_draft(c, (size_t)ri, r);
+            if (div) div_hash_draft(c, (size_t)ri, r);
             add_draft(&s->all, r);
             int32_t gi;
             if (ds_summary_by_is_request_level(s->by)) {
